@@ -1,0 +1,94 @@
+"""An algorithm in two halves.
+
+Client half (runs inside a population, vectorized over the users of a round): `act` chooses the arms from the
+published model, `encode` builds each user's message and privatizes it with the algorithm's local randomizer.
+Server half: `initial_state`, `update` (fold one round's aggregated messages into the state) and `publish`
+(the model the next round's users see). `aggregate` sums messages; it is post-processing of privatized values,
+so it may run in a population (pre-aggregated mode) or in a server shard (per-user mode) with the same result.
+
+Messages are dicts of arrays whose leading axis is the user. Under local DP every field that is not listed in
+`public_fields` must be the output of a mechanism: nothing raw leaves the client half.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ldpfed.errors import ConfigError
+
+
+class Algorithm:
+    name: str = ""
+    paper: str = ""                  # which seed and algorithm of it
+    privacy_model: str = "none"      # "ldp", "central" or "none"
+    env_kinds: tuple = ()            # env names it runs on
+    default_env: str = ""            # its paper's setting
+    defaults: dict = {}              # options with the paper's values
+    public_fields: frozenset = frozenset()  # message fields that the protocol makes public (e.g. a public arm)
+
+    def __init__(self, env, config):
+        unknown = set(config.params) - set(self.defaults)
+        if unknown:
+            name = sorted(unknown)[0]
+            raise ConfigError(f"params.{name}", config.params[name],
+                              f"unknown option of {self.name}; known: {sorted(self.defaults)}")
+        self.env = env
+        self.config = config
+        self.params = {**self.defaults, **config.params}
+        self.eps, self.delta, self.T = float(config.eps), float(config.delta), int(config.users)
+        self.d, self.K = env.d, env.K
+        self.mechanisms: dict = {}   # message field (or release) -> mechanism; the ledger is built from these
+        self.setup()
+
+    def setup(self) -> None:
+        """Validate options and build the mechanisms."""
+
+    # ---- server half -------------------------------------------------------------------------
+    def initial_state(self, rng: np.random.Generator):
+        raise NotImplementedError
+
+    def publish(self, state):
+        """The model every user of the next round sees (must not contain raw user data)."""
+        return state
+
+    def update(self, state, sums: dict, start: int, stop: int, rng: np.random.Generator):
+        """Fold the aggregated messages of users [start, stop) into the state; return the new state."""
+        raise NotImplementedError
+
+    def estimate(self, state):
+        """The parameter estimate compared with the env's truth, or None."""
+        return None
+
+    # ---- client half -------------------------------------------------------------------------
+    def act(self, model, contexts, users: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        raise NotImplementedError
+
+    def encode(self, model, contexts, actions, rewards, users: np.ndarray, rng: np.random.Generator):
+        """(messages, metrics): privatized per-user messages, and simulation counters (e.g. clipped users)
+        that go to the metrics channel, never to the server."""
+        raise NotImplementedError
+
+    def aggregate(self, messages: dict, users: np.ndarray) -> dict:
+        """Sum of the users' messages; override for per-user weights (e.g. SGD step sizes), which are public."""
+        return {key: value.sum(axis=0) for key, value in messages.items()}
+
+    # ---- description -------------------------------------------------------------------------
+    def ledger(self) -> list[dict]:
+        """What the mechanisms of this run guarantee, one row per message field or release."""
+        return [{"message": key, **mech.guarantee.as_dict()} for key, mech in self.mechanisms.items()]
+
+    @classmethod
+    def describe(cls) -> dict:
+        return {"algorithm": cls.name, "paper": cls.paper, "privacy_model": cls.privacy_model,
+                "envs": list(cls.env_kinds), "default_env": cls.default_env}
+
+
+def clip_norm(x: np.ndarray, bound: float) -> tuple[np.ndarray, int]:
+    """Rows of x scaled down to norm <= bound, and how many were clipped."""
+    norms = np.linalg.norm(x, axis=-1, keepdims=True)
+    over = norms > bound
+    return np.where(over, x * (bound / np.maximum(norms, 1e-300)), x), int(over.sum())
+
+
+def clip_abs(r: np.ndarray, bound: float) -> tuple[np.ndarray, int]:
+    """Values clipped to [-bound, bound], and how many were clipped."""
+    return np.clip(r, -bound, bound), int((np.abs(r) > bound).sum())

@@ -1,0 +1,60 @@
+"""The one validated description of a run: what every entry point (CLI, jobs, Ray engine) builds first."""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+from ldpfed.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    algorithm: str
+    env: str | None = None            # None: the algorithm's paper setting
+    users: int = 10_000               # T, the number of users (one arrival each)
+    round_size: int = 1               # B, users per round; 1 is the paper's sequential algorithm
+    populations: int = 1              # logical populations; a round's users are split among them
+    eps: float = 1.0
+    delta: float = 0.01
+    seed: int = 0
+    env_params: dict = field(default_factory=dict)
+    params: dict = field(default_factory=dict)   # algorithm options, validated by the algorithm
+
+    def __post_init__(self):
+        from ldpfed.algorithms import REGISTRY
+        from ldpfed.envs import ENVS
+
+        if self.algorithm not in REGISTRY:
+            raise ConfigError("algorithm", self.algorithm, f"unknown; choose from {sorted(REGISTRY)}")
+        algo = REGISTRY[self.algorithm]
+        if self.env is None:
+            object.__setattr__(self, "env", algo.default_env)
+        if self.env not in ENVS:
+            raise ConfigError("env", self.env, f"unknown; choose from {sorted(ENVS)}")
+        if self.env not in algo.env_kinds:
+            raise ConfigError("env", self.env, f"{self.algorithm} runs on {list(algo.env_kinds)}")
+        for name in ("users", "round_size", "populations"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(name, value, "must be a positive integer")
+        if self.populations > self.round_size:
+            raise ConfigError("populations", self.populations, f"more populations than users per round ({self.round_size})")
+        if not (isinstance(self.eps, (int, float)) and math.isfinite(self.eps) and self.eps > 0):
+            raise ConfigError("eps", self.eps, "must be a finite number > 0")
+        if not (isinstance(self.delta, (int, float)) and 0 < self.delta < 1):
+            raise ConfigError("delta", self.delta, "must be in (0, 1)")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ConfigError("seed", self.seed, "must be an integer >= 0")
+        for name in ("env_params", "params"):
+            if not isinstance(getattr(self, name), dict):
+                raise ConfigError(name, getattr(self, name), "must be a mapping")
+
+    @property
+    def rounds(self) -> int:
+        return -(-self.users // self.round_size)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def replace(self, **changes) -> "RunConfig":
+        return RunConfig(**{**self.to_dict(), **changes})

@@ -1,0 +1,103 @@
+"""What both engines share: how a round's users are split, what a population does, how results are kept."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ldpfed.rng import derive
+
+
+def population_users(start: int, stop: int, population: int, populations: int) -> np.ndarray:
+    """Global indices of the users of round [start, stop) that belong to `population`."""
+    n = stop - start
+    return np.arange(start + n * population // populations, start + n * (population + 1) // populations)
+
+
+def simulate_population(algo, env, model, seed: int, round_index: int, population: int, users: np.ndarray,
+                        pre_aggregate: bool = True):
+    """One population's users for one round: contexts, arms, rewards, privatized messages.
+
+    Returns (payload, regret_sum, metrics): payload is the per-user messages, or their sums when pre_aggregate
+    (post-processing of privatized values, so the same privacy). Regret and metrics are simulation-only.
+    """
+    world = derive(seed, "context", population, round_index)   # contexts and rewards: same for every algorithm
+    client = derive(seed, "privatize", population, round_index)  # the users' own randomness
+    contexts = env.contexts(users, world)
+    actions = algo.act(model, contexts, users, client)
+    rewards, regret = env.step(contexts, actions, users, world)
+    messages, metrics = algo.encode(model, contexts, actions, rewards, users, client)
+    payload = algo.aggregate(messages, users) if pre_aggregate else messages
+    return payload, float(regret.sum()), metrics
+
+
+def add_sums(total: dict | None, part: dict) -> dict:
+    """Field-wise sum of aggregated messages (shapes must agree field by field)."""
+    if total is None:
+        return {key: np.array(value, dtype=float, copy=True) for key, value in part.items()}
+    for key, value in part.items():
+        if key in total:
+            total[key] += value
+        else:
+            total[key] = np.array(value, dtype=float, copy=True)
+    return total
+
+
+def checkpoint_rounds(rounds: int, points: int = 2000) -> set[int]:
+    """Rounds at which the (costly) estimation error is measured: evenly spread, always the last."""
+    return set(np.unique(np.linspace(0, rounds - 1, min(rounds, points)).astype(int)).tolist())
+
+
+@dataclass
+class RunResult:
+    config: object
+    table: pd.DataFrame          # one row per round
+    ledger: list                 # privacy guarantees of the mechanisms that ran, with message counts
+    summary: dict                # final regret, users per second, counters
+    env: dict = field(default_factory=dict)
+    state: object = None         # the server's final state (for inspection and tests)
+
+
+class RoundRecorder:
+    """Collects per-round simulation metrics and builds the result table; memory grows with rounds, not users."""
+
+    def __init__(self, config, algo, env):
+        self.config, self.algo, self.env = config, algo, env
+        self.rows: list[tuple] = []
+        self.metric_rows: list[dict] = []
+        self.cumulative = 0.0
+        self.checkpoints = checkpoint_rounds(config.rounds)
+        self.started = time.perf_counter()
+        self.messages = 0
+
+    def record(self, round_index, stop, regret, metrics, state, users_with_messages):
+        self.cumulative += regret
+        self.messages += users_with_messages
+        error = np.nan
+        if round_index in self.checkpoints:
+            value = self.env.estimation_error(self.algo.estimate(state))
+            error = np.nan if value is None else value
+        self.rows.append((round_index, stop, regret, self.cumulative, error))
+        self.metric_rows.append(metrics)
+
+    def result(self, state, engine: str, extra: dict | None = None) -> RunResult:
+        elapsed = time.perf_counter() - self.started
+        table = pd.DataFrame(self.rows, columns=["round", "users", "regret", "cumulative_regret", "estimation_error"])
+        metrics = pd.DataFrame(self.metric_rows).fillna(0)
+        for column in metrics.columns:
+            table[column] = metrics[column].to_numpy()
+        errors = table["estimation_error"].dropna()
+        summary = {
+            "algorithm": self.config.algorithm, "env": self.config.env, "eps": self.config.eps,
+            "delta": self.config.delta, "seed": self.config.seed, "users": self.config.users,
+            "round_size": self.config.round_size, "engine": engine,
+            "final_regret": float(self.cumulative),
+            "final_estimation_error": float(errors.iloc[-1]) if len(errors) else None,
+            "elapsed_s": elapsed, "users_per_s": self.config.users / elapsed if elapsed > 0 else float("inf"),
+            **{f"total_{c}": float(metrics[c].sum()) for c in metrics.columns},
+            **(extra or {}),
+        }
+        ledger = [{**row, "users_sending": self.messages} for row in self.algo.ledger()]
+        return RunResult(self.config, table, ledger, summary, self.env.describe(), state)

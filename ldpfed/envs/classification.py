@@ -1,0 +1,3 @@
+"""A real classification data set shipped by an installed package, as a bandit."""
+
+ENVS = {}

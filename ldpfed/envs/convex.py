@@ -1,0 +1,3 @@
+"""Convex losses for bandit convex optimization (seed 002). Owner: seed-002 work."""
+
+ENVS = {}

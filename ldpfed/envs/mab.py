@@ -1,0 +1,51 @@
+"""Bernoulli multi-armed bandits, stationary or piecewise stationary (seeds 002, 004)."""
+from __future__ import annotations
+
+import numpy as np
+
+from ldpfed.envs.base import Env, positive_int
+from ldpfed.errors import ConfigError
+
+
+class PiecewiseBernoulli(Env):
+    """K Bernoulli arms whose means are redrawn at `breakpoints` evenly spaced change points.
+
+    At each change the best arm changes too (the new means are a permutation-free redraw, re-drawn until
+    the best arm differs), so a learner that does not forget pays for it.
+    """
+    name = "piecewise-bernoulli"
+    defaults = {"K": 5, "breakpoints": 4}
+
+    def __init__(self, rng, users, **params):
+        super().__init__(rng, users, **params)
+        self.K = positive_int("env_params.K", self.params["K"], 2)
+        n_breaks = positive_int("env_params.breakpoints", self.params["breakpoints"], 0)
+        if n_breaks >= users:
+            raise ConfigError("env_params.breakpoints", n_breaks, f"must be fewer than the {users} users")
+        self.change_points = np.array([(i + 1) * users // (n_breaks + 1) for i in range(n_breaks)], dtype=np.int64)
+        segments = [rng.uniform(0.05, 0.95, self.K)]
+        for _ in range(n_breaks):
+            nxt = rng.uniform(0.05, 0.95, self.K)
+            while nxt.argmax() == segments[-1].argmax():
+                nxt = rng.uniform(0.05, 0.95, self.K)
+            segments.append(nxt)
+        self.segment_means = np.array(segments)  # (breakpoints + 1, K)
+
+    def means_at(self, users):
+        return self.segment_means[np.searchsorted(self.change_points, users, side="right")]
+
+    def step(self, contexts, actions, users, rng):
+        means = self.means_at(users)
+        chosen = means[np.arange(len(actions)), actions]
+        rewards = (rng.random(len(actions)) < chosen).astype(float)
+        return rewards, means.max(axis=1) - chosen
+
+    def describe(self):
+        return {**super().describe(), "change_points": self.change_points.tolist()}
+
+
+class Bernoulli(PiecewiseBernoulli):
+    name = "bernoulli"
+    defaults = {"K": 10, "breakpoints": 0}
+
+ENVS = {"bernoulli": Bernoulli, "piecewise-bernoulli": PiecewiseBernoulli}

@@ -1,0 +1,23 @@
+"""Randomness derived from (run seed, population, round, purpose).
+
+Every random draw of a run comes from a Generator built here, so a result does not depend on how many
+population actors, server shards or nodes did the work, and a retried round reproduces itself.
+"""
+import numpy as np
+
+# Fixed integer codes: changing one changes every result, so only append.
+PURPOSES = {
+    "env": 0,        # ground truth of the world (theta*, arm pool, breakpoints)
+    "context": 1,    # contexts seen by users
+    "act": 2,        # the user's own randomness when choosing an arm
+    "reward": 3,     # reward noise
+    "privatize": 4,  # local randomizer
+    "server": 5,     # server-side noise (central DP) and server randomness
+    "init": 6,       # initial model
+}
+
+
+def derive(seed: int, purpose: str, *keys: int) -> np.random.Generator:
+    """A Generator for `purpose`, keyed by e.g. (population, round)."""
+    entropy = [int(seed), PURPOSES[purpose], *(int(k) for k in keys)]
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence(entropy)))
