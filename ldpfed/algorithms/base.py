@@ -24,6 +24,9 @@ class Algorithm:
     default_env: str = ""            # its paper's setting
     defaults: dict = {}              # options with the paper's values
     public_fields: frozenset = frozenset()  # message fields that the protocol makes public (e.g. a public arm)
+    # The paper's experiment, for jobs/: RunConfig fields, e.g. {"env_params": {...}, "users": 10**5, "eps": 1.0,
+    # "delta": 0.01, "params": {...}}; the env is `default_env`.
+    paper_setting: dict = {}
 
     def __init__(self, env, config):
         unknown = set(config.params) - set(self.defaults)
@@ -65,6 +68,11 @@ class Algorithm:
     def encode(self, model, contexts, actions, rewards, users: np.ndarray, rng: np.random.Generator):
         """(messages, metrics): privatized per-user messages, and simulation counters (e.g. clipped users)
         that go to the metrics channel, never to the server."""
+        raise NotImplementedError
+
+    def message_spec(self) -> dict:
+        """Per-user shape of every message field, e.g. {"M": (d, d), "u": (d,)}: the same for every user whatever
+        their data (so a message's shape reveals nothing); server shards reject messages that do not match."""
         raise NotImplementedError
 
     def aggregate(self, messages: dict, users: np.ndarray) -> dict:

@@ -21,6 +21,9 @@ class Uniform(Algorithm):
     def act(self, model, contexts, users, rng):
         return rng.integers(self.K, size=len(users))
 
+    def message_spec(self):
+        return {}
+
     def encode(self, model, contexts, actions, rewards, users, rng):
         return {}, {}
 
