@@ -1,0 +1,135 @@
+"""Gaussian mechanisms: calibration (classic and analytic), i.i.d. noise, symmetric matrix noise."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy import optimize, special
+
+from ldpfed.errors import ConfigError
+
+from . import _validate as V
+from .guarantee import Guarantee
+
+
+def analytic_delta(eps: float, sigma_over_sensitivity: float) -> float:
+    """Exact delta(eps) of the Gaussian mechanism with noise std s = sigma/Delta (Balle & Wang 2018, Thm 8):
+    delta = Phi(1/(2s) - eps s) - e^eps Phi(-1/(2s) - eps s).
+    Equivalently the delta(eps) of mu-GDP with mu = 1/s."""
+    s = sigma_over_sensitivity
+    a = 1.0 / (2.0 * s)
+    b = eps * s
+    first = special.ndtr(a - b)
+    second = math.exp(eps + special.log_ndtr(-a - b))  # e^eps Phi(.) without overflowing e^eps
+    return float(first - second)
+
+
+def _analytic_unit_sigma(eps: float, delta: float) -> float:
+    """Smallest s = sigma/Delta with analytic_delta(eps, s) <= delta (delta(eps, s) is decreasing in s)."""
+    f = lambda s: analytic_delta(eps, s) - delta  # noqa: E731
+    lo, hi = 1e-3, 1.0
+    while f(lo) <= 0.0:  # tiny noise already enough (huge eps): move down
+        lo /= 10.0
+        if lo < 1e-300:
+            return lo
+    while f(hi) > 0.0:
+        hi *= 2.0
+    return float(optimize.brentq(f, lo, hi, xtol=1e-15, rtol=4 * np.finfo(float).eps, maxiter=500))
+
+
+def gaussian_sigma(sensitivity, eps, delta, calibration="classic") -> float:
+    """Noise standard deviation of an (eps, delta)-DP Gaussian mechanism with L2 sensitivity `sensitivity`.
+
+    classic: Delta * sqrt(2 ln(1.25/delta)) / eps (Dwork & Roth Thm A.1). It is only *proven* for eps <= 1;
+    larger eps is allowed (callers reproducing papers use it that way) but then the claim is not backed by the
+    theorem -- prefer calibration="analytic" there.
+    analytic: the exact smallest sigma (Balle & Wang 2018, analytic Gaussian mechanism), found by root finding on
+    the exact delta(eps, sigma) formula; valid for every eps > 0 and always <= the classic sigma for eps <= 1.
+    """
+    sens = V.positive("sensitivity", sensitivity)
+    e = V.eps(eps)
+    d = V.delta_open(delta)
+    cal = V.calibration(calibration)
+    if cal == "classic":
+        return sens * math.sqrt(2.0 * math.log(1.25 / d)) / e
+    return sens * _analytic_unit_sigma(e, d)
+
+
+class GaussianMechanism:
+    """values + N(0, sigma^2) i.i.d. on every entry (any shape; leading axis = users by convention)."""
+
+    mechanism_name = "gaussian"
+
+    def __init__(self, sensitivity, eps, delta, *, model="ldp", calibration="classic"):
+        self.sigma = gaussian_sigma(sensitivity, eps, delta, calibration)
+        self.calibration = calibration
+        self.guarantee = Guarantee(
+            mechanism=self.mechanism_name,
+            model=V.model(model),
+            eps=float(eps),
+            delta=float(delta),
+            sensitivity=float(sensitivity),
+            norm="l2",
+        )
+
+    def privatize(self, values, rng: np.random.Generator) -> np.ndarray:
+        x = V.finite_array("values", values)
+        out = rng.standard_normal(x.shape)
+        out *= self.sigma
+        out += x
+        return out
+
+    def __repr__(self):
+        g = self.guarantee
+        return f"GaussianMechanism(sigma={self.sigma:.6g}, eps={g.eps}, delta={g.delta}, {self.calibration})"
+
+
+class SymmetricGaussianMechanism:
+    """Symmetric matrix noise for Gram-type messages: the upper triangle INCLUDING the diagonal is i.i.d.
+    N(0, sigma^2) and mirrored, so every entry (diagonal and off-diagonal) has variance sigma^2.
+    (G + G^T)/2 is a different, weaker distribution (off-diagonal variance sigma^2/2) and is not used.
+
+    `sensitivity` is the L2 sensitivity of the upper triangle (incl. diagonal) seen as a vector of
+    d(d+1)/2 entries; the noise is exactly a Gaussian mechanism on that vector."""
+
+    mechanism_name = "symmetric-gaussian"
+
+    def __init__(self, sensitivity, eps, delta, *, model="ldp", calibration="classic"):
+        self.sigma = gaussian_sigma(sensitivity, eps, delta, calibration)
+        self.calibration = calibration
+        self.guarantee = Guarantee(
+            mechanism=self.mechanism_name,
+            model=V.model(model),
+            eps=float(eps),
+            delta=float(delta),
+            sensitivity=float(sensitivity),
+            norm="l2",
+        )
+
+    def noise(self, shape_prefix, d, rng: np.random.Generator) -> np.ndarray:
+        """The symmetric noise alone, shape (*shape_prefix, d, d)."""
+        d = V.integer("d", d)
+        if isinstance(shape_prefix, (int, np.integer)) and not isinstance(shape_prefix, bool):
+            shape_prefix = (int(shape_prefix),)
+        try:
+            prefix = tuple(int(s) for s in shape_prefix)
+        except (TypeError, ValueError):
+            raise ConfigError("shape_prefix", shape_prefix, "must be a tuple of ints") from None
+        if any(s < 0 for s in prefix):
+            raise ConfigError("shape_prefix", shape_prefix, "entries must be >= 0")
+        z = rng.standard_normal((*prefix, d * (d + 1) // 2))
+        z *= self.sigma
+        return V.symmetric_from_upper(z, d)
+
+    def privatize(self, mats, rng: np.random.Generator) -> np.ndarray:
+        m = V.finite_array("mats", mats)
+        if m.ndim < 2 or m.shape[-1] != m.shape[-2]:
+            raise ConfigError("mats.shape", m.shape, "must be (..., d, d) with square trailing axes")
+        out = self.noise(m.shape[:-2], m.shape[-1], rng)
+        out += m
+        return out
+
+    def __repr__(self):
+        g = self.guarantee
+        return f"SymmetricGaussianMechanism(sigma={self.sigma:.6g}, eps={g.eps}, delta={g.delta}, {self.calibration})"
