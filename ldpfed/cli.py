@@ -1,0 +1,125 @@
+"""Command line: `python -m ldpfed run ALGORITHM ...` and `python -m ldpfed list`."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ldpfed.errors import ConfigError
+
+# Where a RunConfig field comes from on the command line, so an error names the option the user typed.
+OPTION_OF_FIELD = {"algorithm": "ALGORITHM", "env": "--env", "users": "--users", "round_size": "--round-size",
+                   "populations": "--populations", "eps": "--eps", "delta": "--delta", "seed": "--seed"}
+
+
+def _key_value(text: str):
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    key, raw = text.split("=", 1)
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        value = raw
+    return key.strip(), value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(float(text)) if "e" in text.lower() else int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1 or ("e" in text.lower() and float(text) != value):
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m ldpfed", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run one algorithm on one env and print its final regret")
+    run.add_argument("algorithm", help="a name from `python -m ldpfed list`")
+    run.add_argument("--env", default=None, help="env name (default: the algorithm's paper setting)")
+    run.add_argument("--users", type=_positive_int, default=10_000, help="number of users T (1e5 is accepted)")
+    run.add_argument("--round-size", type=_positive_int, default=1, help="users per round B (1 = sequential)")
+    run.add_argument("--populations", type=_positive_int, default=1, help="logical user populations")
+    run.add_argument("--eps", type=_float, default=1.0)
+    run.add_argument("--delta", type=_float, default=0.01)
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--param", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
+                     help="algorithm option (repeatable)")
+    run.add_argument("--env-param", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
+                     help="env option (repeatable), e.g. d=10")
+    run.add_argument("--engine", choices=["local", "ray"], default="local")
+    run.add_argument("--actors", type=_positive_int, default=2, help="population actors (ray engine)")
+    run.add_argument("--shards", type=_positive_int, default=1, help="server shard actors (ray engine)")
+    run.add_argument("--out", type=Path, default=None, help="write the results table (Parquet) and summary here")
+    run.add_argument("--quiet", action="store_true", help="no progress display")
+    sub.add_parser("list", help="every algorithm with its paper, privacy model and envs")
+    return parser
+
+
+def _option_name(field: str) -> str:
+    if field.startswith("params."):
+        return f"--param {field.split('.', 1)[1]}"
+    if field.startswith("env_params."):
+        return f"--env-param {field.split('.', 1)[1]}"
+    return OPTION_OF_FIELD.get(field, field)
+
+
+def cmd_list() -> int:
+    from ldpfed.algorithms import REGISTRY
+
+    rows = [cls.describe() for cls in REGISTRY.values()]
+    width = max(len(r["algorithm"]) for r in rows)
+    for r in sorted(rows, key=lambda r: (r["paper"], r["algorithm"])):
+        print(f"{r['algorithm']:<{width}}  {r['privacy_model']:<7}  {r['paper']}\n"
+              f"{'':<{width}}  envs: {', '.join(r['envs'])} (default {r['default_env']})")
+    return 0
+
+
+def cmd_run(args) -> int:
+    from ldpfed.config import RunConfig
+    from ldpfed.progress import Progress
+
+    config = RunConfig(algorithm=args.algorithm, env=args.env, users=args.users, round_size=args.round_size,
+                       populations=args.populations, eps=args.eps, delta=args.delta, seed=args.seed,
+                       params=dict(args.param), env_params=dict(args.env_param))
+    progress = None if args.quiet else Progress(config.users, label=config.algorithm)
+    if args.engine == "ray":
+        from ldpfed.engine.ray_engine import run_ray
+
+        result = run_ray(config, actors=args.actors, shards=args.shards, progress=progress)
+    else:
+        from ldpfed.engine import run_local
+
+        result = run_local(config, progress=progress)
+    s = result.summary
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        result.table.to_parquet(args.out / "results.parquet")
+        (args.out / "summary.json").write_text(json.dumps({**s, "ledger": result.ledger}, indent=2, default=str))
+    error = s.get("final_estimation_error")
+    print(f"{config.algorithm} on {config.env}: T={config.users:,} B={config.round_size} eps={config.eps} "
+          f"delta={config.delta} seed={config.seed}")
+    print(f"final cumulative regret: {s['final_regret']:.2f}  ({s['final_regret'] / config.users:.4f} per user)")
+    if error is not None:
+        print(f"final estimation error: {error:.4f}")
+    print(f"{s['users_per_s']:,.0f} users/s ({s['engine']})")
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return cmd_list() if args.command == "list" else cmd_run(args)
+    except ConfigError as error:
+        parser.exit(2, f"{parser.prog}: error: {_option_name(error.field)}: {error.value!r}: {error.reason}\n")
