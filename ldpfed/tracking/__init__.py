@@ -1,0 +1,67 @@
+"""Experiment tracking: MLflow runs (embedded SQLite by default, or a shared server), Parquet/JSON tables, plots.
+
+Usage (in a job's driver; only the driver logs, a Tracker refuses to be pickled into Ray tasks or actors)::
+
+    from ldpfed.tracking import Tracker, TrackingUnavailable
+
+    tracker = Tracker(experiment="run_all", tracking_uri=None, out_dir="results/run_all")
+    with tracker.sweep("quick", params={"users": 10_000, "seeds": 2}, tags={"job": "run_all"}) as sweep:
+        for config in configs:
+            sweep.log_result(run_local(config))       # one MLflow CHILD run per RunResult
+    # on exit: the combined summary table and the plots, on the parent run and under out_dir/quick/
+
+Where runs go
+    tracking_uri=None uses MLFLOW_TRACKING_URI if set, else MLflow 3's own default: the SQLite file
+    `mlflow.db` in the working directory with artifacts in `./mlruns` beside it, no server needed. An
+    `http(s)://host:port` URI sends everything to an MLflow server (artifacts through the server's proxy, or
+    wherever the server says). `Tracker(..., enabled=False)` writes local results only.
+
+Fail fast
+    `Tracker(...)` probes the store before any simulation work (one request, `probe_timeout`=5 s, no retries;
+    MLflow's own retries would take minutes) and gets or creates the experiment. Failure raises
+    `TrackingUnavailable` (a RuntimeError; `.uri`, `.reason`) whose message names the URI. With
+    `fallback_local=True` it warns instead and the tracker keeps local results only (`tracker.enabled` False).
+    During a sweep, MLflow calls use `request_retries`=3 and `request_timeout`=60 s unless the
+    MLFLOW_HTTP_REQUEST_* variables are set; if a call still fails, the sweep warns, stops calling MLflow,
+    keeps writing locally, and on exit raises TrackingUnavailable (strict=True, the default) after all local
+    files are written.
+
+Results are never lost
+    Each `log_result` first writes, under `out_dir/<sweep>/`:
+        runs/<algorithm>__<env>__eps=<eps>__seed=<seed>/table.parquet   every round, full resolution
+                                                       /summary.json   RunResult.summary
+                                                       /ledger.json    the privacy ledger
+                                                       /config.json    config, env as built, algorithm options, tags
+        summary/summary.parquet, summary/summary.csv   the combined summary (one row per run), rewritten per run
+        sweep.json                                     URIs and MLflow run ids, status, MLflow errors if any
+    and on exit plots/*.png. Only then does it call MLflow. An earlier sweep's folder of the same name is renamed
+    `<sweep>.<date>`, never overwritten.
+
+What one child run holds
+    params   the flattened RunConfig (`algorithm`, `users`, `eps`, ..., `env_params.X`, `params.X`), `rounds`,
+             the env as built (`env.X`: name, d, K, ...) and every algorithm option, defaults included (`algo.X`)
+    tags     privacy_model, mechanisms (from the ledger, comma-separated, or "none"), engine ("single-process" or
+             the Ray engine's name), cluster.nodes / cluster.actors / cluster.shards (when the engine reports
+             them), code_version (git commit, else the package version), code_dirty, mlflow.source.git.commit,
+             paper, algorithm, env, ldpfed.sweep, ldpfed.key, mlflow.parentRunId, and the sweep's tags
+    metrics  with step = users processed, each curve down-sampled to at most 2,000 points (first and last kept):
+             cumulative_regret, estimation_error (at its checkpoints), users_per_s / messages_per_s /
+             rejected_messages (curves if the engine's table has those columns, else the run's value at the
+             last step), total_X (running sum of each algorithm counter X, e.g. clipped users), final_regret,
+             final_estimation_error, elapsed_s
+    artifacts table.parquet, summary.json, ledger.json, config.json (the files above)
+
+What the parent run holds
+    params: the sweep's params (flattened); tags: the sweep's tags, ldpfed.sweep, code version, and on exit
+    algorithms, envs, engine, privacy_models, eps_values; metric `runs`; artifacts summary/summary.{parquet,csv},
+    sweep.json and plots/: regret_curves.png (cumulative regret against users, a panel per (env, eps), a line
+    per algorithm: median over seeds with a 25-75% quantile band), final_regret_vs_eps.png and, when the
+    algorithms estimate a parameter, final_estimation_error_vs_eps.png (median and 25-75% bars over seeds,
+    log eps axis when eps spans a factor >= 4).
+"""
+from ldpfed.tracking.records import MAX_POINTS, downsample_index, metric_curves, run_params, run_tags, write_run
+from ldpfed.tracking.store import DEFAULT_EMBEDDED_URI, TrackingUnavailable, probe, resolve_tracking_uri
+from ldpfed.tracking.tracker import Sweep, Tracker
+
+__all__ = ["Tracker", "Sweep", "TrackingUnavailable", "DEFAULT_EMBEDDED_URI", "MAX_POINTS", "probe",
+           "resolve_tracking_uri", "run_params", "run_tags", "metric_curves", "downsample_index", "write_run"]

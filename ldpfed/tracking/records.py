@@ -1,0 +1,278 @@
+"""What is recorded about one run, independent of MLflow: params, tags, metric curves, local files.
+
+Everything here is a pure function of a RunResult (plus the code version), so the local copy and the MLflow copy
+of a run say the same thing.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+MAX_POINTS = 2000                 # at most this many points per metric curve sent to MLflow
+MAX_PARAM_CHARS = 6000            # MLflow 3's limit on a param value
+CLUSTER_KEYS = ("nodes", "actors", "shards")
+# Throughput and server counters: curves when the engine's table has them per round, else the run's totals.
+RATE_KEYS = ("users_per_s", "messages_per_s", "rejected_messages")
+SCALAR_KEYS = ("final_regret", "final_estimation_error", "elapsed_s", *RATE_KEYS)
+TABLE_BASE = ("round", "users", "regret", "cumulative_regret", "estimation_error")
+
+
+# ---------------------------------------------------------------- config and params
+def config_dict(config) -> dict:
+    """The run's validated config as a plain dict (RunConfig, or a dict from another engine)."""
+    if hasattr(config, "to_dict"):
+        return dict(config.to_dict())
+    if isinstance(config, dict):
+        return dict(config)
+    raise TypeError(f"result.config must be a RunConfig or a dict, not {type(config).__name__}")
+
+
+def algorithm_class(name: str):
+    from ldpfed.algorithms import REGISTRY
+
+    return REGISTRY.get(name)
+
+
+def algorithm_params(config: dict) -> dict:
+    """The options the algorithm ran with: its defaults (the paper's values) overridden by config.params."""
+    cls = algorithm_class(config.get("algorithm", ""))
+    defaults = dict(getattr(cls, "defaults", {}) or {}) if cls is not None else {}
+    return {**defaults, **(config.get("params") or {})}
+
+
+def flatten(mapping: dict, prefix: str = "") -> dict:
+    """Nested dicts to dotted keys; lists, arrays and other values kept as leaves."""
+    flat = {}
+    for key, value in mapping.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            flat.update(flatten(value, name + "."))
+        elif isinstance(value, dict):
+            continue                      # an empty mapping has nothing to record
+        else:
+            flat[name] = value
+    return flat
+
+
+_KEY_BAD = re.compile(r"[^\w\-. /]")
+
+
+def mlflow_key(key: str) -> str:
+    """A key MLflow accepts (alphanumerics, underscores, dashes, periods, spaces, slashes; 250 chars)."""
+    return _KEY_BAD.sub("_", str(key))[:250]
+
+
+def param_text(value) -> str:
+    if isinstance(value, (list, tuple, np.ndarray)):
+        text = json.dumps(to_jsonable(value))
+    elif isinstance(value, float):
+        text = repr(value)
+    else:
+        text = str(value)
+    return text if len(text) <= MAX_PARAM_CHARS else text[:MAX_PARAM_CHARS - 15] + "...(truncated)"
+
+
+def run_params(result) -> dict:
+    """Every param of a run: the flattened RunConfig, derived rounds, the env's description, the algorithm's
+    options with defaults filled in. Keys: `algorithm`, `users`, ..., `env_params.X`, `params.X` (as given),
+    `env.X` (the env as built, e.g. d, K), `algo.X` (every option, defaults included)."""
+    config = config_dict(result.config)
+    params = flatten({k: v for k, v in config.items()})
+    if config.get("users") and config.get("round_size"):
+        params["rounds"] = -(-int(config["users"]) // int(config["round_size"]))
+    params.update(flatten(dict(result.env or {}), "env."))
+    params.update(flatten(algorithm_params(config), "algo."))
+    return {mlflow_key(k): param_text(v) for k, v in params.items()}
+
+
+# ---------------------------------------------------------------- tags
+def mechanisms(ledger) -> list[str]:
+    return sorted({str(row.get("mechanism")) for row in ledger or [] if row.get("mechanism")})
+
+
+def privacy_model(config: dict, ledger) -> str:
+    cls = algorithm_class(config.get("algorithm", ""))
+    declared = getattr(cls, "privacy_model", None) if cls is not None else None
+    if declared:
+        return str(declared)
+    models = sorted({str(row.get("model")) for row in ledger or [] if row.get("model")})
+    return "+".join(models) if models else "none"
+
+
+@functools.lru_cache(maxsize=1)
+def code_version() -> dict:
+    """{"code_version": ..., "code_dirty": ...}: the git commit of the ldpfed checkout, else the package version."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        sha = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=5, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5, check=True).stdout.strip()
+        if re.fullmatch(r"[0-9a-f]{40}", sha):
+            return {"code_version": sha, "code_dirty": str(bool(dirty)).lower(), "mlflow.source.git.commit": sha}
+    except (OSError, subprocess.SubprocessError):
+        pass
+    try:
+        from importlib.metadata import version
+
+        return {"code_version": f"ldpfed {version('ldpfed')}"}
+    except Exception:  # noqa: BLE001 - not installed as a distribution
+        return {"code_version": "unknown"}
+
+
+def run_tags(result) -> dict:
+    """Tags of a run: privacy model, mechanisms (from the ledger), engine, cluster size, code version."""
+    config = config_dict(result.config)
+    summary = result.summary or {}
+    mechs = mechanisms(result.ledger)
+    tags = {
+        "algorithm": str(config.get("algorithm")),
+        "env": str(config.get("env")),
+        "privacy_model": privacy_model(config, result.ledger),
+        "mechanisms": ",".join(mechs) if mechs else "none",
+        "engine": str(summary.get("engine", "unknown")),
+        **code_version(),
+    }
+    cls = algorithm_class(config.get("algorithm", ""))
+    if cls is not None and getattr(cls, "paper", ""):
+        tags["paper"] = str(cls.paper)
+    for key in CLUSTER_KEYS:
+        if summary.get(key) is not None:
+            tags[f"cluster.{key}"] = str(summary[key])
+    return tags
+
+
+# ---------------------------------------------------------------- metrics
+def downsample_index(n: int, points: int = MAX_POINTS) -> np.ndarray:
+    """At most `points` evenly spread indices of range(n), always the first and the last."""
+    if n <= points:
+        return np.arange(n)
+    return np.unique(np.round(np.linspace(0, n - 1, points)).astype(int))
+
+
+def finite(value) -> bool:
+    try:
+        return value is not None and math.isfinite(float(value))
+    except (TypeError, ValueError):
+        return False
+
+
+def metric_curves(result, points: int = MAX_POINTS) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """name -> (steps, values) with step = users processed, each at most `points` long.
+
+    cumulative_regret; estimation_error at its checkpoints; users_per_s / messages_per_s / rejected_messages
+    when the engine's table has them per round; `total_X` (running sums) for each algorithm counter X.
+    """
+    table = result.table
+    curves = {}
+    users = table["users"].to_numpy(dtype=np.int64)
+    columns = ["cumulative_regret", "estimation_error", *[c for c in RATE_KEYS if c in table.columns]]
+    for column in columns:
+        values = table[column].to_numpy(dtype=float)
+        keep = np.isfinite(values)
+        steps, values = users[keep], values[keep]
+        index = downsample_index(len(values), points)
+        if len(index):
+            curves[column] = (steps[index], values[index])
+    for column in table.columns:
+        if column in TABLE_BASE or column in RATE_KEYS or not pd.api.types.is_numeric_dtype(table[column]):
+            continue
+        running = np.nancumsum(table[column].to_numpy(dtype=float))
+        index = downsample_index(len(running), points)
+        curves[mlflow_key(f"total_{column}")] = (users[index], running[index])
+    return curves
+
+
+def final_metrics(result) -> dict[str, float]:
+    """The run's scalars (logged once, at step = all users): final regret and error, throughput, counters."""
+    summary = result.summary or {}
+    out = {key: float(summary[key]) for key in SCALAR_KEYS if finite(summary.get(key))}
+    for key, value in summary.items():
+        if key.startswith("total_") and finite(value):
+            out[mlflow_key(key)] = float(value)
+    return out
+
+
+# ---------------------------------------------------------------- local files
+def to_jsonable(value):
+    """JSON-safe copy: numpy scalars and arrays to Python, non-finite floats to None, unknown objects to str."""
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return to_jsonable(value.tolist())
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value) if math.isfinite(value) else None
+    if value is None or isinstance(value, str):
+        return value
+    return str(value)
+
+
+def _atomic(path: Path, write) -> Path:
+    """Write through a temporary file in the same folder, then rename: a crash never leaves half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def write_json(path: Path, data) -> Path:
+    def write(tmp):
+        with open(tmp, "w") as handle:
+            json.dump(to_jsonable(data), handle, indent=2, sort_keys=False)
+            handle.write("\n")
+
+    return _atomic(Path(path), write)
+
+
+def write_parquet(path: Path, frame: pd.DataFrame) -> Path:
+    return _atomic(Path(path), lambda tmp: frame.to_parquet(tmp, index=False))
+
+
+def write_csv(path: Path, frame: pd.DataFrame) -> Path:
+    return _atomic(Path(path), lambda tmp: frame.to_csv(tmp, index=False))
+
+
+def run_key(config: dict) -> str:
+    """A file-system safe name of a run: algorithm, env, eps, seed."""
+    raw = f"{config.get('algorithm')}__{config.get('env')}__eps={float(config.get('eps', 0)):g}__seed={config.get('seed')}"
+    return re.sub(r"[^\w.=+-]", "_", raw)
+
+
+def run_name(config: dict) -> str:
+    return f"{config.get('algorithm')} {config.get('env')} eps={float(config.get('eps', 0)):g} seed={config.get('seed')}"
+
+
+def write_run(folder: Path, result, tags: dict | None = None) -> dict[str, Path]:
+    """The full record of one run under `folder`: table.parquet (every round), summary.json, ledger.json,
+    config.json (config, env as built, algorithm options, tags)."""
+    folder = Path(folder)
+    config = config_dict(result.config)
+    return {
+        "table": write_parquet(folder / "table.parquet", result.table),
+        "summary": write_json(folder / "summary.json", result.summary or {}),
+        "ledger": write_json(folder / "ledger.json", list(result.ledger or [])),
+        "config": write_json(folder / "config.json", {"config": config, "env": result.env or {},
+                                                      "algorithm_params": algorithm_params(config),
+                                                      "tags": tags or {}}),
+    }

@@ -1,0 +1,134 @@
+"""Where runs are tracked: resolving the tracking URI and checking, quickly, that it can be reached.
+
+The embedded default is MLflow 3's own: a SQLite file `mlflow.db` in the working directory, artifacts in
+`./mlruns` beside it, no server. An `http(s)://` URI (argument or MLFLOW_TRACKING_URI) points at an MLflow
+server; it is probed with one short request without retries before any simulation starts, because MLflow's own
+client retries with exponential backoff for minutes before it gives up.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+DEFAULT_EMBEDDED_URI = "sqlite:///mlflow.db"
+
+
+class TrackingUnavailable(RuntimeError):
+    """The tracking store cannot be used: unreachable server, refused credentials, unwritable database.
+
+    `uri` names the store; the message says what failed and how to proceed (local results only, or another URI).
+    """
+
+    def __init__(self, uri: str, reason: str):
+        self.uri, self.reason = uri, reason
+        super().__init__(f"MLflow tracking at {uri!r} is unavailable: {reason}")
+
+
+def resolve_tracking_uri(tracking_uri: str | None = None) -> str:
+    """The URI to use: the argument, else MLFLOW_TRACKING_URI, else the embedded SQLite store in the cwd.
+
+    A relative SQLite path is made absolute now, so a later change of directory does not move the store.
+    """
+    uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_EMBEDDED_URI
+    if not isinstance(uri, str) or not uri.strip():
+        raise TrackingUnavailable(repr(uri), "the tracking URI must be a non-empty string")
+    uri = uri.strip()
+    if uri.startswith("sqlite:///"):
+        path = unquote(uri[len("sqlite:///"):])
+        if path and path != ":memory:":
+            return "sqlite:///" + str(Path(path).expanduser().resolve())
+    return uri
+
+
+def sqlite_path(uri: str) -> Path | None:
+    if uri.startswith("sqlite:///"):
+        path = unquote(uri[len("sqlite:///"):])
+        return Path(path) if path and path != ":memory:" else None
+    return None
+
+
+def is_http(uri: str) -> bool:
+    return urlparse(uri).scheme in ("http", "https")
+
+
+def probe(uri: str, timeout: float = 5.0) -> None:
+    """Raise TrackingUnavailable unless the store at `uri` answers within `timeout` seconds (no retries)."""
+    if is_http(uri):
+        _probe_http(uri, timeout)
+        return
+    path = sqlite_path(uri)
+    if path is not None:
+        folder = path.parent
+        if not folder.is_dir():
+            raise TrackingUnavailable(uri, f"the folder of the SQLite file does not exist: {folder}")
+        if not os.access(folder, os.W_OK):
+            raise TrackingUnavailable(uri, f"the folder of the SQLite file is not writable: {folder}")
+    # Database and file stores (and any other scheme): one real call, with HTTP retries off in case a plugin
+    # store talks HTTP underneath.
+    from mlflow import MlflowClient
+
+    with http_policy(retries=0, timeout=timeout):
+        try:
+            MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
+        except Exception as exc:  # noqa: BLE001 - any failure of the store is reported the same way
+            raise TrackingUnavailable(uri, f"{type(exc).__name__}: {_first_line(exc)}") from exc
+
+
+def _probe_http(uri: str, timeout: float) -> None:
+    from mlflow.utils.credentials import get_default_host_creds
+    from mlflow.utils.rest_utils import http_request
+
+    endpoint = "/api/2.0/mlflow/experiments/get-by-name"
+    try:
+        response = http_request(get_default_host_creds(uri), endpoint, "GET", max_retries=0, backoff_factor=0,
+                                backoff_jitter=0, timeout=timeout, raise_on_status=False,
+                                params={"experiment_name": "ldpfed-connectivity-probe"})
+    except Exception as exc:  # noqa: BLE001 - connection refused, DNS, TLS, timeout
+        raise TrackingUnavailable(uri, f"no answer within {timeout:g} s ({_first_line(exc)}). Start the "
+                                  "server, fix MLFLOW_TRACKING_URI, or run without tracking "
+                                  "(local results only)") from exc
+    status = response.status_code
+    if status in (401, 403):
+        raise TrackingUnavailable(uri, f"the server refused the credentials (HTTP {status}); set "
+                                  "MLFLOW_TRACKING_USERNAME/MLFLOW_TRACKING_PASSWORD or MLFLOW_TRACKING_TOKEN")
+    if status == 200 or (status == 404 and "RESOURCE_DOES_NOT_EXIST" in response.text):
+        return
+    raise TrackingUnavailable(uri, f"the server answered HTTP {status} to {endpoint}, which an MLflow tracking "
+                              f"server does not: {response.text[:200]!r}")
+
+
+# Environment variables read by MLflow at each HTTP request (tracking REST calls and proxied artifact uploads).
+_HTTP_ENV = {"retries": "MLFLOW_HTTP_REQUEST_MAX_RETRIES", "timeout": "MLFLOW_HTTP_REQUEST_TIMEOUT",
+             "backoff": "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR"}
+
+
+@contextlib.contextmanager
+def http_policy(retries: int, timeout: float, backoff: int | None = None, override_user: bool = True):
+    """Temporarily bound MLflow's HTTP retries and timeout (driver-only: it sets process environment variables).
+
+    With override_user=False, values the user set in the environment win.
+    """
+    wanted = {"retries": int(retries), "timeout": max(1, int(round(timeout))),
+              "backoff": int(backoff if backoff is not None else (1 if retries else 0))}
+    saved = {}
+    try:
+        for key, value in wanted.items():
+            name = _HTTP_ENV[key]
+            if not override_user and name in os.environ:
+                continue
+            saved[name] = os.environ.get(name)
+            os.environ[name] = str(value)
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else type(exc).__name__

@@ -1,0 +1,375 @@
+"""Tracker and Sweep: one MLflow parent run per sweep, one child run per simulated run, a local copy of everything.
+
+See the package docstring (ldpfed/tracking/__init__.py) for the API and the layout of what is written.
+"""
+from __future__ import annotations
+
+import logging
+import re
+import time
+import warnings
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ldpfed.tracking import plots, records
+from ldpfed.tracking.store import (DEFAULT_EMBEDDED_URI, TrackingUnavailable, http_policy, probe,
+                                   resolve_tracking_uri, sqlite_path)
+
+log = logging.getLogger("ldpfed.tracking")
+
+SUMMARY_FIRST = ["key", "algorithm", "env", "eps", "delta", "seed", "users", "round_size", "engine",
+                 "final_regret", "final_estimation_error", "elapsed_s", "users_per_s"]
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^\w.=+-]", "_", str(text)).strip("._") or "run"
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class _DriverOnly:
+    def __reduce__(self):
+        raise TypeError(f"{type(self).__name__} is driver-only: log results from the driver, do not ship the "
+                        "tracker to Ray tasks or actors")
+
+
+class Tracker(_DriverOnly):
+    """Where a job's runs go: an MLflow experiment (embedded SQLite by default, or a server) and a local folder.
+
+    Constructing a Tracker checks the tracking store (one request, `probe_timeout` seconds, no retries) and
+    gets or creates the experiment, so an unreachable server is reported before any simulation work, as
+    TrackingUnavailable naming the URI. With fallback_local=True that failure is a warning instead and the
+    tracker writes local results only; enabled=False never touches MLflow.
+    """
+
+    def __init__(self, experiment: str, tracking_uri: str | None = None, out_dir: str | Path | None = None, *,
+                 enabled: bool = True, fallback_local: bool = False, probe_timeout: float = 5.0,
+                 request_retries: int = 3, request_timeout: float = 60.0, max_points: int = records.MAX_POINTS,
+                 strict: bool = True):
+        if not isinstance(experiment, str) or not experiment.strip():
+            raise ValueError(f"experiment={experiment!r}: must be a non-empty name")
+        if not (isinstance(max_points, int) and 2 <= max_points <= records.MAX_POINTS):
+            raise ValueError(f"max_points={max_points!r}: must be an integer in [2, {records.MAX_POINTS}]")
+        self.experiment = experiment.strip()
+        self.out_dir = Path(out_dir) if out_dir is not None else Path("results") / _slug(self.experiment)
+        self.max_points = max_points
+        self.probe_timeout = float(probe_timeout)
+        self.request_retries, self.request_timeout = int(request_retries), float(request_timeout)
+        self.strict, self.fallback_local = strict, fallback_local
+        self.client = None
+        self.experiment_id: str | None = None
+        self.unavailable: TrackingUnavailable | None = None
+        self.tracking_uri = resolve_tracking_uri(tracking_uri) if enabled else None
+        if enabled:
+            try:
+                self._connect()
+            except TrackingUnavailable as exc:
+                if not fallback_local:
+                    raise
+                self.unavailable = exc
+                self.client = None
+                warnings.warn(f"{exc}. Continuing with local results only, under {self.out_dir}",
+                              RuntimeWarning, stacklevel=2)
+
+    @property
+    def enabled(self) -> bool:
+        """True when runs go to MLflow (False: local results only)."""
+        return self.client is not None
+
+    def _connect(self) -> None:
+        from mlflow import MlflowClient
+        from mlflow.entities import LifecycleStage
+        from mlflow.exceptions import MlflowException
+
+        uri = self.tracking_uri
+        probe(uri, self.probe_timeout)
+        client = MlflowClient(tracking_uri=uri)
+        with http_policy(retries=0, timeout=self.probe_timeout):
+            try:
+                found = client.get_experiment_by_name(self.experiment)
+                if found is None:
+                    try:
+                        self.experiment_id = client.create_experiment(
+                            self.experiment, artifact_location=self._artifact_location(uri))
+                    except MlflowException as exc:      # created meanwhile by another job
+                        found = client.get_experiment_by_name(self.experiment)
+                        if found is None:
+                            raise exc
+                if found is not None:
+                    if found.lifecycle_stage == LifecycleStage.DELETED:
+                        client.restore_experiment(found.experiment_id)
+                        log.warning("restored the deleted MLflow experiment %r", self.experiment)
+                    self.experiment_id = found.experiment_id
+            except TrackingUnavailable:
+                raise
+            except Exception as exc:  # noqa: BLE001 - report any store failure as unavailability, with its cause
+                raise TrackingUnavailable(uri, f"cannot get or create experiment {self.experiment!r}: "
+                                          f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}") from exc
+        self.client = client
+        log.info("tracking experiment %r (id %s) at %s", self.experiment, self.experiment_id, uri)
+
+    @staticmethod
+    def _artifact_location(uri: str) -> str | None:
+        """For a SQLite store outside the cwd, artifacts beside the database (MLflow's default is ./mlruns)."""
+        path = sqlite_path(uri)
+        if path is None or path.parent.resolve() == Path.cwd().resolve():
+            return None
+        return (path.parent / "mlruns").resolve().as_uri()
+
+    def http(self):
+        """The HTTP retry policy for logging calls during a sweep (user-set environment variables win)."""
+        return http_policy(self.request_retries, self.request_timeout, override_user=False)
+
+    def sweep(self, name: str, params: dict | None = None, tags: dict | None = None) -> "Sweep":
+        """A context manager: one MLflow parent run, `log_result` per simulated run, sweep artifacts on exit."""
+        return Sweep(self, name, params or {}, tags or {})
+
+    def __repr__(self):
+        where = self.tracking_uri if self.enabled else "local only"
+        return f"Tracker(experiment={self.experiment!r}, tracking={where!r}, out_dir={str(self.out_dir)!r})"
+
+
+class Sweep(_DriverOnly):
+    """One sweep: a parent run, a child run per `log_result`, and the local folder `local_dir`.
+
+    Local files are written first, for every result, whatever MLflow does. If MLflow fails during the sweep
+    the sweep warns, stops calling MLflow, keeps writing locally, and (Tracker strict=True) raises
+    TrackingUnavailable on exit, after every local file is written.
+    """
+
+    def __init__(self, tracker: Tracker, name: str, params: dict, tags: dict):
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError(f"sweep name={name!r}: must be a non-empty string")
+        if not isinstance(params, dict) or not isinstance(tags, dict):
+            raise ValueError("sweep params and tags must be mappings")
+        self.tracker, self.name = tracker, name.strip()
+        self.params, self.tags = params, {str(k): str(v) for k, v in tags.items()}
+        self.local_dir = tracker.out_dir / _slug(self.name)
+        self.parent_run_id: str | None = None
+        self.run_ids: dict[str, str | None] = {}
+        self.errors: list[str] = []
+        self._rows: list[dict] = []
+        self._curves: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._active = False
+        self._mlflow = False
+
+    # ------------------------------------------------------------------ lifecycle
+    def __enter__(self) -> "Sweep":
+        self._prepare_local_dir()
+        self._active = True
+        self._mlflow = self.tracker.enabled
+        records.write_json(self.local_dir / "sweep.json", self._index())
+        if self._mlflow:
+            client = self.tracker.client
+            tags = {**self.tags, "ldpfed.kind": "sweep", "ldpfed.sweep": self.name, **records.code_version()}
+            params = {records.mlflow_key(k): records.param_text(v) for k, v in records.flatten(self.params).items()}
+            try:
+                with self.tracker.http():
+                    run = client.create_run(self.tracker.experiment_id, run_name=self.name, tags=tags)
+                    self.parent_run_id = run.info.run_id
+                    client.log_batch(self.parent_run_id, params=_params(params))
+            except Exception as exc:  # noqa: BLE001
+                if not self.tracker.fallback_local:     # still before any simulation work: fail now
+                    self._active = False
+                    raise TrackingUnavailable(self.tracker.tracking_uri,
+                                              f"cannot start the parent run of sweep {self.name!r}: "
+                                              f"{type(exc).__name__}: {_first_line(exc)}") from exc
+                self._mlflow_failed("starting the sweep's parent run", exc)
+        records.write_json(self.local_dir / "sweep.json", self._index())
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self._active = False
+        self._write_combined()
+        plot_files = self._write_plots()
+        records.write_json(self.local_dir / "sweep.json", self._index(status="FAILED" if exc_type else "FINISHED"))
+        if self._mlflow and self.parent_run_id:
+            client = self.tracker.client
+            try:
+                with self.tracker.http():
+                    client.log_artifacts(self.parent_run_id, str(self.local_dir / "summary"), "summary")
+                    for path in plot_files:
+                        client.log_artifact(self.parent_run_id, str(path), "plots")
+                    client.log_artifact(self.parent_run_id, str(self.local_dir / "sweep.json"))
+                    client.log_batch(self.parent_run_id, tags=_tags(self._sweep_tags()), metrics=[
+                        _metric("runs", len(self._rows), 0)])
+                    client.set_terminated(self.parent_run_id, status="FAILED" if exc_type else "FINISHED")
+            except Exception as error:  # noqa: BLE001
+                self._mlflow_failed("finishing the sweep's parent run", error)
+        if self.errors and self.tracker.strict and self.tracker.enabled and exc_type is None:
+            raise TrackingUnavailable(
+                self.tracker.tracking_uri,
+                f"MLflow logging of sweep {self.name!r} is incomplete ({'; '.join(self.errors)}). Every result "
+                f"is in {self.local_dir}")
+        return False
+
+    # ------------------------------------------------------------------ per run
+    def log_result(self, result) -> dict:
+        """Record one RunResult: local files first, then an MLflow child run. Returns the run's row of the
+        combined summary (with `key`, `local_dir`, `run_id`)."""
+        if not self._active:
+            raise RuntimeError("log_result outside `with tracker.sweep(...)`")
+        config = records.config_dict(result.config)
+        key = records.run_key(config)
+        if key in self.run_ids:
+            n = 2
+            while f"{key}-{n}" in self.run_ids:
+                n += 1
+            key = f"{key}-{n}"
+        tags = {**self.tags, **records.run_tags(result), "ldpfed.kind": "run", "ldpfed.sweep": self.name,
+                "ldpfed.key": key}
+        folder = self.local_dir / "runs" / key
+        records.write_run(folder, result, tags)                     # 1. never lost
+        curves = records.metric_curves(result, self.tracker.max_points)
+        if "cumulative_regret" in curves:
+            self._curves[key] = curves["cumulative_regret"]
+        row = {"key": key, **{k: v for k, v in (result.summary or {}).items()},
+               "privacy_model": tags["privacy_model"], "mechanisms": tags["mechanisms"],
+               "local_dir": str(folder.relative_to(self.local_dir)), "run_id": None}
+        for field in ("algorithm", "env", "eps", "delta", "seed", "users", "round_size"):
+            row.setdefault(field, config.get(field))
+        self.run_ids[key] = None
+        self._rows.append(row)
+        self._write_combined()                                      # 2. the combined table, after every run
+        if self._mlflow:                                            # 3. MLflow
+            try:
+                row["run_id"] = self.run_ids[key] = self._log_child(result, config, tags, curves, folder)
+            except Exception as exc:  # noqa: BLE001
+                self._mlflow_failed(f"logging run {key}", exc)
+            self._write_combined()
+        records.write_json(self.local_dir / "sweep.json", self._index())
+        return dict(row)
+
+    def _log_child(self, result, config, tags, curves, folder: Path) -> str:
+        client = self.tracker.client
+        summary = result.summary or {}
+        elapsed = summary.get("elapsed_s")
+        now = _now_ms()
+        start = now - int(float(elapsed) * 1000) if records.finite(elapsed) else now
+        users = int(config.get("users") or (result.table["users"].iloc[-1] if len(result.table) else 0))
+        metrics = [_metric(name, value, step, now)
+                   for name, (steps, values) in curves.items() for step, value in zip(steps, values)]
+        metrics += [_metric(name, value, users, now) for name, value in records.final_metrics(result).items()
+                    if name not in curves]
+        with self.tracker.http():
+            run = client.create_run(self.tracker.experiment_id, start_time=start, run_name=records.run_name(config),
+                                    tags={**tags, "mlflow.parentRunId": self.parent_run_id})
+            run_id = run.info.run_id
+            client.log_batch(run_id, metrics=metrics, params=_params(records.run_params(result)))
+            client.log_artifacts(run_id, str(folder))
+            client.set_terminated(run_id, status="FINISHED", end_time=_now_ms())
+        return run_id
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def summary(self) -> pd.DataFrame:
+        """The combined summary table: one row per logged run."""
+        frame = pd.DataFrame(self._rows)
+        if frame.empty:
+            return frame
+        first = [c for c in SUMMARY_FIRST if c in frame.columns]
+        return frame[first + [c for c in frame.columns if c not in first]]
+
+    def _prepare_local_dir(self) -> None:
+        """A previous sweep's results in the same folder are kept: renamed with their date, never overwritten."""
+        folder = self.local_dir
+        if folder.exists() and any(folder.iterdir()):
+            stamp = datetime.fromtimestamp(folder.stat().st_mtime, timezone.utc).strftime("%Y%m%d-%H%M%S")
+            target = folder.with_name(f"{folder.name}.{stamp}")
+            n = 2
+            while target.exists():
+                target = folder.with_name(f"{folder.name}.{stamp}-{n}")
+                n += 1
+            folder.rename(target)
+            log.warning("kept the previous results of sweep %r in %s", self.name, target)
+        folder.mkdir(parents=True, exist_ok=True)
+
+    def _write_combined(self) -> None:
+        frame = self.summary
+        if frame.empty:
+            return
+        frame = frame.astype({c: "string" for c in frame.columns if frame[c].dtype == object})
+        records.write_parquet(self.local_dir / "summary" / "summary.parquet", frame)
+        records.write_csv(self.local_dir / "summary" / "summary.csv", frame)
+
+    def _write_plots(self) -> list[Path]:
+        frame = self.summary
+        if frame.empty:
+            return []
+        written = []
+        folder = self.local_dir / "plots"
+        jobs = [
+            lambda: plots.regret_curves(self._curves, frame, folder / "regret_curves.png",
+                                        f"Cumulative regret, sweep {self.name}"),
+            lambda: plots.final_vs_eps(frame, "final_regret", folder / "final_regret_vs_eps.png",
+                                       f"Final regret against eps, sweep {self.name}", "final cumulative regret"),
+            lambda: plots.final_vs_eps(frame, "final_estimation_error",
+                                       folder / "final_estimation_error_vs_eps.png",
+                                       f"Final estimation error against eps, sweep {self.name}",
+                                       "final estimation error"),
+        ]
+        for job in jobs:
+            try:
+                path = job()
+            except Exception as exc:  # noqa: BLE001 - a plot must never cost the results
+                warnings.warn(f"ldpfed.tracking: a plot of sweep {self.name!r} failed: {exc!r}", RuntimeWarning)
+                continue
+            if path is not None:
+                written.append(path)
+        return written
+
+    def _sweep_tags(self) -> dict:
+        frame = self.summary
+        tags = {}
+        for column, tag in (("algorithm", "algorithms"), ("env", "envs"), ("engine", "engine"),
+                            ("privacy_model", "privacy_models")):
+            if column in frame.columns:
+                tags[tag] = ",".join(sorted(str(v) for v in frame[column].dropna().unique()))
+        if "eps" in frame.columns:
+            tags["eps_values"] = ",".join(f"{v:g}" for v in sorted(frame["eps"].dropna().unique()))
+        return tags
+
+    def _index(self, status: str = "RUNNING") -> dict:
+        return {"sweep": self.name, "experiment": self.tracker.experiment, "status": status,
+                "tracking_uri": self.tracker.tracking_uri if self._mlflow else None,
+                "experiment_id": self.tracker.experiment_id if self._mlflow else None,
+                "parent_run_id": self.parent_run_id, "runs": self.run_ids, "mlflow_errors": self.errors,
+                "params": records.to_jsonable(self.params), "tags": self.tags}
+
+    def _mlflow_failed(self, what: str, exc: BaseException) -> None:
+        message = f"{what}: {type(exc).__name__}: {_first_line(exc)}"
+        self.errors.append(message)
+        self._mlflow = False
+        warnings.warn(f"ldpfed.tracking: MLflow at {self.tracker.tracking_uri} failed while {message}. The sweep "
+                      f"goes on with local results only, under {self.local_dir}", RuntimeWarning, stacklevel=3)
+
+
+def _metric(key: str, value, step, timestamp: int | None = None):
+    from mlflow.entities import Metric
+
+    return Metric(key=key, value=float(value), timestamp=timestamp or _now_ms(), step=int(step))
+
+
+def _params(params: dict):
+    from mlflow.entities import Param
+
+    return [Param(k, v) for k, v in params.items()]
+
+
+def _tags(tags: dict):
+    from mlflow.entities import RunTag
+
+    return [RunTag(k, str(v)) for k, v in tags.items()]
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else ""
+
+
+__all__ = ["Tracker", "Sweep", "TrackingUnavailable", "DEFAULT_EMBEDDED_URI"]
