@@ -1,3 +1,452 @@
-"""Placeholder: filled by its owner."""
+"""Seed 000: Han, Liang, Wang, Zhang (NeurIPS 2021), "Generalized linear bandits with local differential privacy".
 
-ALGORITHMS = []
+Single parameter (Algorithm 1): every user sees K contexts x_{t,a}, pulls the greedy arm argmax_a x_{t,a}^T theta_hat
+and sends one privatized message about (x_{t,a_t}, r_t).
+  * ldp-ols  (eq. 3-4): M = x x^T + W (symmetric Gaussian), u = r x + xi (Gaussian);
+             theta_hat = (sum M + c~ sqrt(t) I)^{-1} sum u,  c~ = 2 sigma (4 sqrt(d) + 2 log(2T/alpha)) (Thm 3.1).
+  * ldp-sgd  (eq. 5-6): Z = l2-ball mechanism of g = (mu(x^T theta_hat) - r) x clipped to R = 2 c_r C_B;
+             theta_hat <- theta_hat - eta_t Z.
+Multi parameter (Algorithm 2): one theta per arm, one context per user; warm-up of K s0 users pulling the arms
+round-robin (the arm is public then and only its slot of the message is filled), then elimination with the
+warm-up estimates (eq. 7, margin h) and a greedy pull among the survivors, with a message for EVERY arm
+(the real one for the pulled arm, psi(0, 0) for the others: the synthetic update) so the server cannot tell
+which arm was pulled.
+  * ldp-ols-multi, ldp-sgd-multi.
+Non-private baselines (noise off, same code): ols, ols-multi.
+
+Privacy accounting (C_B = params.context_bound, c_r = env.reward_bound, both public; the client clips x to C_B
+and r to c_r BEFORE privatizing and counts what it clipped):
+  * ldp-ols: (eps, delta) split evenly, (eps/2, delta/2) for M and (eps/2, delta/2) for u (composition).
+    Sensitivities: M: the upper triangle (incl. diagonal) of x x^T as a vector; for ||x||, ||x'|| <= C_B,
+    ||x x^T - x' x'^T||_F^2 = ||x||^4 + ||x'||^4 - 2 (x^T x')^2 <= 2 C_B^4, and the upper triangle has at most
+    the Frobenius norm, so Delta_M = sqrt(2) C_B^2. u: ||r x - r' x'|| <= 2 c_r C_B = Delta_u.
+    (The paper's Section 3.1 uses W ~ N(0, 4 C_B^2 sigma^2), xi ~ N(0, C_B^2 c_r^2 sigma^2) with
+    sigma = 2 sqrt(2 ln(1.25/delta))/eps; its u noise is smaller than the sensitivity 2 c_r C_B requires for an
+    even split, so we calibrate from the sensitivities above instead.)
+    c~ uses sigma = the std of the entries of W (the noise the shift has to dominate).
+  * ldp-sgd: eps-LDP l2-ball mechanism with radius R = 2 c_r C_B (delta unused).
+  * multi: every arm slot is privatized at (eps/2, delta/2) (Propositions 4.1-4.2); a neighbouring user changes at
+    most two slots (its pulled arm and the neighbour's), so the whole message is (eps, delta)-LDP. Inside an OLS
+    slot, (eps/2, delta/2) is split evenly between M and u: (eps/4, delta/4) each. SGD slots: l2-ball at eps/2.
+    The psi(0, 0) messages of the non-pulled arms have the same shapes and the same noise as the real one.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.special import expit
+
+from ldpfed.algorithms.base import Algorithm, clip_abs
+from ldpfed.errors import ConfigError
+from ldpfed.mechanisms import GaussianMechanism, L2BallMechanism, SymmetricGaussianMechanism
+
+SINGLE_ENVS = ("linear", "logistic", "poisson")
+MULTI_ENVS = ("linear-multi", "logistic-multi", "poisson-multi")
+PAPER = "seed 000 Han et al. 2021"
+# Largest linear predictor fed to exp() in the Poisson link: e^50 already exceeds any public reward bound by far,
+# so the clipped gradient is unchanged for any context of norm > R / e^50; it only prevents overflow.
+_EXP_CAP = 50.0
+
+
+# A row counts as clipped when its norm exceeds the bound by more than this relative tolerance (contexts drawn on
+# the unit sphere have norm 1 up to rounding); every row above the bound is still rescaled to it.
+CLIP_RTOL = 1e-9
+
+
+def clip_rows(x: np.ndarray, bound: float) -> tuple[np.ndarray, int]:
+    """Rows of x (last axis) scaled down to norm <= bound, and how many exceeded it (beyond rounding)."""
+    norms = np.sqrt(np.einsum("...i,...i->...", x, x))
+    over = norms > bound
+    if not over.any():
+        return x, 0
+    scale = np.where(over, bound / np.maximum(norms, 1e-300), 1.0)
+    return x * scale[..., None], int(np.count_nonzero(norms > bound * (1.0 + CLIP_RTOL)))
+
+
+def _links(link: str):
+    if link == "identity":
+        return lambda z: z
+    if link == "logistic":
+        return expit
+    if link == "poisson":
+        return lambda z: np.exp(np.minimum(z, _EXP_CAP))
+    raise ConfigError("env.link", link, "unknown link (identity, logistic, poisson)")
+
+
+def _positive(name: str, value, allow_inf: bool = False) -> float:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ConfigError(f"params.{name}", value, "must be a number > 0")
+    v = float(value)
+    if math.isnan(v) or v <= 0 or (math.isinf(v) and not allow_inf):
+        raise ConfigError(f"params.{name}", value, "must be a finite number > 0" if not allow_inf else "must be > 0")
+    return v
+
+
+def _choice(name: str, value, options) -> str:
+    if value not in options:
+        raise ConfigError(f"params.{name}", value, f"must be one of {list(options)}")
+    return value
+
+
+def _unit_vector(rng: np.random.Generator, d: int) -> np.ndarray:
+    theta = rng.standard_normal(d)
+    return theta / np.linalg.norm(theta)
+
+
+class _GLMBase(Algorithm):
+    """What every seed-000 algorithm shares: the link, the public bounds, the client's clipping."""
+
+    private = True
+
+    def setup(self):
+        multi = self.name.endswith("-multi")
+        if bool(self.env.multi) != multi:
+            raise ConfigError("env", self.env.name, f"{self.name} runs on {list(self.env_kinds)}")
+        self.C_B = _positive("context_bound", self.params["context_bound"])
+        self.c_r = float(self.env.reward_bound)
+        self.mu = _links(getattr(self.env, "link", "identity"))
+        self._I = np.eye(self.d)
+        self._setup()
+
+    def _setup(self):
+        pass
+
+    def _clip(self, x, r):
+        """Clip contexts to C_B and rewards to c_r (public bounds) before anything is privatized."""
+        x, n_x = clip_rows(np.asarray(x, dtype=float), self.C_B)
+        r, n_r = clip_abs(np.asarray(r, dtype=float), self.c_r)
+        return x, r, {"clipped_context": n_x, "clipped_reward": n_r}
+
+    def _ols_sensitivities(self):
+        return math.sqrt(2.0) * self.C_B ** 2, 2.0 * self.c_r * self.C_B
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Single parameter (Algorithm 1)
+# ---------------------------------------------------------------------------------------------------------------
+class _SingleBase(_GLMBase):
+    env_kinds = SINGLE_ENVS
+    default_env = "linear"
+    paper_setting = {"env_params": {"d": 2, "K": 10}, "users": 10**6, "eps": 1.0, "delta": 0.01}
+
+    def publish(self, state):
+        return {"theta": state["theta"]}
+
+    def estimate(self, state):
+        return state["theta"]
+
+    def act(self, model, contexts, users, rng):
+        return np.argmax(contexts @ model["theta"], axis=1)
+
+    def _chosen(self, contexts, actions):
+        return contexts[np.arange(len(actions)), actions]
+
+
+class LdpOls(_SingleBase):
+    """LDP-OLS (Algorithm 1 with eq. 3-4). Budget: (eps/2, delta/2) for M, (eps/2, delta/2) for u (module doc)."""
+
+    name = "ldp-ols"
+    paper = f"{PAPER}, Algorithm 1 with the OLS mechanism (eq. 3-4)"
+    privacy_model = "ldp"
+    # alpha: failure probability in c~ (Theorem 3.1); 0.1 is the authors' public code (fail_prob).
+    defaults = {"alpha": 0.1, "calibration": "classic", "context_bound": 1.0}
+
+    def _setup(self):
+        self._set_noise(self.eps / 2, self.delta / 2, log_arg=2.0 * self.T)
+
+    def _set_noise(self, eps, delta, log_arg):
+        alpha = _positive("alpha", self.params["alpha"])
+        if alpha >= 1:
+            raise ConfigError("params.alpha", self.params["alpha"], "must be in (0, 1)")
+        calibration = _choice("calibration", self.params["calibration"], ("classic", "analytic"))
+        sens_M, sens_u = self._ols_sensitivities()
+        self.mech_M = SymmetricGaussianMechanism(sens_M, eps, delta, calibration=calibration)
+        self.mech_u = GaussianMechanism(sens_u, eps, delta, calibration=calibration)
+        self.mechanisms = {"M": self.mech_M, "u": self.mech_u}
+        # Theorem 3.1 (4.1 for multi: log(2TK/alpha)): c~ = 2 sigma (4 sqrt(d) + 2 log(2T/alpha)).
+        self.c_shift = 2.0 * self.mech_M.sigma * (4.0 * math.sqrt(self.d) + 2.0 * math.log(log_arg / alpha))
+
+    def shift(self, t):
+        return self.c_shift * math.sqrt(t)
+
+    def initial_state(self, rng):
+        d = self.d
+        return {"V": np.zeros((d, d)), "U": np.zeros(d), "t": 0, "theta": np.zeros(d)}
+
+    def message_spec(self):
+        return {"M": (self.d, self.d), "u": (self.d,)}
+
+    def encode(self, model, contexts, actions, rewards, users, rng):
+        x, r, metrics = self._clip(self._chosen(contexts, actions), rewards)
+        M = x[:, :, None] * x[:, None, :]
+        u = r[:, None] * x
+        if self.private:
+            M = self.mech_M.privatize(M, rng)
+            u = self.mech_u.privatize(u, rng)
+        return {"M": M, "u": u}, metrics
+
+    def update(self, state, sums, start, stop, rng):
+        V = state["V"] + sums["M"]
+        U = state["U"] + sums["u"]
+        theta = np.linalg.solve(V + self.shift(stop) * self._I, U)
+        return {"V": V, "U": U, "t": stop, "theta": theta}
+
+
+class Ols(LdpOls):
+    """Greedy OLS without privacy: LDP-OLS with the noise off. The shift c~ sqrt(t) exists only to dominate the
+    privacy noise; without noise a constant ridge (params.ridge, a reconstruction, not from the paper) keeps the
+    first solves well posed."""
+
+    name = "ols"
+    paper = f"{PAPER}, non-private greedy OLS baseline"
+    privacy_model = "none"
+    private = False
+    defaults = {"ridge": 1.0, "context_bound": 1.0}
+
+    def _setup(self):
+        self.ridge = _positive("ridge", self.params["ridge"])
+
+    def shift(self, t):
+        return self.ridge
+
+
+class LdpSgd(_SingleBase):
+    """LDP-SGD (Algorithm 1 with eq. 5-6): eps-LDP l2-ball mechanism on the clipped gradient.
+
+    Step eta_t = step / t for the t-th user (t = 1, 2, ...), i.e. the authors' public code 5/(t+1) with its 0-based
+    t (Theorem 3.1 takes eta_t = c' d / (kappa_l zeta p_* t), whose constants are unknown in practice). Start: a
+    random unit vector (public code), drawn from the run's init generator. No projection (the paper has none).
+    In a round every user's gradient is taken at the published theta and applied with its own eta_t (aggregate)."""
+
+    name = "ldp-sgd"
+    paper = f"{PAPER}, Algorithm 1 with the SGD mechanism (eq. 5-6)"
+    privacy_model = "ldp"
+    defaults = {"step": 5.0, "context_bound": 1.0}  # step: public code's 5/(t+1)
+
+    def _setup(self):
+        self.step = _positive("step", self.params["step"])
+        self.R = 2.0 * self.c_r * self.C_B
+        self.mech = L2BallMechanism(self.R, self.eps, self.d)
+        self.mechanisms = {"Z": self.mech}
+
+    def initial_state(self, rng):
+        return {"theta": _unit_vector(rng, self.d)}
+
+    def message_spec(self):
+        return {"Z": (self.d,)}
+
+    def encode(self, model, contexts, actions, rewards, users, rng):
+        x, r, metrics = self._clip(self._chosen(contexts, actions), rewards)
+        g = (self.mu(x @ model["theta"]) - r)[:, None] * x
+        g, metrics["clipped"] = clip_rows(g, self.R)
+        Z, _ = self.mech.privatize(g, rng)
+        return {"Z": Z}, metrics
+
+    def aggregate(self, messages, users):
+        eta = self.step / (np.asarray(users, dtype=float) + 1.0)   # public: a function of the arrival index
+        return {"Z": eta @ messages["Z"]}
+
+    def update(self, state, sums, start, stop, rng):
+        return {"theta": state["theta"] - sums["Z"]}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Multi parameter (Algorithm 2)
+# ---------------------------------------------------------------------------------------------------------------
+class _MultiBase(_GLMBase):
+    """Warm-up, elimination (eq. 7) and synthetic updates shared by the OLS and SGD versions.
+
+    Every message has per-arm fields of shape (K, ...) and the public field n (K,): how many messages each arm's
+    slot carries (a one-hot of the public round-robin arm during warm-up, all ones after; a function of the
+    arrival index only). After warm-up every slot is a full mechanism output.
+
+    s0 (warm-up pulls per arm): the paper's 3000 at T = 1e6; default "auto" = min(3000, max(1, round(T / (100 K))))
+    (warm-up about 1% of the users, the paper's proportion), a reconstruction for smaller T.
+    h (elimination margin, eq. 7, in units of the linear predictor x^T theta): the paper sets h = h_sub, a property
+    of the world unknown to the algorithm; default 1.0 is a reconstruction (eliminates only arms predicted at least
+    0.5 below the best); h = inf turns elimination off, as in the authors' public code.
+    """
+
+    env_kinds = MULTI_ENVS
+    default_env = "linear-multi"
+    public_fields = frozenset({"n"})
+
+    def _setup_multi(self):
+        s0 = self.params["s0"]
+        if s0 == "auto":
+            s0 = min(3000, max(1, int(round(self.T / (100 * self.K)))))
+        elif isinstance(s0, (bool, np.bool_)) or not isinstance(s0, (int, np.integer)) or s0 < 1:
+            raise ConfigError("params.s0", s0, "must be a positive integer or 'auto'")
+        self.s0 = int(s0)
+        self.warm = self.K * self.s0
+        self.h = _positive("h", self.params["h"], allow_inf=True)
+
+    def publish(self, state):
+        warm = state["theta_warm"]
+        return {"theta": state["theta"], "theta_warm": state["theta"] if warm is None else warm}
+
+    def estimate(self, state):
+        return state["theta"]
+
+    def act(self, model, contexts, users, rng):
+        users = np.asarray(users)
+        actions = users % self.K                          # warm-up: round-robin, public
+        post = users >= self.warm
+        if post.any():
+            x = contexts[post]
+            warm_scores = x @ model["theta_warm"].T          # eq. (7): survivors from the warm-up estimates
+            keep = warm_scores > warm_scores.max(axis=1, keepdims=True) - self.h / 2
+            scores = np.where(keep, x @ model["theta"].T, -np.inf)
+            actions = actions.copy()
+            actions[post] = scores.argmax(axis=1)
+        return actions
+
+    def _slots(self, users, actions):
+        """(n, K) 0/1: which slots carry a message (public: warm-up one-hot of the public arm, then all ones),
+        and (n, K) 0/1: which slot holds the real data (the pulled arm)."""
+        n = len(actions)
+        pulled = np.zeros((n, self.K))
+        pulled[np.arange(n), actions] = 1.0
+        sent = np.where((np.asarray(users) >= self.warm)[:, None], 1.0, pulled)
+        return sent, pulled
+
+    def _state_update(self, state, theta, **fields):
+        theta_warm = state["theta_warm"]
+        if theta_warm is None and fields["stop"] >= self.warm:
+            theta_warm = theta.copy()                     # theta_hat_{K s0}: frozen at the end of warm-up
+        return {**{k: v for k, v in fields.items() if k != "stop"}, "theta": theta, "theta_warm": theta_warm}
+
+    def ledger(self):
+        note = ("per arm slot; K slots per user, a neighbouring input changes at most 2 slots "
+                "(pulled arm and the neighbour's), so the user's message is (eps, delta)-LDP")
+        return [{**row, "scope": note} for row in super().ledger()]
+
+
+class LdpOlsMulti(_MultiBase, LdpOls):
+    """LDP-OLS, multi parameter (Algorithm 2 with eq. 3-4). Each arm slot at (eps/2, delta/2), split evenly
+    between M and u: (eps/4, delta/4) each. c~ = 2 sigma (4 sqrt(d) + 2 log(2TK/alpha)) (Theorem 4.1) with sigma the
+    std of W, and the shift of arm a is c~ sqrt(n_a), n_a = the number of (noisy) messages its slot received."""
+
+    name = "ldp-ols-multi"
+    paper = f"{PAPER}, Algorithm 2 with the OLS mechanism"
+    privacy_model = "ldp"
+    defaults = {"s0": "auto", "h": 1.0, "alpha": 0.1, "calibration": "classic", "context_bound": 1.0}
+    paper_setting = {"env_params": {"d": 20, "K": 3}, "users": 10**6, "eps": 1.0, "delta": 0.1,
+                     "params": {"s0": 3000}}
+
+    def _setup(self):
+        self._setup_multi()
+        self._set_noise(self.eps / 4, self.delta / 4, log_arg=2.0 * self.T * self.K)
+
+    def shift(self, n):
+        # an arm whose slot has received nothing yet has V = 0 and U = 0, so any positive shift gives theta = 0
+        return self.c_shift * np.sqrt(np.maximum(n, 1.0))
+
+    def initial_state(self, rng):
+        K, d = self.K, self.d
+        return {"V": np.zeros((K, d, d)), "U": np.zeros((K, d)), "n": np.zeros(K), "theta": np.zeros((K, d)),
+                "theta_warm": None}
+
+    def message_spec(self):
+        K, d = self.K, self.d
+        return {"M": (K, d, d), "u": (K, d), "n": (K,)}
+
+    def encode(self, model, contexts, actions, rewards, users, rng):
+        x, r, metrics = self._clip(contexts, rewards)
+        sent, pulled = self._slots(users, actions)
+        # slot a: psi(x, r) for the pulled arm, psi(0, 0) for the others (their data part is zero)
+        M = pulled[:, :, None, None] * (x[:, :, None] * x[:, None, :])[:, None]
+        u = pulled[:, :, None] * (r[:, None] * x)[:, None]
+        if self.private:
+            M = self.mech_M.privatize(M, rng)
+            u = self.mech_u.privatize(u, rng)
+            M *= sent[:, :, None, None]                   # warm-up: only the public arm's slot is sent
+            u *= sent[:, :, None]
+        return {"M": M, "u": u, "n": sent}, metrics
+
+    def update(self, state, sums, start, stop, rng):
+        V = state["V"] + sums["M"]
+        U = state["U"] + sums["u"]
+        n = state["n"] + sums["n"]
+        A = V + self.shift(n)[:, None, None] * self._I
+        theta = np.linalg.solve(A, U[:, :, None])[:, :, 0]
+        return self._state_update(state, theta, V=V, U=U, n=n, stop=stop)
+
+
+class OlsMulti(LdpOlsMulti):
+    """Algorithm 2 with greedy OLS and no privacy: LDP-OLS-multi with the noise off (psi(0, 0) is then an empty
+    message); constant ridge params.ridge instead of the noise shift (a reconstruction, as for ols)."""
+
+    name = "ols-multi"
+    paper = f"{PAPER}, non-private Algorithm 2 with OLS"
+    privacy_model = "none"
+    private = False
+    defaults = {"s0": "auto", "h": 1.0, "ridge": 1.0, "context_bound": 1.0}
+
+    def _setup(self):
+        self._setup_multi()
+        self.ridge = _positive("ridge", self.params["ridge"])
+
+    def shift(self, n):
+        return np.full(np.shape(n), self.ridge)
+
+
+class LdpSgdMulti(_MultiBase, LdpSgd):
+    """LDP-SGD, multi parameter (Algorithm 2 with eq. 5-6): every slot an l2-ball mechanism at eps/2, radius
+    R = 2 c_r C_B; psi(0, 0) is the mechanism applied to the zero gradient (a uniformly random direction).
+    Start theta_{0,a} = 0 (Algorithm 2). Step of arm a at its j-th message (j = 1, 2, ...): step / j. Theorem 4.1
+    writes the count as (t mod K) + 1 during warm-up and t - (K-1) s0 after; the latter is the per-arm message
+    count and we read the former as its warm-up analogue floor(t/K) + 1 (the per-arm count), so eta decays
+    like 1/(messages received) throughout."""
+
+    name = "ldp-sgd-multi"
+    paper = f"{PAPER}, Algorithm 2 with the SGD mechanism"
+    privacy_model = "ldp"
+    defaults = {"s0": "auto", "h": 1.0, "step": 5.0, "context_bound": 1.0}
+    paper_setting = {"env_params": {"d": 20, "K": 3}, "users": 10**6, "eps": 1.0, "delta": 0.1,
+                     "params": {"s0": 3000}}
+
+    def _setup(self):
+        self._setup_multi()
+        self.step = _positive("step", self.params["step"])
+        self.R = 2.0 * self.c_r * self.C_B
+        self.mech = L2BallMechanism(self.R, self.eps / 2, self.d)
+        self.mechanisms = {"Z": self.mech}
+
+    def initial_state(self, rng):
+        return {"theta": np.zeros((self.K, self.d)), "n": np.zeros(self.K), "theta_warm": None}
+
+    def message_spec(self):
+        return {"Z": (self.K, self.d), "n": (self.K,)}
+
+    def encode(self, model, contexts, actions, rewards, users, rng):
+        x, r, metrics = self._clip(contexts, rewards)
+        n = len(actions)
+        sent, pulled = self._slots(users, actions)
+        theta_a = model["theta"][actions]
+        g = np.zeros((n, self.K, self.d))
+        g[np.arange(n), actions] = (self.mu(np.einsum("ij,ij->i", x, theta_a)) - r)[:, None] * x
+        g_pulled, metrics["clipped"] = clip_rows(g[np.arange(n), actions], self.R)
+        g[np.arange(n), actions] = g_pulled
+        Z, _ = self.mech.privatize(g.reshape(n * self.K, self.d), rng)
+        Z = Z.reshape(n, self.K, self.d) * sent[:, :, None]
+        return {"Z": Z, "n": sent}, metrics
+
+    def message_counts(self, users):
+        """(n, K): the 1-based index of each user's message among those of each arm slot (public)."""
+        users = np.asarray(users)
+        warm_count = (users // self.K + 1)[:, None] * np.ones(self.K)
+        post_count = (self.s0 + users - self.warm + 1)[:, None] * np.ones(self.K)
+        return np.where((users >= self.warm)[:, None], post_count, warm_count)
+
+    def aggregate(self, messages, users):
+        eta = self.step / self.message_counts(users)
+        return {"Z": np.einsum("ik,ikd->kd", eta, messages["Z"]), "n": messages["n"].sum(axis=0)}
+
+    def update(self, state, sums, start, stop, rng):
+        theta = state["theta"] - sums["Z"]
+        return self._state_update(state, theta, n=state["n"] + sums["n"], stop=stop)
+
+
+ALGORITHMS = [LdpOls, Ols, LdpSgd, LdpOlsMulti, OlsMulti, LdpSgdMulti]
