@@ -93,14 +93,10 @@ def cmd_run(args) -> int:
                        populations=args.populations, eps=args.eps, delta=args.delta, seed=args.seed,
                        params=dict(args.param), env_params=dict(args.env_param))
     progress = None if args.quiet else Progress(config.users, label=config.algorithm)
-    if args.engine == "ray":
-        from ldpfed.engine.ray_engine import run_ray
+    from ldpfed.engine import run
 
-        result = run_ray(config, actors=args.actors, shards=args.shards, progress=progress)
-    else:
-        from ldpfed.engine import run_local
-
-        result = run_local(config, progress=progress)
+    options = {"actors": args.actors, "shards": args.shards} if args.engine == "ray" else {}
+    result = run(config, engine=args.engine, progress=progress, **options)
     s = result.summary
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
