@@ -15,7 +15,7 @@ class Progress:
         self.next_decile = 1
         self.min_interval = min_interval
 
-    def __call__(self, done: int, regret: float) -> None:
+    def __call__(self, done: int, regret: float | None = None) -> None:
         now = time.perf_counter()
         fraction = done / self.total
         finished = done >= self.total
@@ -30,8 +30,8 @@ class Progress:
         eta = (self.total - done) / rate if rate > 0 else float("inf")
         width = 30
         bar = "#" * int(width * fraction) + "-" * (width - int(width * fraction))
-        line = (f"{self.label} [{bar}] {done:,}/{self.total:,} users  regret {regret:,.1f}  "
-                f"{rate:,.0f} users/s  eta {eta:,.0f}s")
+        shown = "" if regret is None else f"  regret {regret:,.1f}"
+        line = f"{self.label} [{bar}] {done:,}/{self.total:,} users{shown}  {rate:,.0f} users/s  eta {eta:,.0f}s"
         if self.live:
             self.stream.write("\r" + line + ("\n" if finished else ""))
         else:
