@@ -201,6 +201,14 @@ class Sweep(_DriverOnly):
                     client.set_terminated(self.parent_run_id, status="FAILED" if exc_type else "FINISHED")
             except Exception as error:  # noqa: BLE001
                 self._mlflow_failed("finishing the sweep's parent run", error)
+        elif self.errors and self.parent_run_id and self.tracker.enabled:
+            # MLflow failed earlier: one quick try to mark the parent run incomplete rather than leave it RUNNING
+            try:
+                with http_policy(retries=0, timeout=self.tracker.probe_timeout):
+                    self.tracker.client.set_tag(self.parent_run_id, "ldpfed.incomplete", "true")
+                    self.tracker.client.set_terminated(self.parent_run_id, status="FAILED")
+            except Exception:  # noqa: BLE001 - the server is still away; the local copy says it all
+                pass
         if self.errors and self.tracker.strict and self.tracker.enabled and exc_type is None:
             raise TrackingUnavailable(
                 self.tracker.tracking_uri,

@@ -1,0 +1,345 @@
+"""ldpfed.tracking against a real `mlflow server` on loopback, the embedded SQLite default, and failures.
+
+The server test starts `mlflow server` on 127.0.0.1 (a free port, SQLite backend and proxied artifacts in a tmp
+folder), logs a small sweep, and reads everything back through the MLflow client.
+"""
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import pickle
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import matplotlib.image
+import numpy as np
+import pandas as pd
+import pytest
+
+from ldpfed.algorithms import REGISTRY
+from ldpfed.config import RunConfig
+from ldpfed.engine.local import run_local
+from ldpfed.tracking import MAX_POINTS, Tracker, TrackingUnavailable, metric_curves, run_params
+
+mlflow = pytest.importorskip("mlflow")
+from mlflow import MlflowClient  # noqa: E402
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+EPS = (0.5, 2.0)
+SEEDS = (0, 1)
+
+
+@pytest.fixture(autouse=True)
+def _no_ambient_tracking(monkeypatch):
+    for name in ("MLFLOW_TRACKING_URI", "MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT",
+                 "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def sweep_algorithms() -> list[str]:
+    """uniform, plus the first registered LDP and central-DP algorithms (whichever exist), for a small sweep."""
+    names = ["uniform"]
+    for model in ("ldp", "central"):
+        found = sorted(n for n, cls in REGISTRY.items() if cls.privacy_model == model)
+        if found:
+            names.append(found[0])
+    return names
+
+
+def small_results(algorithms, users=400, round_size=10):
+    return [run_local(RunConfig(name, users=users, round_size=round_size, eps=eps, seed=seed))
+            for name in algorithms for eps in EPS for seed in SEEDS]
+
+
+def assert_png(path: Path):
+    data = Path(path).read_bytes()
+    assert data[:8] == PNG_SIGNATURE, f"{path} is not a PNG"
+    image = matplotlib.image.imread(str(path))
+    assert image.ndim == 3 and image.shape[0] >= 200 and image.shape[1] >= 300, image.shape
+
+
+# ---------------------------------------------------------------------------------------- real server
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory):
+    """A real `mlflow server` on 127.0.0.1 (its own process group, killed after the module)."""
+    root = tmp_path_factory.mktemp("mlflow_server")
+    port = free_port()
+    log = open(root / "server.log", "w")
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{root / 'server.db'}",
+         "--artifacts-destination", str(root / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
+         "--workers", "1"],
+        cwd=root, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"mlflow server exited ({proc.returncode}):\n{(root / 'server.log').read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(f"{uri}/health", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"mlflow server did not answer in 120 s:\n{(root / 'server.log').read_text()[-3000:]}")
+            time.sleep(0.25)
+        yield {"uri": uri, "root": root, "artifacts": root / "artifacts"}
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=15)
+        except ProcessLookupError:
+            pass
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=5)
+        log.close()
+
+
+def test_sweep_logged_to_a_real_server_reads_back(mlflow_server, tmp_path):
+    algorithms = sweep_algorithms()
+    results = small_results(algorithms)
+    out = tmp_path / "results"
+    tracker = Tracker("ldpfed-test", tracking_uri=mlflow_server["uri"], out_dir=out)
+    assert tracker.enabled and tracker.tracking_uri == mlflow_server["uri"]
+    sweep_params = {"users": 400, "seeds": list(SEEDS), "grid": {"eps": list(EPS)}}
+    with tracker.sweep("quick", params=sweep_params, tags={"job": "test"}) as sweep:
+        rows = [sweep.log_result(result) for result in results]
+    assert all(row["run_id"] for row in rows) and not sweep.errors
+
+    client = MlflowClient(tracking_uri=mlflow_server["uri"])
+    experiment = client.get_experiment_by_name("ldpfed-test")
+    assert experiment is not None and experiment.experiment_id == tracker.experiment_id
+
+    # the parent run: params, tags, artifacts (plots, combined table)
+    parent = client.get_run(sweep.parent_run_id)
+    assert parent.info.status == "FINISHED" and parent.info.run_name == "quick"
+    assert parent.data.params["users"] == "400" and parent.data.params["grid.eps"] == "[0.5, 2.0]"
+    assert parent.data.tags["job"] == "test" and parent.data.tags["ldpfed.kind"] == "sweep"
+    assert set(parent.data.tags["algorithms"].split(",")) == set(algorithms)
+    assert parent.data.metrics["runs"] == len(results)
+    parent_files = {a.path for a in client.list_artifacts(parent.info.run_id, "plots")}
+    assert {"plots/regret_curves.png", "plots/final_regret_vs_eps.png"} <= parent_files
+    download = tmp_path / "download"
+    for name in ("regret_curves.png", "final_regret_vs_eps.png"):
+        assert_png(client.download_artifacts(parent.info.run_id, f"plots/{name}", str(download / "parent")))
+    combined = pd.read_parquet(client.download_artifacts(parent.info.run_id, "summary/summary.parquet",
+                                                         str(download / "parent")))
+    assert len(combined) == len(results) and set(combined["run_id"]) == {r["run_id"] for r in rows}
+
+    # the children: one per (algorithm, env, eps, seed)
+    children = client.search_runs([experiment.experiment_id],
+                                  f"tags.mlflow.parentRunId = '{sweep.parent_run_id}'", max_results=100)
+    assert len(children) == len(results)
+    by_id = {run.info.run_id: run for run in children}
+    assert len({(r.data.params["algorithm"], r.data.params["env"], r.data.params["eps"], r.data.params["seed"])
+                for r in children}) == len(results)
+    for result, row in zip(results, rows):
+        run = by_id[row["run_id"]]
+        config = result.config
+        assert run.info.status == "FINISHED"
+        params, tags = run.data.params, run.data.tags
+        # params: the full validated config, the env as built, every algorithm option
+        assert params["algorithm"] == config.algorithm and params["env"] == config.env
+        assert float(params["eps"]) == config.eps and int(params["seed"]) == config.seed
+        assert int(params["users"]) == config.users and int(params["round_size"]) == config.round_size
+        assert int(params["rounds"]) == config.rounds
+        assert params["env.d"] == str(result.env["d"]) and params["env.K"] == str(result.env["K"])
+        assert params == run_params(result)
+        assert {f"algo.{k}" for k in REGISTRY[config.algorithm].defaults} <= set(params)
+        # tags: privacy model, mechanisms from the ledger, engine, code version
+        assert tags["privacy_model"] == REGISTRY[config.algorithm].privacy_model
+        mechs = sorted({entry["mechanism"] for entry in result.ledger})
+        assert tags["mechanisms"] == (",".join(mechs) if mechs else "none")
+        assert tags["engine"] == "single-process" and tags["code_version"]
+        assert tags["job"] == "test" and tags["ldpfed.sweep"] == "quick"
+        # metrics: step = users processed, at most 2,000 points, equal to the full table at those steps
+        table = result.table.set_index("users")
+        history = client.get_metric_history(run.info.run_id, "cumulative_regret")
+        assert 0 < len(history) <= MAX_POINTS
+        steps = [m.step for m in history]
+        assert steps == sorted(steps) and steps[-1] == config.users
+        np.testing.assert_allclose([m.value for m in history], table.loc[steps, "cumulative_regret"])
+        assert run.data.metrics["final_regret"] == pytest.approx(result.summary["final_regret"])
+        assert run.data.metrics["users_per_s"] == pytest.approx(result.summary["users_per_s"])
+        errors = result.table["estimation_error"].dropna()
+        if len(errors):
+            error_history = client.get_metric_history(run.info.run_id, "estimation_error")
+            assert [m.step for m in error_history] == result.table.loc[errors.index, "users"].tolist()
+        # artifacts: full table, ledger, config (downloaded for the first run of each algorithm)
+        files = {a.path for a in client.list_artifacts(run.info.run_id)}
+        assert {"table.parquet", "ledger.json", "config.json", "summary.json"} <= files
+        if config.eps != EPS[0] or config.seed != SEEDS[0]:
+            continue
+        where = download / row["key"]
+        pd.testing.assert_frame_equal(pd.read_parquet(client.download_artifacts(run.info.run_id, "table.parquet",
+                                                                                str(where))), result.table)
+        ledger = json.loads(Path(client.download_artifacts(run.info.run_id, "ledger.json", str(where))).read_text())
+        assert [e["mechanism"] for e in ledger] == [e["mechanism"] for e in result.ledger]
+        saved = json.loads(Path(client.download_artifacts(run.info.run_id, "config.json", str(where))).read_text())
+        assert saved["config"] == json.loads(json.dumps(config.to_dict()))
+    # the artifacts went through the server's proxy into its artifacts destination
+    assert list(mlflow_server["artifacts"].rglob("table.parquet"))
+    assert list(mlflow_server["artifacts"].rglob("regret_curves.png"))
+    # and everything is also local
+    local = out / "quick"
+    assert len(pd.read_parquet(local / "summary" / "summary.parquet")) == len(results)
+    for row in rows:
+        assert (local / row["local_dir"] / "table.parquet").is_file()
+    assert_png(local / "plots" / "regret_curves.png")
+
+
+# ---------------------------------------------------------------------------------------- failures
+def test_unreachable_server_fails_fast_and_local_results_survive(tmp_path):
+    uri = f"http://127.0.0.1:{free_port()}"          # nothing listens there: connection refused
+    started = time.monotonic()
+    with pytest.raises(TrackingUnavailable) as caught:
+        Tracker("ldpfed-test", tracking_uri=uri, out_dir=tmp_path / "never")
+    assert time.monotonic() - started < 10, "must fail fast, not after MLflow's minutes of retries"
+    assert uri in str(caught.value) and caught.value.uri == uri
+    assert not (tmp_path / "never").exists()
+
+    # the job's pattern: tracking fails before any simulation; results are still written locally
+    results = small_results(["uniform"], users=200)
+    try:
+        tracker = Tracker("ldpfed-test", tracking_uri=uri, out_dir=tmp_path / "out")
+    except TrackingUnavailable:
+        tracker = Tracker("ldpfed-test", out_dir=tmp_path / "out", enabled=False)
+    with tracker.sweep("quick") as sweep:
+        for result in results:
+            sweep.log_result(result)
+    check_local(tmp_path / "out" / "quick", results)
+
+    # or in one step: fallback_local warns and keeps local results only
+    with pytest.warns(RuntimeWarning, match="127.0.0.1"):
+        tracker = Tracker("ldpfed-test", tracking_uri=uri, out_dir=tmp_path / "fallback", fallback_local=True)
+    assert not tracker.enabled
+    with tracker.sweep("quick") as sweep:
+        for result in results:
+            sweep.log_result(result)
+    check_local(tmp_path / "fallback" / "quick", results)
+
+
+def check_local(folder: Path, results):
+    summary = pd.read_parquet(folder / "summary" / "summary.parquet")
+    assert len(summary) == len(results)
+    for result, (_, row) in zip(results, summary.iterrows()):
+        pd.testing.assert_frame_equal(pd.read_parquet(folder / row["local_dir"] / "table.parquet"), result.table)
+        assert json.loads((folder / row["local_dir"] / "summary.json").read_text())["seed"] == result.config.seed
+    assert_png(folder / "plots" / "regret_curves.png")
+
+
+class _Refuse(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):  # noqa: N802
+        self.send_response(401)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_refused_credentials_are_reported(tmp_path):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Refuse)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        uri = f"http://127.0.0.1:{server.server_address[1]}"
+        with pytest.raises(TrackingUnavailable, match="credentials"):
+            Tracker("ldpfed-test", tracking_uri=uri, out_dir=tmp_path)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_mlflow_failure_mid_sweep_keeps_every_result_local(mlflow_server, tmp_path, monkeypatch):
+    results = small_results(["uniform"], users=200)[:3]
+    tracker = Tracker("ldpfed-test", tracking_uri=mlflow_server["uri"], out_dir=tmp_path / "out")
+    with pytest.raises(TrackingUnavailable, match="incomplete"):
+        with tracker.sweep("quick") as sweep:
+            sweep.log_result(results[0])
+
+            def broken(*args, **kwargs):
+                raise ConnectionError("server went away")
+
+            monkeypatch.setattr(tracker.client, "create_run", broken)
+            with pytest.warns(RuntimeWarning, match="server went away"):
+                sweep.log_result(results[1])
+            sweep.log_result(results[2])
+    check_local(tmp_path / "out" / "quick", results)
+    index = json.loads((tmp_path / "out" / "quick" / "sweep.json").read_text())
+    assert index["mlflow_errors"] and index["runs"][sweep.summary["key"][0]]
+    parent = MlflowClient(tracking_uri=mlflow_server["uri"]).get_run(sweep.parent_run_id)
+    assert parent.info.status == "FAILED" and parent.data.tags["ldpfed.incomplete"] == "true"
+
+
+# ---------------------------------------------------------------------------------------- embedded default
+def test_embedded_default_needs_no_server(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    tracker = Tracker("ldpfed-embedded", out_dir="results/emb")
+    assert tracker.tracking_uri == f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}"
+    assert (tmp_path / "mlflow.db").is_file()
+    long_run = run_local(RunConfig("uniform", users=5000, round_size=1))      # 5,000 rounds: down-sampled
+    with tracker.sweep("long", params={"users": 5000}) as sweep:
+        row = sweep.log_result(long_run)
+    client = MlflowClient(tracking_uri=tracker.tracking_uri)
+    history = client.get_metric_history(row["run_id"], "cumulative_regret")
+    assert len(history) == MAX_POINTS
+    steps = [m.step for m in history]
+    assert steps[0] == 1 and steps[-1] == 5000 and steps == sorted(set(steps))
+    np.testing.assert_allclose([m.value for m in history],
+                               long_run.table.set_index("users").loc[steps, "cumulative_regret"])
+    run = client.get_run(row["run_id"])
+    assert run.data.tags["mlflow.parentRunId"] == sweep.parent_run_id
+    assert Path(run.info.artifact_uri.removeprefix("file://")).resolve().is_relative_to(tmp_path.resolve() / "mlruns")
+    assert (Path(run.info.artifact_uri.removeprefix("file://")) / "table.parquet").is_file()
+    assert_png(tmp_path / "results" / "emb" / "long" / "plots" / "regret_curves.png")
+    # a second sweep of the same name keeps the first one's local results
+    with tracker.sweep("long") as again:
+        again.log_result(run_local(RunConfig("uniform", users=100, round_size=10)))
+    kept = [p for p in (tmp_path / "results" / "emb").iterdir() if p.name.startswith("long.")]
+    assert len(kept) == 1 and (kept[0] / "summary" / "summary.parquet").is_file()
+
+
+def test_metric_curves_are_down_sampled_with_ends_kept():
+    name = next((n for n, cls in REGISTRY.items() if cls.privacy_model == "ldp"), "uniform")
+    result = run_local(RunConfig(name, env=REGISTRY[name].default_env, users=4500, round_size=1))
+    curves = metric_curves(result)
+    assert "cumulative_regret" in curves
+    for key, (steps, values) in curves.items():
+        assert len(steps) == len(values) <= MAX_POINTS, key
+        assert np.all(np.diff(steps) > 0), key
+    steps, values = curves["cumulative_regret"]
+    assert len(steps) == MAX_POINTS and steps[0] == 1 and steps[-1] == 4500
+    assert values[-1] == pytest.approx(result.summary["final_regret"])
+
+
+def test_tracker_is_driver_only(tmp_path):
+    tracker = Tracker("x", out_dir=tmp_path, enabled=False)
+    with pytest.raises(TypeError, match="driver-only"):
+        pickle.dumps(tracker)
+
+
+def test_bad_tracker_arguments_are_named(tmp_path):
+    with pytest.raises(ValueError, match="experiment"):
+        Tracker("", enabled=False)
+    with pytest.raises(ValueError, match="max_points"):
+        Tracker("x", enabled=False, max_points=5000)
+    with pytest.raises(TrackingUnavailable, match="does not exist"):
+        Tracker("x", tracking_uri=f"sqlite:///{tmp_path}/missing/dir/mlflow.db")
