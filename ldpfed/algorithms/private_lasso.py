@@ -1,3 +1,345 @@
-"""Placeholder: filled by its owner."""
+"""Seed 003 - Shukla (2024): PrivateThresholdLASSO (central / joint DP, sparse high-dimensional linear bandit).
 
-ALGORITHMS = []
+Central model: the server is trusted with the raw (x, r) of every pulled arm (client half shared with seed
+001's algorithms: z = [x; r], coordinates of x clipped to the public bound C_X, r to the env's reward bound C_r).
+It keeps the sufficient statistics X^T X, X^T y of the whole history (folded in blocks of `FLUSH` rows, so a
+user costs one row of a BLAS Gram update, not a d x d outer product) and releases, privately:
+
+* at each episode start (users t = 2^k - 1, k = 1, 2, ...; ALGORITHMS.md; the seed's text also reads 2^(k-1)):
+  the support S_t (SparseEstimation, Algorithm 2): LASSO on the history,
+  theta_hat = argmin (1/n) ||y - X theta||^2 + lambda_t ||theta||_1, lambda_t = lambda_0 sqrt(2 log n log d / n)
+  (coordinate descent on the Gram form with an active set and vectorized KKT checks); S0 = {i : |theta_hat_i| >
+  4 lambda_t} (the non-private screen); then AboveNoisyThreshold over |theta_hat_i|, i in S0 in index order,
+  stopping after s0 + sqrt(s_bar) positives;
+* every round: the least squares on S_t, from tree-aggregated private Gram statistics of z_S = [x_S; r]: a
+  fresh tree per episode whose first element is the history's Gram restricted to S_t and whose next elements
+  are the rounds' Grams (with B > 1 a round sum: one user is in one element); every tree node gets Wishart
+  noise at the per-node budget of Section 3, (eps2 / sqrt(8 L ln(2/delta2)), delta2 / (2 L)), L the depth.
+  theta_S = (G_xx + ridge I)^{-1} G_xr; users act greedily: argmax_k x_k^T theta.
+
+Budget (Algorithm 1): E = ceil(log2 T) episodes; delta1 = delta2 = delta / (2E), eps1 = eps2 = eps / (2E ln(1/delta2));
+each episode spends (eps1, delta1) on the sparse vector pass and (eps2, delta2) on its tree; the ledger lists both
+per-episode guarantees with the number of episodes.
+
+Reconstructions (the seed's Algorithm 2 is partly garbled; marked in `defaults`):
+* the queries of the sparse vector pass are |theta_hat_i| (the seed compares signed values) with sensitivity
+  Delta_n = c / n, c = 2 C_X (C_r + C_X sqrt(s0) C_theta) / phi^2 (one sample moves the gradient of the
+  (1/n)-scaled loss by at most 2 C_X (C_r + C_X ||theta||_1) / n in sup norm; phi^2 = restricted curvature);
+  the seed gives the noise xi without a sensitivity.
+* the noisy threshold is 4 lambda_t sqrt(s_bar) + gap * xi_T ln(1/delta1) (xi_T = the threshold noise scale):
+  the seed's 4 lambda_t Gamma sqrt(s_bar) with Gamma containing xi log(.) is garbled (it turns negative for
+  eps > 1 - delta); our margin makes a coordinate at the screen threshold pass with probability about delta1,
+  which is what the seed's privacy argument for the non-private screen S0 needs. The non-private subclass uses
+  the same threshold with the noise (and so the margin) off.
+* the least squares' constraint ||theta|| <= C_theta is replaced by a ridge; `debias` subtracts the (public)
+  mean k s^2 I of every Wishart node (off, as in the seed).
+* Wishart draws use the Bartlett decomposition with WishartMechanism's calibration (k, sensitivity): the same
+  distribution as WishartMechanism.sample, in O(dim^2) instead of O(k dim) (k reaches 1e9 and more here).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ldpfed.algorithms.base import Algorithm
+from ldpfed.algorithms.central_linucb import CentralRows, _Release, option_choice, option_float
+from ldpfed.errors import ConfigError
+from ldpfed.mechanisms import AboveNoisyThreshold, Guarantee, WishartMechanism, tree_depth
+
+PAPER_003 = "seed 003 Shukla 2024"
+
+
+def lasso_gram(G, u, n, lam, theta0=None, tol=1e-8, max_sweeps=1000, max_outer=200, grow=10):
+    """argmin (1/n) (theta^T G theta - 2 u^T theta) + lam ||theta||_1, G = X^T X, u = X^T y (the Gram form of
+    (1/n) ||y - X theta||^2 + lam ||theta||_1).
+
+    Coordinate descent, theta_j = soft(u_j - sum_{k != j} G_jk theta_k, n lam / 2) / G_jj, swept over a working
+    set; the KKT conditions of all d coordinates are checked with one vectorized mat-vec between passes, and the
+    `grow` (at least) worst violators enter the working set (the solution has at most n nonzeros, so a
+    working set keeps the Python sweeps short when d >> n)."""
+    d = len(u)
+    thr = 0.5 * n * lam
+    diag = np.diagonal(G).copy()
+    usable = diag > 0
+    theta = np.zeros(d) if theta0 is None else np.array(theta0, dtype=float)
+    theta[~usable] = 0.0
+    working = np.flatnonzero(theta)
+    for _ in range(max_outer):
+        grad = u - G @ theta
+        excess = np.where((theta == 0) & usable, np.abs(grad) - thr * (1.0 + 1e-9), -1.0)
+        violators = np.flatnonzero(excess > 0)
+        if len(violators) == 0:
+            break
+        take = max(grow, len(working))
+        if len(violators) > take:
+            violators = violators[np.argpartition(-excess[violators], take - 1)[:take]]
+        working = np.union1d(working, violators)
+        Gw = G[np.ix_(working, working)]
+        gw, tw, dw = grad[working].copy(), theta[working].copy(), diag[working]
+        for _ in range(max_sweeps):
+            biggest = 0.0
+            for i in range(len(working)):
+                old = tw[i]
+                rho = gw[i] + dw[i] * old
+                new = math.copysign(max(abs(rho) - thr, 0.0), rho) / dw[i]
+                if new != old:
+                    gw -= Gw[:, i] * (new - old)
+                    tw[i] = new
+                    change = abs(new - old)
+                    if change > biggest:
+                        biggest = change
+            if biggest <= tol * max(1.0, float(np.max(np.abs(tw)))):
+                break
+        theta[working] = tw
+        working = working[tw != 0]
+    return theta
+
+
+def wishart_bartlett(mech: WishartMechanism, rng: np.random.Generator) -> np.ndarray:
+    """A draw of Wishart_dim(k, sensitivity^2 I) with WishartMechanism's calibration, by the Bartlett
+    decomposition W = s^2 A A^T, A lower triangular, A_ii^2 ~ chi^2(k - i), A_ij ~ N(0, 1) below the diagonal."""
+    p, k = mech.dim, mech.k
+    A = np.zeros((p, p))
+    A[np.diag_indices(p)] = np.sqrt(rng.chisquare(k - np.arange(p)))
+    rows, cols = np.tril_indices(p, -1)
+    A[rows, cols] = rng.standard_normal(len(rows))
+    W = A @ A.T
+    W *= mech.sensitivity ** 2
+    return (W + W.T) * 0.5
+
+
+class PrivateThresholdLasso(CentralRows, Algorithm):
+    """PrivateThresholdLASSO (seed 003, Algorithms 1-2); see the module docstring for the protocol, the budget
+    split and what is reconstructed. `private = False` (subclass `lasso-bandit`) turns every noise off."""
+
+    name = "private-lasso"
+    paper = f"{PAPER_003}, Algorithm 1 (PrivateThresholdLASSO) with Algorithm 2 (SparseEstimation)"
+    privacy_model = "central"
+    env_kinds = ("sparse-linear",)
+    default_env = "sparse-linear"
+    context_norm = "linf"
+    private = True
+    defaults = {
+        "s0": None,                 # the sparsity, known to the algorithm (paper); None: the env's
+        "lambda_0": 0.05,           # reconstruction: the paper gives no value
+        "phi2": None,               # compatibility constant phi^2; None: the env's (1/3 for sparse-linear)
+        "s_bar": None,              # None: the paper's 1 + 4 C_r C_X sqrt(s0) / phi^2
+        "C_theta": 1.0,             # bound on ||theta*||_2
+        "lasso_sensitivity": None,  # reconstruction: c of Delta_n = c / n; None: 2 C_X (C_r + C_X sqrt(s0) C_theta) / phi^2
+        "gap": 2.0,                 # reconstruction: threshold margin, in units of xi_T ln(1/delta1)
+        "ridge": 1.0,               # reconstruction: ridge of the support least squares (for ||theta|| <= C_theta)
+        "debias": False,            # reconstruction: subtract the Wishart mean from the released Gram
+    }
+    # The seed has no experiment; ALGORITHMS.md: d >> s0, e.g. d = 1000, s0 = 5, K = 10 (the env's defaults).
+    paper_setting = {"env_params": {"d": 1000, "s0": 5, "K": 10}, "users": 100_000, "eps": 1.0, "delta": 0.1,
+                     "params": {}}
+    FLUSH = 256
+
+    def setup(self):
+        self.client_bounds()   # self.L: coordinate bound C_X, self.R: reward bound C_r
+        s0 = self.params["s0"]
+        if s0 is None:
+            s0 = getattr(self.env, "sparsity", None)
+        if isinstance(s0, bool) or not isinstance(s0, (int, np.integer)) or not 1 <= s0 <= self.d:
+            raise ConfigError("params.s0", s0, f"must be an integer in [1, d={self.d}]")
+        self.s0 = int(s0)
+        self.lambda_0 = option_float("lambda_0", self.params["lambda_0"], strict=True)
+        phi2 = self.params["phi2"]
+        self.phi2 = option_float("phi2", getattr(self.env, "context_min_eig", 1.0) if phi2 is None else phi2,
+                                 strict=True)
+        self.C_theta = option_float("C_theta", self.params["C_theta"], strict=True)
+        s_bar = self.params["s_bar"]
+        if s_bar is None:
+            s_bar = 1.0 + 4.0 * self.R * self.L * math.sqrt(self.s0) / self.phi2
+        self.s_bar = option_float("s_bar", s_bar, minimum=1.0)
+        sens = self.params["lasso_sensitivity"]
+        if sens is None:
+            sens = 2.0 * self.L * (self.R + self.L * math.sqrt(self.s0) * self.C_theta) / self.phi2
+        self.lasso_sensitivity = option_float("lasso_sensitivity", sens, strict=True)
+        self.gap = option_float("gap", self.params["gap"])
+        self.ridge = option_float("ridge", self.params["ridge"])
+        if not isinstance(self.params["debias"], bool):
+            raise ConfigError("params.debias", self.params["debias"], "must be true or false")
+        self.debias = self.params["debias"]
+        self.max_support = min(self.d, int(math.floor(self.s0 + math.sqrt(self.s_bar))))
+
+        # Budget split of Algorithm 1.
+        self.episodes = max(1, math.ceil(math.log2(self.T))) if self.T > 1 else 1
+        self.delta1 = self.delta2 = self.delta / (2 * self.episodes)
+        self.eps1 = self.eps2 = self.eps / (2 * self.episodes * math.log(1.0 / self.delta2))
+        # Per-node budget of the episode trees (Section 3), L = the deepest tree (all rounds + the history element).
+        self.tree_depth = tree_depth(self.config.rounds + 1)
+        self.eps_node = self.eps2 / math.sqrt(8.0 * self.tree_depth * math.log(2.0 / self.delta2))
+        self.delta_node = self.delta2 / (2 * self.tree_depth)
+        if self.private:
+            svt = self._svt(threshold=0.0, n=1)
+            self.mechanisms["support"] = _Release(svt.guarantee)
+            self.mechanisms["gram"] = _Release(Guarantee(
+                "wishart", "central", self.eps2, self.delta2, self.row_bound(self.max_support), "l2"))
+
+    # ---- helpers -----------------------------------------------------------------------------
+    def row_bound(self, size: int) -> float:
+        """||[x_S; r]|| <= sqrt(|S| C_X^2 + C_r^2): the Wishart sensitivity on a support of that size."""
+        return math.sqrt(size * self.L ** 2 + self.R ** 2)
+
+    def _svt(self, threshold, n):
+        return AboveNoisyThreshold(threshold, self.eps1, sensitivity=self.lasso_sensitivity / n,
+                                   max_positives=self.max_support, delta=self.delta1, model="central")
+
+    def _wishart(self, size):
+        return WishartMechanism(size + 1, self.eps_node, self.delta_node, sensitivity=self.row_bound(size))
+
+    def lambda_at(self, n: int) -> float:
+        return self.lambda_0 * math.sqrt(2.0 * math.log(n) * math.log(self.d) / n) if n > 1 else 0.0
+
+    def ledger(self):
+        return [{**row, "releases": self.episodes, "per": "episode"} for row in super().ledger()]
+
+    # ---- server half -------------------------------------------------------------------------
+    def initial_state(self, rng):
+        d1 = self.d + 1
+        return {
+            "gram": np.zeros((d1, d1)),              # clean [X y]^T [X y] of the flushed rows
+            "buffer": np.zeros((self.FLUSH, d1)), "buffered": 0,
+            "users": 0, "rounds": 0,
+            "lasso": np.zeros(self.d),               # last LASSO estimate (warm start)
+            "support": np.zeros(0, dtype=np.int64),
+            "theta_S": np.zeros(0),
+            "episode": None,                         # per-episode tree
+            # the episode of t = 1 has no history: empty support, nothing released; the next starts at t = 3
+            "next_start": 3,                         # next episode start t = 2^k - 1 (1-based user index)
+            "episodes": [],                          # (n, lambda, S0, S1) of every episode
+        }
+
+    def _flush(self, state):
+        k = state["buffered"]
+        if k:
+            rows = state["buffer"][:k]
+            state["gram"] += rows.T @ rows
+            state["buffered"] = 0
+
+    def _store_rows(self, state, Z):
+        buf = state["buffer"]
+        for start in range(0, Z.shape[0], self.FLUSH):
+            chunk = Z[start:start + self.FLUSH]
+            k = state["buffered"]
+            if k + chunk.shape[0] > self.FLUSH:
+                self._flush(state)
+                k = 0
+            buf[k:k + chunk.shape[0]] = chunk
+            state["buffered"] = k + chunk.shape[0]
+
+    def _sparse_estimation(self, state, n, rng):
+        """Algorithm 2 on the history of n users: the new support."""
+        self._flush(state)
+        d = self.d
+        if n < 2:
+            return np.zeros(0, dtype=np.int64)
+        lam = self.lambda_at(n)
+        G = state["gram"]
+        theta_hat = lasso_gram(G[:d, :d], G[:d, d], n, lam, theta0=state["lasso"])
+        state["lasso"] = theta_hat
+        S0 = np.flatnonzero(np.abs(theta_hat) > 4.0 * lam)
+        values = np.abs(theta_hat[S0])
+        base = 4.0 * lam * math.sqrt(self.s_bar)
+        if self.private:
+            svt = self._svt(base, n)
+            svt = self._svt(base + self.gap * svt.threshold_scale * math.log(1.0 / self.delta1), n)
+            S1 = S0[svt.select(values, rng)] if len(S0) else S0
+        else:
+            S1 = S0[values >= base][:self.max_support]
+        state["episodes"].append({"users": n, "lambda": lam, "S0": S0, "S1": S1})
+        return np.sort(S1).astype(np.int64)
+
+    def _start_episode(self, state, support, rng):
+        state["support"] = support
+        if len(support) == 0:      # nothing to estimate, nothing released
+            state["episode"], state["theta_S"] = None, np.zeros(0)
+            return
+        cols = np.append(support, self.d)
+        ep = {"cols": cols, "j": 0, "clean": [], "noisy": [],
+              "mech": self._wishart(len(support)) if self.private else None}
+        state["episode"] = ep
+        self._tree_add(state, state["gram"][np.ix_(cols, cols)], rng)   # the history element
+
+    def _tree_add(self, state, element, rng):
+        """Binary mechanism with Wishart nodes: append one element, return nothing (the prefix is kept)."""
+        ep = state["episode"]
+        ep["j"] += 1
+        j = ep["j"]
+        level = (j & -j).bit_length() - 1
+        while len(ep["clean"]) <= level:
+            ep["clean"].append(None)
+            ep["noisy"].append(None)
+        block = element.copy()
+        for i in range(level):            # the node of `level` covers the element and the lower closed nodes
+            block += ep["clean"][i]
+            ep["clean"][i] = None
+            ep["noisy"][i] = None
+        ep["clean"][level] = block
+        noisy = block
+        if self.private:
+            noisy = block + wishart_bartlett(ep["mech"], rng)
+            if self.debias:
+                noisy[np.diag_indices(len(noisy))] -= ep["mech"].k * ep["mech"].sensitivity ** 2
+        ep["noisy"][level] = noisy
+        prefix = np.zeros_like(block)
+        for i in range(len(ep["noisy"])):
+            if (j >> i) & 1:
+                prefix += ep["noisy"][i]
+        ep["prefix"] = prefix
+        s = len(ep["cols"]) - 1
+        A = prefix[:s, :s]
+        A[np.diag_indices(s)] += self.ridge
+        try:
+            state["theta_S"] = np.linalg.solve(A, prefix[:s, s])
+        except np.linalg.LinAlgError:      # singular without ridge: minimum-norm least squares
+            state["theta_S"] = np.linalg.lstsq(A, prefix[:s, s], rcond=None)[0]
+
+    def update(self, state, sums, start, stop, rng):
+        Z = sums.get("Z")
+        if Z is not None:
+            self._store_rows(state, Z)
+        if state["episode"] is not None and Z is not None:
+            cols = state["episode"]["cols"]
+            Zs = Z[:, cols]
+            self._tree_add(state, Zs.T @ Zs, rng)
+        elif state["episode"] is not None:
+            self._tree_add(state, np.zeros((len(state["episode"]["cols"]),) * 2), rng)
+        state["users"] = stop
+        state["rounds"] += 1
+        # Does the next round [stop + 1, stop + B] (1-based) contain an episode start t = 2^k - 1?
+        B = self.config.round_size
+        if stop < self.T and state["next_start"] <= stop + B:
+            while state["next_start"] <= stop + B:
+                state["next_start"] = 2 * state["next_start"] + 1
+            self._start_episode(state, self._sparse_estimation(state, stop, rng), rng)
+        return state
+
+    def publish(self, state):
+        return {"support": state["support"], "theta_S": state["theta_S"]}
+
+    def estimate(self, state):
+        theta = np.zeros(self.d)
+        theta[state["support"]] = state["theta_S"]
+        return theta
+
+    # ---- client half -------------------------------------------------------------------------
+    def act(self, model, contexts, users, rng):
+        S = model["support"]
+        if len(S) == 0:
+            return np.zeros(len(users), dtype=np.int64)   # theta = 0: every arm ties, take the first
+        return (contexts[..., S] @ model["theta_S"]).argmax(axis=1)
+
+
+class LassoBandit(PrivateThresholdLasso):
+    """The same thresholded LASSO bandit with every noise off (non-private baseline)."""
+
+    name = "lasso-bandit"
+    paper = f"{PAPER_003}, Algorithm 1 without noise (thresholded LASSO bandit, Ariu et al. 2020 style)"
+    privacy_model = "none"
+    private = False
+
+
+ALGORITHMS = [PrivateThresholdLasso, LassoBandit]
