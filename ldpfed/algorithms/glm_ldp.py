@@ -24,6 +24,8 @@ and r to c_r BEFORE privatizing and counts what it clipped):
     sigma = 2 sqrt(2 ln(1.25/delta))/eps; its u noise is smaller than the sensitivity 2 c_r C_B requires for an
     even split, so we calibrate from the sensitivities above instead.)
     c~ uses sigma = the std of the entries of W (the noise the shift has to dominate).
+    calibration "classic" (sigma = Delta sqrt(2 ln(1.25/delta'))/eps', the paper's Lemma 2.1) is proven for
+    eps' <= 1, i.e. eps <= 2 here (eps <= 4 for the multi-parameter split); "analytic" is exact for every eps.
   * ldp-sgd: eps-LDP l2-ball mechanism with radius R = 2 c_r C_B (delta unused).
   * multi: every arm slot is privatized at (eps/2, delta/2) (Propositions 4.1-4.2); a neighbouring user changes at
     most two slots (its pulled arm and the neighbour's), so the whole message is (eps, delta)-LDP. Inside an OLS
@@ -37,7 +39,7 @@ import math
 import numpy as np
 from scipy.special import expit
 
-from ldpfed.algorithms.base import Algorithm, clip_abs
+from ldpfed.algorithms.base import Algorithm
 from ldpfed.errors import ConfigError
 from ldpfed.mechanisms import GaussianMechanism, L2BallMechanism, SymmetricGaussianMechanism
 
@@ -62,6 +64,14 @@ def clip_rows(x: np.ndarray, bound: float) -> tuple[np.ndarray, int]:
         return x, 0
     scale = np.where(over, bound / np.maximum(norms, 1e-300), 1.0)
     return x * scale[..., None], int(np.count_nonzero(norms > bound * (1.0 + CLIP_RTOL)))
+
+
+def clip_values(r: np.ndarray, bound: float) -> tuple[np.ndarray, int]:
+    """Values clipped to [-bound, bound], and how many were outside (np.clip is slow on the tiny arrays of B = 1)."""
+    over = np.abs(r) > bound
+    if not over.any():
+        return r, 0
+    return np.minimum(np.maximum(r, -bound), bound), int(np.count_nonzero(over))
 
 
 def _links(link: str):
@@ -115,7 +125,7 @@ class _GLMBase(Algorithm):
     def _clip(self, x, r):
         """Clip contexts to C_B and rewards to c_r (public bounds) before anything is privatized."""
         x, n_x = clip_rows(np.asarray(x, dtype=float), self.C_B)
-        r, n_r = clip_abs(np.asarray(r, dtype=float), self.c_r)
+        r, n_r = clip_values(np.asarray(r, dtype=float), self.c_r)
         return x, r, {"clipped_context": n_x, "clipped_reward": n_r}
 
     def _ols_sensitivities(self):
@@ -214,21 +224,31 @@ class Ols(LdpOls):
 class LdpSgd(_SingleBase):
     """LDP-SGD (Algorithm 1 with eq. 5-6): eps-LDP l2-ball mechanism on the clipped gradient.
 
-    Step eta_t = step / t for the t-th user (t = 1, 2, ...), i.e. the authors' public code 5/(t+1) with its 0-based
-    t (Theorem 3.1 takes eta_t = c' d / (kappa_l zeta p_* t), whose constants are unknown in practice). Start: a
+    Step eta_t = step / (t + step_offset) for the t-th user (t = 1, 2, ...); the defaults are the authors' public
+    code 5/(t+1) with its 0-based t (Theorem 3.1 takes eta_t = c' d / (kappa_l zeta p_* t), whose constants are
+    unknown in practice). step_offset (default 0, i.e. the paper's c/t) is a reconstruction: a positive offset
+    damps the first, largest steps (the public code's RSGD server used 1/(t+50)). Start: a
     random unit vector (public code), drawn from the run's init generator. No projection (the paper has none).
     In a round every user's gradient is taken at the published theta and applied with its own eta_t (aggregate)."""
 
     name = "ldp-sgd"
     paper = f"{PAPER}, Algorithm 1 with the SGD mechanism (eq. 5-6)"
     privacy_model = "ldp"
-    defaults = {"step": 5.0, "context_bound": 1.0}  # step: public code's 5/(t+1)
+    defaults = {"step": 5.0, "step_offset": 0.0, "context_bound": 1.0}  # step: public code's 5/(t+1)
 
     def _setup(self):
-        self.step = _positive("step", self.params["step"])
+        self._set_step()
         self.R = 2.0 * self.c_r * self.C_B
         self.mech = L2BallMechanism(self.R, self.eps, self.d)
         self.mechanisms = {"Z": self.mech}
+
+    def _set_step(self):
+        self.step = _positive("step", self.params["step"])
+        offset = self.params["step_offset"]
+        if isinstance(offset, (bool, np.bool_)) or not isinstance(offset, (int, float, np.integer, np.floating)) \
+                or not math.isfinite(offset) or offset < 0:
+            raise ConfigError("params.step_offset", offset, "must be a finite number >= 0")
+        self.step_offset = float(offset)
 
     def initial_state(self, rng):
         return {"theta": _unit_vector(rng, self.d)}
@@ -244,7 +264,8 @@ class LdpSgd(_SingleBase):
         return {"Z": Z}, metrics
 
     def aggregate(self, messages, users):
-        eta = self.step / (np.asarray(users, dtype=float) + 1.0)   # public: a function of the arrival index
+        # public: a function of the arrival index only (user i, 0-based, is the (i+1)-th)
+        eta = self.step / (np.asarray(users, dtype=float) + (1.0 + self.step_offset))
         return {"Z": eta @ messages["Z"]}
 
     def update(self, state, sums, start, stop, rng):
@@ -395,21 +416,21 @@ class OlsMulti(LdpOlsMulti):
 class LdpSgdMulti(_MultiBase, LdpSgd):
     """LDP-SGD, multi parameter (Algorithm 2 with eq. 5-6): every slot an l2-ball mechanism at eps/2, radius
     R = 2 c_r C_B; psi(0, 0) is the mechanism applied to the zero gradient (a uniformly random direction).
-    Start theta_{0,a} = 0 (Algorithm 2). Step of arm a at its j-th message (j = 1, 2, ...): step / j. Theorem 4.1
-    writes the count as (t mod K) + 1 during warm-up and t - (K-1) s0 after; the latter is the per-arm message
-    count and we read the former as its warm-up analogue floor(t/K) + 1 (the per-arm count), so eta decays
-    like 1/(messages received) throughout."""
+    Start theta_{0,a} = 0 (Algorithm 2). Step of arm a at its j-th message (j = 1, 2, ...): step / (j + step_offset).
+    Theorem 4.1 writes the count as (t mod K) + 1 during warm-up and t - (K-1) s0 after; the latter is the per-arm
+    message count and we read the former as its warm-up analogue floor(t/K) + 1 (also the per-arm count), so eta
+    decays like 1/(messages received) throughout."""
 
     name = "ldp-sgd-multi"
     paper = f"{PAPER}, Algorithm 2 with the SGD mechanism"
     privacy_model = "ldp"
-    defaults = {"s0": "auto", "h": 1.0, "step": 5.0, "context_bound": 1.0}
+    defaults = {"s0": "auto", "h": 1.0, "step": 5.0, "step_offset": 0.0, "context_bound": 1.0}
     paper_setting = {"env_params": {"d": 20, "K": 3}, "users": 10**6, "eps": 1.0, "delta": 0.1,
                      "params": {"s0": 3000}}
 
     def _setup(self):
         self._setup_multi()
-        self.step = _positive("step", self.params["step"])
+        self._set_step()
         self.R = 2.0 * self.c_r * self.C_B
         self.mech = L2BallMechanism(self.R, self.eps / 2, self.d)
         self.mechanisms = {"Z": self.mech}
@@ -425,9 +446,9 @@ class LdpSgdMulti(_MultiBase, LdpSgd):
         n = len(actions)
         sent, pulled = self._slots(users, actions)
         theta_a = model["theta"][actions]
-        g = np.zeros((n, self.K, self.d))
-        g[np.arange(n), actions] = (self.mu(np.einsum("ij,ij->i", x, theta_a)) - r)[:, None] * x
-        g_pulled, metrics["clipped"] = clip_rows(g[np.arange(n), actions], self.R)
+        g_pulled = (self.mu(np.einsum("ij,ij->i", x, theta_a)) - r)[:, None] * x
+        g_pulled, metrics["clipped"] = clip_rows(g_pulled, self.R)
+        g = np.zeros((n, self.K, self.d))              # psi(0, 0): the zero gradient for the other arms
         g[np.arange(n), actions] = g_pulled
         Z, _ = self.mech.privatize(g.reshape(n * self.K, self.d), rng)
         Z = Z.reshape(n, self.K, self.d) * sent[:, :, None]
@@ -441,7 +462,7 @@ class LdpSgdMulti(_MultiBase, LdpSgd):
         return np.where((users >= self.warm)[:, None], post_count, warm_count)
 
     def aggregate(self, messages, users):
-        eta = self.step / self.message_counts(users)
+        eta = self.step / (self.message_counts(users) + self.step_offset)
         return {"Z": np.einsum("ik,ikd->kd", eta, messages["Z"]), "n": messages["n"].sum(axis=0)}
 
     def update(self, state, sums, start, stop, rng):
