@@ -1,0 +1,245 @@
+"""The federated engine on Ray: population actors, server shard actors, and the driver as coordinator.
+
+One round:
+1. The coordinator publishes the model with ONE `ray.put`; every population actor reads it zero-copy.
+2. Each population actor simulates all the users of its logical populations for the round in one call
+   (`simulate_population`, vectorized), and returns one object per server shard (the messages for that shard's
+   keys, see `ray_shard`) plus the simulation metrics (regret, counters) as a separate object: metrics never go
+   to the server.
+3. As each actor's call completes, the coordinator hands the object references (not the data) to the shards'
+   `fold`; shards validate and fold (idempotent per (population, round), in population order).
+4. The coordinator collects the shards' totals, reassembles the aggregate, runs `algo.update` (the server half),
+   records the round (`RoundRecorder`) and reports progress.
+
+The result equals `run_local`'s for the same config, whatever the number of actors, shards or nodes: the same
+derived random streams are used per (population, round), regret and metrics are added in population order, and
+every element of the aggregate is summed in population order by exactly one shard.
+Memory does not grow with the number of users: at most one round's objects are alive at a time, and the shards
+keep one round's totals.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import ray
+
+from ldpfed.algorithms import make_algorithm
+from ldpfed.engine.core import RoundRecorder, population_users, simulate_population
+from ldpfed.engine.ray_shard import MODES, LatencyHistogram, ShardCore, current_rss_bytes, make_plan, peak_rss_bytes
+from ldpfed.envs import make_env
+from ldpfed.errors import ConfigError
+from ldpfed.rng import derive
+
+
+class PopulationActor:
+    """Hosts a fixed set of logical populations; builds its env and algorithm (client half) once."""
+
+    def __init__(self, config, populations: list[int], plan):
+        self.config, self.populations, self.plan = config, list(populations), plan
+        self.env = make_env(config)
+        self.algo = make_algorithm(self.env, config)
+        self.pre_aggregate = plan.mode == "pre-aggregated"
+        self.shards = plan.shards
+
+    def node(self) -> str:
+        return ray.get_runtime_context().get_node_id()
+
+    def run_round(self, model, round_index: int, start: int, stop: int):
+        """All users of this actor's populations for one round: (*one object per shard, metrics)."""
+        config, plan = self.config, self.plan
+        per_shard = [[] for _ in range(self.shards)]
+        metrics = []
+        for p in self.populations:
+            users = population_users(start, stop, p, config.populations)
+            if len(users) == 0:
+                continue
+            payload, regret, pop_metrics = simulate_population(self.algo, self.env, model, config.seed, round_index,
+                                                               p, users, pre_aggregate=self.pre_aggregate)
+            metrics.append((p, regret, pop_metrics, len(users) if payload else 0))
+            if payload and plan.sum_spec:
+                for s, part in enumerate(plan.split(payload, len(users), p)):
+                    if part is not None:
+                        per_shard[s].append((config.algorithm, round_index, p, part))
+        return (*per_shard, metrics)
+
+    def stats(self) -> dict:
+        return {"peak_rss": peak_rss_bytes(), "rss": current_rss_bytes(), "pid": os.getpid()}
+
+
+class ShardActor:
+    """A server shard: keeps the aggregates of its keys (see `ray_shard.ShardCore`)."""
+
+    def __init__(self, config, plan, shard: int, max_open_rounds: int = 1):
+        algo = None
+        if plan.mode == "per-user" and plan.segments[shard]:
+            algo = make_algorithm(make_env(config), config)   # for its `aggregate` (public per-user weights)
+        self.core = ShardCore(plan, shard, algo, max_open_rounds=max_open_rounds)
+
+    def node(self) -> str:
+        return ray.get_runtime_context().get_node_id()
+
+    def fold(self, *batches, sent_at=None):
+        accepted = rejected = 0
+        for batch in batches:
+            a, r = self.core.fold(batch, sent_at=sent_at)
+            accepted += a
+            rejected += r
+        return accepted, rejected
+
+    def collect(self, round_index: int) -> dict:
+        return self.core.collect(round_index)
+
+    def peek(self, round_index: int) -> dict:
+        return self.core.peek(round_index)
+
+    def stats(self) -> dict:
+        return {**self.core.stats(), "pid": os.getpid()}
+
+
+RemotePopulation = ray.remote(PopulationActor)
+RemoteShard = ray.remote(ShardActor)
+
+
+def _check_int(name, value, low=1):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        raise ConfigError(name, value, f"must be an integer >= {low}")
+    return int(value)
+
+
+def ensure_ray(address=None, **init_kwargs) -> bool:
+    """Connect to `address` (or RAY_ADDRESS), or start a local Ray; True if this call started it."""
+    if ray.is_initialized():
+        return False
+    kwargs = {"include_dashboard": False, "logging_level": "WARNING", "log_to_driver": True, **init_kwargs}
+    if address is not None or os.environ.get("RAY_ADDRESS"):
+        kwargs.pop("include_dashboard", None)
+        kwargs.pop("num_cpus", None)
+    ray.init(address=address, **kwargs)
+    return True
+
+
+def run_ray(config, *, actors: int = 2, shards: int = 1, mode: str = "pre-aggregated", max_in_flight: int | None = None,
+            progress=None, address: str | None = None):
+    """Run `config` on Ray; returns the same RunResult as `run_local(config)` plus Ray figures in the summary.
+
+    actors: population actors (each hosts the populations p with p % actors == its index; at most
+    config.populations are used). shards: server shard actors. mode: "pre-aggregated" (populations send their
+    sums) or "per-user" (every privatized user message goes to the shards, which aggregate). max_in_flight:
+    population calls in flight at once (default: all actors). progress: a callable (users_done, regret), or True
+    for the standard display. address: an existing cluster (default: RAY_ADDRESS, else a new local Ray).
+    """
+    actors = _check_int("actors", actors)
+    shards = _check_int("shards", shards)
+    if mode not in MODES:
+        raise ConfigError("mode", mode, f"choose from {list(MODES)}")
+    actors = min(actors, config.populations)
+    max_in_flight = actors if max_in_flight is None else _check_int("max_in_flight", max_in_flight)
+    if progress is True:
+        from ldpfed.progress import Progress
+        progress = Progress(config.users, label=f"{config.algorithm} (ray)")
+
+    started = ensure_ray(address)
+    handles = []
+    try:
+        return _coordinate(config, actors, shards, mode, max_in_flight, progress, handles)
+    finally:
+        for handle in handles:
+            try:
+                ray.kill(handle)
+            except Exception:
+                pass
+        if started:
+            ray.shutdown()
+
+
+def _coordinate(config, actors, shards, mode, max_in_flight, progress, handles):
+    env = make_env(config)
+    algo = make_algorithm(env, config)
+    plan = make_plan(algo, config, shards, mode)
+    P, B = config.populations, config.round_size
+
+    total_cpus = float(ray.cluster_resources().get("CPU", 1.0))
+    actor_cpus = min(1.0, total_cpus / actors)
+    populations = [[p for p in range(P) if p % actors == a] for a in range(actors)]
+    pop_actors = [RemotePopulation.options(num_cpus=actor_cpus, scheduling_strategy="SPREAD")
+                  .remote(config, populations[a], plan) for a in range(actors)]
+    handles.extend(pop_actors)
+    shard_actors = [RemoteShard.options(num_cpus=0, scheduling_strategy="SPREAD").remote(config, plan, s)
+                    for s in range(shards)]
+    handles.extend(shard_actors)
+    pop_nodes = ray.get([a.node.remote() for a in pop_actors])
+    shard_nodes = ray.get([s.node.remote() for s in shard_actors])
+    active = plan.active_shards()
+
+    state = algo.initial_state(derive(config.seed, "init"))
+    recorder = RoundRecorder(config, algo, env)
+    fold_calls = 0
+    for r in range(config.rounds):
+        start, stop = r * B, min(config.users, (r + 1) * B)
+        model_ref = ray.put(algo.publish(state))
+        pending: dict = {}
+        fold_refs = []
+        round_metrics = []
+
+        def finish(ref):
+            nonlocal fold_calls
+            a, refs = pending.pop(ref)
+            round_metrics.extend(ray.get(ref))
+            for s in active:
+                fold_refs.append(shard_actors[s].fold.remote(refs[s]))
+                fold_calls += 1
+
+        for a in range(actors):
+            while len(pending) >= max_in_flight:
+                ready, _ = ray.wait(list(pending), num_returns=1)
+                finish(ready[0])
+            refs = pop_actors[a].run_round.options(num_returns=shards + 1).remote(model_ref, r, start, stop)
+            pending[refs[shards]] = (a, refs)
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            finish(ready[0])
+        collect_refs = [shard_actors[s].collect.remote(r) for s in range(shards)]
+        folded = ray.get(fold_refs)
+        if any(rejected for _, rejected in folded):
+            raise RuntimeError(f"round {r}: the shards rejected {sum(x for _, x in folded)} of the engine's messages")
+        totals = ray.get(collect_refs)
+        del model_ref
+
+        regret, metrics, sending = 0.0, {}, 0
+        for _, pop_regret, pop_metrics, pop_sending in sorted(round_metrics, key=lambda m: m[0]):
+            regret += pop_regret
+            sending += pop_sending
+            for key, value in pop_metrics.items():
+                metrics[key] = metrics.get(key, 0) + value
+        sums = plan.assemble(totals)
+        state = algo.update(state, sums, start, stop, derive(config.seed, "server", r))
+        recorder.record(r, stop, regret, metrics, state, sending)
+        if progress is not None:
+            progress(stop, recorder.cumulative)
+
+    elapsed = time.perf_counter() - recorder.started
+    shard_stats = ray.get([s.stats.remote() for s in shard_actors])
+    pop_stats = ray.get([a.stats.remote() for a in pop_actors])
+    latency = LatencyHistogram()
+    for st in shard_stats:
+        latency.merge(st["latency_counts"])
+    p50, p99 = latency.quantile(0.5), latency.quantile(0.99)
+    extra = {
+        "actors": actors, "shards": shards, "mode": mode, "max_in_flight": max_in_flight,
+        "nodes": len(set(pop_nodes) | set(shard_nodes)),
+        "population_nodes": {p: pop_nodes[p % actors] for p in range(P)},
+        "shard_nodes": list(shard_nodes),
+        "shard_layout": plan.layout,
+        "messages": recorder.messages, "messages_per_s": recorder.messages / elapsed if elapsed > 0 else float("inf"),
+        "shard_messages": int(sum(st["accepted"] for st in shard_stats)),
+        "fold_calls": fold_calls,
+        "rejected_messages": int(sum(st["rejected"] for st in shard_stats)),
+        "fold_latency_p50_ms": None if p50 is None else p50 * 1e3,
+        "fold_latency_p99_ms": None if p99 is None else p99 * 1e3,
+        "peak_rss_driver": peak_rss_bytes(),
+        "peak_rss_populations": max(st["peak_rss"] for st in pop_stats),
+        "peak_rss_shards": max(st["peak_rss"] for st in shard_stats),
+    }
+    return recorder.result(state, engine="ray", extra=extra)

@@ -1,0 +1,393 @@
+"""The server side of the Ray engine without Ray: how the aggregates are split into shard keys, and what a shard
+does with a message. `ray_engine` wraps `ShardCore` in an actor; tests and jobs can drive it directly.
+
+Keys. The round's aggregate is the dict of field-wise sums that `algo.aggregate` returns. Its fields, flattened
+and laid end to end (in sorted field order), are cut into `shards` contiguous ranges of near-equal size; shard s
+owns the segments (field, lo, hi) of its range. Every element of the aggregate is therefore folded by exactly one
+shard, and a shard folds the populations of a round in population order (out-of-order arrivals wait, as small
+population sums, until the ones before them are folded), which is the order `run_local` adds them in: the sums
+are bit-identical whatever the number of actors, shards or nodes.
+
+Messages. A message is the tuple (algorithm, round, population, payload); payload maps each field the shard owns
+to float64 values: the population's sum slice, shape (hi - lo,), in "pre-aggregated" mode, or every user's
+privatized message slice, shape (n_users, hi - lo), in "per-user" mode, where the shard applies `algo.aggregate`
+itself (users are public: the shard derives them from (round, population)).
+Per-user mode needs `aggregate` to give bit-identical sums on column slices (true of plain and weighted numpy
+sums; checked at start by a probe). If it does not (e.g. a BLAS product whose rounding depends on the width),
+the plan switches to layout "population": population p sends its whole messages to shard p % shards, each shard
+keeps partial sums of all keys over its populations, and the coordinator adds the partials in shard order; the
+result then equals run_local's up to float rounding (exactly for one shard).
+
+A message is REJECTED and COUNTED, the shard's state unchanged, when: it is not a 4-tuple; the algorithm is not
+the run's; the round is not open (closed, or beyond the window of open rounds); the population has no users in
+that round; the (population, round) was already received; the payload's fields, dtype (float64) or shapes do not
+match the plan (derived from `algo.message_spec()`); a value is not finite; or aggregating it fails.
+"""
+from __future__ import annotations
+
+import math
+import resource
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ldpfed.engine.core import population_users
+
+FLOAT = np.dtype(np.float64)
+MODES = ("pre-aggregated", "per-user")
+
+
+@dataclass(frozen=True)
+class Segment:
+    field: str
+    lo: int
+    hi: int
+
+    @property
+    def size(self) -> int:
+        return self.hi - self.lo
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    algorithm: str
+    mode: str
+    shards: int
+    users: int                   # T
+    round_size: int              # B
+    populations: int             # P
+    message_spec: dict           # field -> per-user shape (algo.message_spec())
+    sum_spec: dict               # field -> shape of the aggregated field
+    segments: tuple              # per shard: tuple of Segment
+    layout: str                  # "block" (key ranges) or "population" (per-user mode, whole messages by population)
+
+    # ---- what a round looks like ---------------------------------------------------------------
+    def round_bounds(self, round_index: int) -> tuple[int, int]:
+        start = round_index * self.round_size
+        return start, min(self.users, start + self.round_size)
+
+    @property
+    def rounds(self) -> int:
+        return -(-self.users // self.round_size)
+
+    def users_of(self, round_index: int, population: int) -> np.ndarray:
+        start, stop = self.round_bounds(round_index)
+        return population_users(start, stop, population, self.populations)
+
+    def populations_of(self, round_index: int, shard: int | None = None) -> list[int]:
+        """Populations with at least one user in the round (sending to `shard`), in order."""
+        start, stop = self.round_bounds(round_index)
+        n = stop - start
+        P = self.populations
+        return [p for p in range(P) if n * (p + 1) // P > n * p // P and (shard is None or self.sends_to(p, shard))]
+
+    def sends_to(self, population: int, shard: int) -> bool:
+        if not self.segments[shard]:
+            return False
+        return self.layout != "population" or population % self.shards == shard
+
+    def active_shards(self) -> list[int]:
+        return [s for s, segs in enumerate(self.segments) if segs]
+
+    # ---- population side -----------------------------------------------------------------------
+    def split(self, payload: dict, n_users: int, population: int) -> list[dict | None]:
+        """One population's payload (its sums, or its users' messages) cut into per-shard payloads (None: none)."""
+        parts = []
+        for s, segs in enumerate(self.segments):
+            if not self.sends_to(population, s):
+                parts.append(None)
+            elif self.mode == "pre-aggregated":
+                parts.append({seg.field: np.ascontiguousarray(
+                    np.asarray(payload[seg.field], dtype=FLOAT).reshape(-1)[seg.lo:seg.hi]) for seg in segs})
+            elif self.layout == "block":
+                parts.append({seg.field: np.ascontiguousarray(
+                    np.asarray(payload[seg.field], dtype=FLOAT).reshape(n_users, -1)[:, seg.lo:seg.hi]) for seg in segs})
+            else:   # population layout: the whole messages
+                parts.append({f: np.ascontiguousarray(payload[f], dtype=FLOAT) for f in self.message_spec})
+        return parts
+
+    # ---- coordinator side ----------------------------------------------------------------------
+    def assemble(self, totals: list[dict]) -> dict:
+        """The round's aggregate from the shards' totals ({field: flat segment} per shard)."""
+        if self.layout == "population":    # partial sums of every key, added in shard order
+            sums: dict = {}
+            for part in totals:
+                for field, value in part.items():
+                    if field in sums:
+                        sums[field] += value
+                    else:
+                        sums[field] = np.array(value, dtype=FLOAT, copy=True)
+            return {f: sums[f].reshape(shape) for f, shape in self.sum_spec.items() if f in sums}
+        pieces: dict[str, list] = {}
+        for s, segs in enumerate(self.segments):
+            for seg in segs:
+                pieces.setdefault(seg.field, []).append((seg.lo, totals[s][seg.field]))
+        sums = {}
+        for field in self.sum_spec:
+            if field not in pieces:
+                continue
+            parts = sorted(pieces[field], key=lambda item: item[0])
+            flat = parts[0][1] if len(parts) == 1 else np.concatenate([v for _, v in parts])
+            sums[field] = np.array(flat, dtype=FLOAT).reshape(self.sum_spec[field])
+        return sums
+
+    def expected_shapes(self, shard: int, n_users: int) -> dict:
+        segs = self.segments[shard]
+        if self.mode == "pre-aggregated":
+            return {seg.field: (seg.size,) for seg in segs}
+        if self.layout == "block":
+            return {seg.field: (n_users, seg.size) for seg in segs}
+        return {f: (n_users, *shape) for f, shape in self.message_spec.items()}
+
+
+def _shape(value) -> tuple:
+    return tuple(int(x) for x in value)
+
+
+def _cut(sum_spec: dict, shards: int) -> tuple:
+    """Contiguous ranges of the concatenated flattened fields, one per shard, as segments."""
+    fields = [(f, int(np.prod(shape, dtype=np.int64))) for f, shape in sum_spec.items()]
+    total = sum(size for _, size in fields)
+    segments = []
+    for s in range(shards):
+        lo, hi = total * s // shards, total * (s + 1) // shards
+        segs, offset = [], 0
+        for field, size in fields:
+            a, b = max(lo, offset), min(hi, offset + size)
+            if a < b:
+                segs.append(Segment(field, a - offset, b - offset))
+            offset += size
+        segments.append(tuple(segs))
+    return tuple(segments)
+
+
+def make_plan(algo, config, shards: int, mode: str) -> ShardPlan:
+    """Probe the algorithm's message spec and aggregate, and cut the aggregate into `shards` key ranges."""
+    if mode not in MODES:
+        raise ValueError(f"mode={mode!r}: choose from {list(MODES)}")
+    spec = {str(f): _shape(shape) for f, shape in sorted(algo.message_spec().items())}
+    rng = np.random.default_rng(12345)
+    n = 257
+    users = np.arange(1000, 1000 + n, dtype=np.int64)
+    probe = {f: rng.standard_normal((n, *shape)) for f, shape in spec.items()}
+    full = algo.aggregate(probe, users) if spec else {}
+    sum_spec = {str(f): np.shape(v) for f, v in sorted(full.items())}
+    segments = _cut(sum_spec, shards)
+    layout = "block"
+    if mode == "per-user" and spec:
+        exact = set(sum_spec) == set(spec) and all(sum_spec[f] == spec[f] for f in spec)
+        for segs in segments if exact else ():
+            try:
+                part = algo.aggregate({s.field: np.ascontiguousarray(probe[s.field].reshape(n, -1)[:, s.lo:s.hi])
+                                       for s in segs}, users)
+                exact = all(np.array_equal(np.asarray(part[s.field], dtype=FLOAT).reshape(-1),
+                                           np.asarray(full[s.field], dtype=FLOAT).reshape(-1)[s.lo:s.hi]) for s in segs)
+            except Exception:   # an aggregate that needs whole messages
+                exact = False
+            if not exact:
+                break
+        if not exact:
+            layout = "population"
+            whole = tuple(Segment(f, 0, int(np.prod(shape, dtype=np.int64))) for f, shape in sum_spec.items())
+            segments = (whole,) * shards
+    return ShardPlan(algorithm=config.algorithm, mode=mode, shards=shards, users=config.users,
+                     round_size=config.round_size, populations=config.populations, message_spec=spec,
+                     sum_spec=sum_spec, segments=segments, layout=layout)
+
+
+class LatencyHistogram:
+    """Log-spaced histogram of durations (2% bins from 100 ns to ~1 day): bounded memory, mergeable."""
+
+    BASE, RATIO, BINS = 1e-7, 1.02, 1500
+
+    def __init__(self):
+        self.counts = np.zeros(self.BINS, dtype=np.int64)
+
+    def add(self, seconds: float) -> None:
+        k = 0 if seconds <= self.BASE else int(math.log(seconds / self.BASE) / math.log(self.RATIO)) + 1
+        self.counts[min(k, self.BINS - 1)] += 1
+
+    def merge(self, other: "LatencyHistogram | np.ndarray") -> None:
+        self.counts += other.counts if isinstance(other, LatencyHistogram) else np.asarray(other)
+
+    @property
+    def count(self) -> int:
+        return int(self.counts.sum())
+
+    def quantile(self, q: float) -> float | None:
+        """Upper edge of the bin holding the q-quantile, in seconds (at most 2% above the true value)."""
+        total = self.count
+        if total == 0:
+            return None
+        k = int(np.searchsorted(np.cumsum(self.counts), math.ceil(q * total)))
+        return self.BASE * self.RATIO ** k
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set size (Linux reports KiB)."""
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def current_rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * resource.getpagesize()
+    except OSError:
+        return peak_rss_bytes()
+
+
+class _Round:
+    __slots__ = ("order", "index", "pending", "seen", "totals")
+
+    def __init__(self, order: list[int]):
+        self.order = order        # populations expected, in fold order
+        self.index = 0            # how many of them are folded
+        self.pending: dict = {}   # population -> its (small) aggregated segments, waiting for earlier ones
+        self.seen: set = set()
+        self.totals: dict = {}
+
+
+class ShardCore:
+    """One server shard: validates and folds messages for its keys; idempotent per (population, round)."""
+
+    def __init__(self, plan: ShardPlan, shard: int, algo=None, max_open_rounds: int = 1):
+        if plan.mode == "per-user" and plan.segments[shard] and algo is None:
+            raise ValueError("per-user mode needs the algorithm's aggregate in the shard")
+        self.plan, self.shard, self.algo = plan, shard, algo
+        self.segments = plan.segments[shard]
+        self.max_open_rounds = max_open_rounds
+        self.next_round = 0           # rounds below are closed
+        self.rounds: dict[int, _Round] = {}
+        self.accepted = 0             # (population, round) messages folded
+        self.user_messages = 0        # users those messages carried
+        self.rejected = 0
+        self.rejected_by_reason: dict[str, int] = {}
+        self.latency = LatencyHistogram()          # time to validate and fold one message
+        self.delivery = LatencyHistogram()         # from the sender's timestamp to folded (when given)
+        self.busy_s = 0.0
+
+    # ---- folding ----------------------------------------------------------------------------------
+    def fold(self, messages, sent_at: float | None = None) -> tuple[int, int]:
+        """Fold a batch of messages; returns (accepted, rejected) of this batch."""
+        accepted = rejected = 0
+        if not isinstance(messages, (list, tuple)):
+            messages = [messages]
+        for message in messages:
+            started = time.perf_counter()
+            reason = self._fold_one(message)
+            now = time.perf_counter()
+            self.busy_s += now - started
+            if reason is None:
+                accepted += 1
+                self.latency.add(now - started)
+                if sent_at is not None:
+                    self.delivery.add(max(time.time() - sent_at, 0.0))
+            else:
+                rejected += 1
+                self.rejected += 1
+                self.rejected_by_reason[reason] = self.rejected_by_reason.get(reason, 0) + 1
+        return accepted, rejected
+
+    def _fold_one(self, message) -> str | None:
+        """None if folded, else the reason it was rejected (and nothing changed)."""
+        plan = self.plan
+        if not isinstance(message, tuple) or len(message) != 4:
+            return "malformed"
+        algorithm, round_index, population, payload = message
+        if algorithm != plan.algorithm:
+            return "unknown algorithm"
+        if isinstance(round_index, bool) or not isinstance(round_index, (int, np.integer)):
+            return "unknown round"
+        round_index = int(round_index)
+        if round_index < self.next_round:
+            return "closed round"
+        if round_index >= min(self.next_round + self.max_open_rounds, plan.rounds):
+            return "unknown round"
+        if isinstance(population, bool) or not isinstance(population, (int, np.integer)) \
+                or not 0 <= int(population) < plan.populations:
+            return "unknown population"
+        population = int(population)
+        state = self.rounds.get(round_index)
+        if state is not None and population in state.seen:
+            return "duplicate"
+        users = plan.users_of(round_index, population)
+        if len(users) == 0 or not plan.sends_to(population, self.shard):
+            return "unknown population"
+        if not isinstance(payload, dict):
+            return "malformed"
+        expected = plan.expected_shapes(self.shard, len(users))
+        if set(payload) != set(expected):
+            return "wrong fields"
+        for field, shape in expected.items():
+            value = payload[field]
+            if not isinstance(value, np.ndarray) or value.dtype != FLOAT:
+                return "wrong dtype"
+            if value.shape != shape:
+                return "wrong shape"
+            if not np.isfinite(value).all():
+                return "non-finite"
+        if plan.mode == "pre-aggregated":
+            part = {seg.field: payload[seg.field] for seg in self.segments}
+        else:
+            try:
+                sums = self.algo.aggregate(payload, users)
+                part = {}
+                for seg in self.segments:
+                    flat = np.asarray(sums[seg.field], dtype=FLOAT).reshape(-1)
+                    if flat.shape != (seg.size,):
+                        return "wrong shape"
+                    part[seg.field] = flat
+            except Exception:
+                return "aggregate failed"
+            if not all(np.isfinite(v).all() for v in part.values()):
+                return "non-finite"
+        # Accepted: only now does the state change.
+        if state is None:
+            state = self.rounds[round_index] = _Round(plan.populations_of(round_index, self.shard))
+        state.seen.add(population)
+        state.pending[population] = part
+        self.accepted += 1
+        self.user_messages += len(users)
+        while state.index < len(state.order) and state.order[state.index] in state.pending:
+            ready = state.pending.pop(state.order[state.index])
+            for field, value in ready.items():
+                if field in state.totals:
+                    state.totals[field] += value
+                else:
+                    state.totals[field] = np.array(value, dtype=FLOAT, copy=True)
+            state.index += 1
+        return None
+
+    # ---- closing a round --------------------------------------------------------------------------
+    def collect(self, round_index: int) -> dict:
+        """The totals of a complete round ({field: flat segment}); closes it. Rounds close in order."""
+        if round_index != self.next_round:
+            raise RuntimeError(f"shard {self.shard}: collect({round_index}) but round {self.next_round} is next")
+        expected = self.plan.populations_of(round_index, self.shard)
+        if not expected:
+            self.next_round += 1
+            self.rounds.pop(round_index, None)
+            return {}
+        state = self.rounds.get(round_index)
+        if state is None or state.index < len(state.order):
+            missing = [p for p in expected if state is None or p not in state.seen]
+            raise RuntimeError(f"shard {self.shard}: round {round_index} incomplete, missing populations {missing}")
+        del self.rounds[round_index]
+        self.next_round += 1
+        return state.totals
+
+    def peek(self, round_index: int) -> dict:
+        """A copy of the current totals of an open round (for tests)."""
+        state = self.rounds.get(round_index)
+        if state is None:
+            return {}
+        return {"totals": {f: v.copy() for f, v in state.totals.items()}, "seen": sorted(state.seen),
+                "folded": state.index, "pending": sorted(state.pending)}
+
+    def stats(self) -> dict:
+        return {"shard": self.shard, "accepted": self.accepted, "user_messages": self.user_messages,
+                "rejected": self.rejected, "rejected_by_reason": dict(self.rejected_by_reason),
+                "latency_counts": self.latency.counts, "delivery_counts": self.delivery.counts,
+                "busy_s": self.busy_s, "open_rounds": len(self.rounds), "next_round": self.next_round,
+                "peak_rss": peak_rss_bytes(), "rss": current_rss_bytes()}
