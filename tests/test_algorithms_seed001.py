@@ -1,0 +1,189 @@
+"""Seed 001 (Wang, Zhao, Wang 2022): linucb, private-linucb, linucb-dgs on the arm-pool world."""
+import math
+
+import numpy as np
+import pytest
+
+from ldpfed.algorithms import make_algorithm
+from ldpfed.config import RunConfig
+from ldpfed.engine import run_local
+from ldpfed.envs import make_env
+from ldpfed.errors import ConfigError
+from ldpfed.mechanisms import TreeMechanism, TreeNoise, tree_depth
+from ldpfed.rng import derive
+
+
+def run(name, users, round_size, eps=1.0, seed=0, **params):
+    return run_local(RunConfig(name, env="arm-pool", users=users, round_size=round_size, eps=eps, delta=0.1,
+                               seed=seed, params=params))
+
+
+# ---- the world -------------------------------------------------------------------------------------------
+def test_arm_pool_world():
+    env = make_env(RunConfig("linucb", env="arm-pool", users=100))
+    assert env.pool.shape == (1000, 25) and env.K == 10
+    np.testing.assert_allclose(np.linalg.norm(env.pool, axis=1), 1.0)
+    assert abs(np.linalg.norm(env.theta) - 1.0) < 1e-12
+    shown = env.shown(np.arange(5000), np.random.default_rng(0))
+    assert shown.shape == (5000, 10)
+    assert all(len(set(row)) == 10 for row in shown), "the K arms shown to a user are distinct"
+    # every arm of the pool is equally likely to be shown: counts ~ Binomial(50000, 1/1000), mean 50, sd ~7
+    counts = np.bincount(shown.ravel(), minlength=1000)
+    assert abs(counts.mean() - 50) < 1e-9 and counts.min() > 50 - 6 * 7.1 and counts.max() < 50 + 6 * 7.1
+    # lambda_0 of the pool: isotropic features on the sphere give about 1/d
+    assert 0.5 / 25 < env.context_min_eig < 1.0 / 25
+    assert env.reward_bound == 1.0 + 3 * 0.5
+
+
+# ---- regret ----------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def regrets():
+    """Final regret at T = 20,000 (rounds of 50), eps = 1, three seeds."""
+    out = {}
+    for name in ("uniform", "linucb", "private-linucb", "linucb-dgs"):
+        out[name] = [run(name, 20_000, 50, seed=s).summary["final_regret"] for s in (0, 1, 2)]
+    return out
+
+
+def test_every_algorithm_beats_uniform(regrets):
+    # uniform play pays E[max of 10 - mean] per user (~0.3 here) with small spread; a learner that is better by
+    # 20% at every seed is far outside the seed-to-seed spread of uniform (~3% at 20,000 users).
+    uniform = np.array(regrets["uniform"])
+    assert np.all(uniform > 0.25 * 20_000)
+    assert np.all(np.array(regrets["linucb"]) < 0.1 * uniform)
+    assert np.all(np.array(regrets["private-linucb"]) < 0.8 * uniform)
+    assert np.all(np.array(regrets["linucb-dgs"]) < 0.9 * uniform)
+
+
+def test_linucb_beats_private_linucb(regrets):
+    assert max(regrets["linucb"]) < 0.5 * min(regrets["private-linucb"])
+    assert max(regrets["linucb"]) < 0.5 * min(regrets["linucb-dgs"])
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "seed 001's headline claim (Laplace LinUCB-DGS below constant-sensitivity Private LinUCB at the same eps) "
+    "does not reproduce under the reconstructed Delta_e = 2L(R+LS)/(lam + lambda_0 e): with lambda_0 ~ 1/d the "
+    "released theta is noise-dominated up to ~1e4-1e5 users at eps = 1, while the noisy augmented Gram of "
+    "private-linucb already points the right way (measured medians at T = 2e4, B = 50: 4467 vs 2731)"))
+def test_dgs_beats_private_linucb_at_the_same_eps(regrets):
+    assert np.median(regrets["linucb-dgs"]) < np.median(regrets["private-linucb"])
+
+
+# ---- the dynamic sensitivity ---------------------------------------------------------------------------
+def test_dgs_noise_shrinks_with_t():
+    T = 4096
+    result = run("linucb-dgs", T, 1)
+    state = result.state
+    config = RunConfig("linucb-dgs", env="arm-pool", users=T, round_size=1, eps=1.0, delta=0.1)
+    algo = make_algorithm(make_env(config), config)
+    scales, stds, norms = state["node_scale"], state["noise_std"], state["noise_norm"]
+    t = np.arange(1, T + 1)
+    # the node closing at t is scaled to Delta_t exactly (Laplace: b = depth * Delta_t / eps)
+    delta_t = algo.numerator / (algo.lam + algo.lambda_0 * t)
+    np.testing.assert_allclose(scales, tree_depth(T) * delta_t / 1.0, rtol=1e-12)
+    assert np.all(np.diff(scales) < 0), "the node scale shrinks with t"
+    # every node covering t closed at some e >= 2^floor(log2 t) > t/2, so the std of n_t is bounded by
+    # sqrt(2 popcount(t)) * b_(2^floor(log2 t)) (Laplace variance 2 b^2), and is at least that of the node closing at t
+    popcount = np.array([bin(k).count("1") for k in t])
+    top = 2 ** np.floor(np.log2(t)).astype(int)
+    bound = np.sqrt(2 * popcount) * scales[top - 1]
+    assert np.all(stds <= bound * (1 + 1e-12)) and np.all(stds >= np.sqrt(2) * scales * (1 - 1e-12))
+    # the noise actually drawn follows: E||n_t||^2 = d std_t^2. Early (t in [16, 64)) its std exceeds the late
+    # one (t in [2048, 4096)) by ~11x (node scales ~40x smaller, but up to 12 nodes cover a late t instead of
+    # 1-5); the mean norms (~sqrt(d) std_t, shared nodes) differ by ~25-30x at seeds 0-3
+    early, late = norms[15:63].mean(), norms[2047:].mean()
+    assert stds[2047:].max() < stds[15:63].min() / 10
+    assert late < early / 10
+    # and the released model converges: its error at the end is far below the error after 100 users
+    table = result.table.dropna(subset=["estimation_error"])
+    early = table[table["users"] >= 100]["estimation_error"].iloc[0]
+    assert table["estimation_error"].iloc[-1] < early / 5
+
+
+# ---- B = 1 is the sequential algorithm ------------------------------------------------------------------
+def _sequential(name, users, seed, eps=1.0):
+    """The paper's loop written out: one user at a time, the same derived generators as the engine."""
+    config = RunConfig(name, env="arm-pool", users=users, round_size=1, eps=eps, delta=0.1, seed=seed)
+    env = make_env(config)
+    d, lam, alpha = env.d, 1.0, 0.3
+    L, R, S = 1.0, env.reward_bound, 1.0
+    A, b = lam * np.eye(d), np.zeros(d)
+    theta_pub, Ainv_pub = np.zeros(d), np.eye(d) / lam
+    if name == "private-linucb":
+        sens = math.sqrt(2) * (L ** 2 + R ** 2)
+        tree = TreeMechanism(users, (d + 1, d + 1), eps=eps, delta=0.1, sensitivity=sens, symmetric=True)
+        upsilon = tree.node_scale * math.sqrt(tree.depth) * (4 * math.sqrt(d + 1) + 2 * math.log(2 * users / 0.05))
+        Ainv_pub = np.eye(d) / (lam + 2 * upsilon)
+    else:
+        tree = TreeNoise(users, (d,), noise="laplace", node_scale=1.0)
+        depth = tree_depth(users)
+    regrets = []
+    for t in range(users):
+        world = derive(seed, "context", 0, t)
+        contexts = env.contexts(np.array([t]), world)
+        X = contexts[0]
+        width = np.sqrt(np.maximum(np.einsum("kd,de,ke->k", X, Ainv_pub, X), 0))
+        a = int(np.argmax(X @ theta_pub + alpha * width))
+        reward, regret = env.step(contexts, np.array([a]), np.array([t]), world)
+        regrets.append(regret[0])
+        x, r = X[a], float(np.clip(reward[0], -R, R))
+        server = derive(seed, "server", t)
+        if name == "private-linucb":
+            z = np.append(x, r)
+            M = tree.add(np.outer(z, z), server)
+            At = M[:d, :d] + (lam + 2 * upsilon) * np.eye(d)
+            Ainv_pub = np.linalg.inv(At)
+            theta_pub = Ainv_pub @ M[:d, d]
+        else:
+            A += np.outer(x, x)
+            b += r * x
+            Ainv_pub = np.linalg.inv(A)
+            delta_e = 2 * L * (R + L * S) / (lam + env.context_min_eig * (t + 1))
+            theta_pub = np.linalg.solve(A, b) + tree.step(server, node_scale=depth * delta_e / eps)
+    return np.array(regrets)
+
+
+@pytest.mark.parametrize("name", ["linucb-dgs", "private-linucb"])
+def test_round_size_one_is_the_sequential_algorithm(name):
+    engine = run(name, 300, 1, seed=5).table["regret"].to_numpy()
+    np.testing.assert_allclose(engine, _sequential(name, 300, seed=5), rtol=1e-9, atol=1e-12)
+
+
+def test_batched_rounds_use_round_sums():
+    """B > 1: one tree element per round; the stream has `rounds` elements."""
+    result = run("linucb-dgs", 1000, 50)
+    assert result.state["tree"].t == 20 and len(result.state["node_scale"]) == 20
+    private = run("private-linucb", 1000, 50)
+    assert private.state["tree"].t == 20
+
+
+# ---- options and ledger -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("name, params, field", [
+    ("linucb", {"alpha": -1}, "params.alpha"),
+    ("linucb", {"lam": 0}, "params.lam"),
+    ("private-linucb", {"upsilon_alpha": 1.5}, "params.upsilon_alpha"),
+    ("linucb-dgs", {"noise": "cauchy"}, "params.noise"),
+    ("linucb-dgs", {"lambda_0": "big"}, "params.lambda_0"),
+    ("linucb-dgs", {"l1_sensitivity": 1}, "params.l1_sensitivity"),
+    ("linucb", {"beta": 1.0}, "params.beta"),
+])
+def test_bad_options_name_the_field(name, params, field):
+    config = RunConfig(name, env="arm-pool", users=100, params=params)
+    with pytest.raises(ConfigError) as info:
+        make_algorithm(make_env(config), config)
+    assert info.value.field == field
+
+
+def test_ledgers():
+    config = RunConfig("private-linucb", env="arm-pool", users=1000, eps=0.5, delta=0.1)
+    env = make_env(config)
+    (row,) = make_algorithm(env, config).ledger()
+    assert row["mechanism"] == "tree-gaussian" and row["model"] == "central" and row["eps"] == 0.5
+    assert row["sensitivity"] == pytest.approx(math.sqrt(2) * (1 + env.reward_bound ** 2))
+    dgs = make_algorithm(env, config.replace(algorithm="linucb-dgs"))
+    (row,) = dgs.ledger()
+    assert row["mechanism"] == "tree-laplace" and row["delta"] == 0.1
+    assert row["sensitivity"] == pytest.approx(dgs.sensitivity_at(1))
+    l1 = make_algorithm(env, config.replace(algorithm="linucb-dgs", params={"l1_sensitivity": True}))
+    assert l1.ledger()[0]["sensitivity"] == pytest.approx(5 * dgs.sensitivity_at(1))
+    assert make_algorithm(env, config.replace(algorithm="linucb")).ledger() == []
