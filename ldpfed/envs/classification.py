@@ -1,3 +1,92 @@
-"""A real classification data set shipped by an installed package, as a bandit."""
+"""A real classification data set shipped by an installed package, as a bandit.
 
-ENVS = {}
+"classification": scikit-learn's digits (sklearn.datasets.load_digits: 1,797 8x8 images, 10 classes), which is
+installed with scikit-learn (read from the package's own data folder: no download, works offline).
+
+As a multi-parameter contextual bandit (like the "*-multi" envs of glm.py): one arm per class (K = 10); user t is
+a data point drawn uniformly with replacement (from the round's context generator); its context is the image
+reduced to d - 1 principal components (a fixed PCA of the whole data set, computed with numpy: no randomness),
+scaled by one global constant so the largest reduced image has norm 1, plus a bias coordinate 1, all divided by
+sqrt(2): ||x|| <= 1 for every user. Pulling the arm of the true class gives reward 1, any other arm 0; the best
+arm (the true class) has expected reward 1, so the regret of a user is 1 - [arm == label].
+There is no parameter to estimate (estimation_error is None). With d = 16 a least-squares one-vs-rest linear
+model on these contexts classifies about 91% of the data set correctly.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from ldpfed.envs.base import Env, positive_int
+from ldpfed.errors import ConfigError
+
+N_FEATURES = 64   # 8x8 pixels
+
+
+@lru_cache(maxsize=8)
+def digits_features(d: int) -> tuple[np.ndarray, np.ndarray]:
+    """(X (n, d), labels (n,)) of the digits data set reduced as described in the module docstring."""
+    from sklearn.datasets import load_digits
+
+    data = load_digits()
+    pixels = np.asarray(data.data, dtype=float)
+    labels = np.asarray(data.target, dtype=np.int64)
+    centered = pixels - pixels.mean(axis=0)
+    _, _, vt = np.linalg.svd(centered, full_matrices=False)
+    components = vt[: d - 1]
+    # Fix each component's sign (SVD signs are arbitrary across LAPACK builds): largest loading positive.
+    signs = np.sign(components[np.arange(d - 1), np.abs(components).argmax(axis=1)])
+    z = centered @ (components * signs[:, None]).T
+    z /= np.linalg.norm(z, axis=1).max()
+    x = np.hstack([z, np.ones((len(z), 1))]) / np.sqrt(2.0)
+    x.setflags(write=False)
+    labels.setflags(write=False)
+    return x, labels
+
+
+class DigitsClassification(Env):
+    """Digits as a 10-armed multi-parameter contextual bandit (see the module docstring)."""
+    name = "classification"
+    multi = True
+    defaults = {"d": 16}   # context dimension: d - 1 principal components plus a bias coordinate
+    reward_bound = 1.0
+
+    def __init__(self, rng, users, **params):
+        super().__init__(rng, users, **params)
+        self.d = positive_int("env_params.d", self.params["d"], 2)
+        if self.d > N_FEATURES + 1:
+            raise ConfigError("env_params.d", self.d, f"at most {N_FEATURES + 1} (64 pixels plus a bias)")
+        self.X, self.labels = digits_features(self.d)
+        self.K = 10
+        self.n_points = len(self.labels)
+        # The labels of the users whose contexts were drawn but not yet stepped, keyed by their global indices.
+        # A population calls contexts() then step() for the same users (engine/core.py simulate_population).
+        self._pending: dict[tuple, np.ndarray] = {}
+
+    @staticmethod
+    def _key(users) -> tuple:
+        users = np.asarray(users)
+        return (int(users[0]), int(users[-1]), len(users)) if len(users) else (0, -1, 0)
+
+    def draw(self, users, rng) -> np.ndarray:
+        """Indices of the data points of these users (uniform with replacement)."""
+        return rng.integers(self.n_points, size=len(users))
+
+    def contexts(self, users, rng):
+        idx = self.draw(users, rng)
+        self._pending[self._key(users)] = self.labels[idx]
+        return self.X[idx]
+
+    def step(self, contexts, actions, users, rng):
+        labels = self._pending.pop(self._key(users), None)
+        if labels is None or len(labels) != len(actions):
+            raise RuntimeError("classification env: step() for users whose contexts() were not drawn")
+        correct = (np.asarray(actions) == labels).astype(float)
+        return correct, 1.0 - correct
+
+    def describe(self):
+        return {**super().describe(), "data": "sklearn.datasets.load_digits", "points": self.n_points}
+
+
+ENVS = {"classification": DigitsClassification}
