@@ -72,9 +72,9 @@ def assert_png(path: Path):
 
 
 # ---------------------------------------------------------------------------------------- real server
-@pytest.fixture(scope="module")
-def mlflow_server(tmp_path_factory):
-    """A real `mlflow server` on 127.0.0.1 (its own process group, killed after the module)."""
+@pytest.fixture(scope="module", autouse=True)
+def _server_process(tmp_path_factory):
+    """Start `mlflow server` when the module starts, so its start-up overlaps the tests that need no server."""
     root = tmp_path_factory.mktemp("mlflow_server")
     port = free_port()
     log = open(root / "server.log", "w")
@@ -85,130 +85,58 @@ def mlflow_server(tmp_path_factory):
          "--artifacts-destination", str(root / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
          "--workers", "1"],
         cwd=root, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    uri = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"mlflow server exited ({proc.returncode}):\n{(root / 'server.log').read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(f"{uri}/health", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"mlflow server did not answer in 120 s:\n{(root / 'server.log').read_text()[-3000:]}")
-            time.sleep(0.25)
-        yield {"uri": uri, "root": root, "artifacts": root / "artifacts"}
+        yield {"proc": proc, "uri": f"http://127.0.0.1:{port}", "root": root, "artifacts": root / "artifacts"}
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=15)
-        except ProcessLookupError:
-            pass
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=5)
+        stop_group(proc)
         log.close()
 
 
-def test_sweep_logged_to_a_real_server_reads_back(mlflow_server, tmp_path):
-    algorithms = sweep_algorithms()
-    results = small_results(algorithms)
-    out = tmp_path / "results"
-    tracker = Tracker("ldpfed-test", tracking_uri=mlflow_server["uri"], out_dir=out)
-    assert tracker.enabled and tracker.tracking_uri == mlflow_server["uri"]
-    sweep_params = {"users": 400, "seeds": list(SEEDS), "grid": {"eps": list(EPS)}}
-    with tracker.sweep("quick", params=sweep_params, tags={"job": "test"}) as sweep:
-        rows = [sweep.log_result(result) for result in results]
-    assert all(row["run_id"] for row in rows) and not sweep.errors
+@pytest.fixture(scope="module")
+def mlflow_server(_server_process):
+    """The real `mlflow server` on 127.0.0.1, once it answers /health."""
+    proc, uri, root = _server_process["proc"], _server_process["uri"], _server_process["root"]
+    deadline = time.monotonic() + 120
+    while True:
+        if proc.poll() is not None:
+            pytest.fail(f"mlflow server exited ({proc.returncode}):\n{(root / 'server.log').read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"{uri}/health", timeout=2) as response:
+                if response.status == 200:
+                    return _server_process
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            pytest.fail(f"mlflow server did not answer in 120 s:\n{(root / 'server.log').read_text()[-3000:]}")
+        time.sleep(0.25)
 
-    client = MlflowClient(tracking_uri=mlflow_server["uri"])
-    experiment = client.get_experiment_by_name("ldpfed-test")
-    assert experiment is not None and experiment.experiment_id == tracker.experiment_id
 
-    # the parent run: params, tags, artifacts (plots, combined table)
-    parent = client.get_run(sweep.parent_run_id)
-    assert parent.info.status == "FINISHED" and parent.info.run_name == "quick"
-    assert parent.data.params["users"] == "400" and parent.data.params["grid.eps"] == "[0.5, 2.0]"
-    assert parent.data.tags["job"] == "test" and parent.data.tags["ldpfed.kind"] == "sweep"
-    assert set(parent.data.tags["algorithms"].split(",")) == set(algorithms)
-    assert parent.data.metrics["runs"] == len(results)
-    parent_files = {a.path for a in client.list_artifacts(parent.info.run_id, "plots")}
-    assert {"plots/regret_curves.png", "plots/final_regret_vs_eps.png"} <= parent_files
-    download = tmp_path / "download"
-    for name in ("regret_curves.png", "final_regret_vs_eps.png"):
-        assert_png(client.download_artifacts(parent.info.run_id, f"plots/{name}", str(download / "parent")))
-    combined = pd.read_parquet(client.download_artifacts(parent.info.run_id, "summary/summary.parquet",
-                                                         str(download / "parent")))
-    assert len(combined) == len(results) and set(combined["run_id"]) == {r["run_id"] for r in rows}
-
-    # the children: one per (algorithm, env, eps, seed)
-    children = client.search_runs([experiment.experiment_id],
-                                  f"tags.mlflow.parentRunId = '{sweep.parent_run_id}'", max_results=100)
-    assert len(children) == len(results)
-    by_id = {run.info.run_id: run for run in children}
-    assert len({(r.data.params["algorithm"], r.data.params["env"], r.data.params["eps"], r.data.params["seed"])
-                for r in children}) == len(results)
-    for result, row in zip(results, rows):
-        run = by_id[row["run_id"]]
-        config = result.config
-        assert run.info.status == "FINISHED"
-        params, tags = run.data.params, run.data.tags
-        # params: the full validated config, the env as built, every algorithm option
-        assert params["algorithm"] == config.algorithm and params["env"] == config.env
-        assert float(params["eps"]) == config.eps and int(params["seed"]) == config.seed
-        assert int(params["users"]) == config.users and int(params["round_size"]) == config.round_size
-        assert int(params["rounds"]) == config.rounds
-        assert params["env.d"] == str(result.env["d"]) and params["env.K"] == str(result.env["K"])
-        assert params == run_params(result)
-        assert {f"algo.{k}" for k in REGISTRY[config.algorithm].defaults} <= set(params)
-        # tags: privacy model, mechanisms from the ledger, engine, code version
-        assert tags["privacy_model"] == REGISTRY[config.algorithm].privacy_model
-        mechs = sorted({entry["mechanism"] for entry in result.ledger})
-        assert tags["mechanisms"] == (",".join(mechs) if mechs else "none")
-        assert tags["engine"] == "single-process" and tags["code_version"]
-        assert tags["job"] == "test" and tags["ldpfed.sweep"] == "quick"
-        # metrics: step = users processed, at most 2,000 points, equal to the full table at those steps
-        table = result.table.set_index("users")
-        history = client.get_metric_history(run.info.run_id, "cumulative_regret")
-        assert 0 < len(history) <= MAX_POINTS
-        steps = [m.step for m in history]
-        assert steps == sorted(steps) and steps[-1] == config.users
-        np.testing.assert_allclose([m.value for m in history], table.loc[steps, "cumulative_regret"])
-        assert run.data.metrics["final_regret"] == pytest.approx(result.summary["final_regret"])
-        assert run.data.metrics["users_per_s"] == pytest.approx(result.summary["users_per_s"])
-        errors = result.table["estimation_error"].dropna()
-        if len(errors):
-            error_history = client.get_metric_history(run.info.run_id, "estimation_error")
-            assert [m.step for m in error_history] == result.table.loc[errors.index, "users"].tolist()
-        # artifacts: full table, ledger, config (downloaded for the first run of each algorithm)
-        files = {a.path for a in client.list_artifacts(run.info.run_id)}
-        assert {"table.parquet", "ledger.json", "config.json", "summary.json"} <= files
-        if config.eps != EPS[0] or config.seed != SEEDS[0]:
-            continue
-        where = download / row["key"]
-        pd.testing.assert_frame_equal(pd.read_parquet(client.download_artifacts(run.info.run_id, "table.parquet",
-                                                                                str(where))), result.table)
-        ledger = json.loads(Path(client.download_artifacts(run.info.run_id, "ledger.json", str(where))).read_text())
-        assert [e["mechanism"] for e in ledger] == [e["mechanism"] for e in result.ledger]
-        saved = json.loads(Path(client.download_artifacts(run.info.run_id, "config.json", str(where))).read_text())
-        assert saved["config"] == json.loads(json.dumps(config.to_dict()))
-    # the artifacts went through the server's proxy into its artifacts destination
-    assert list(mlflow_server["artifacts"].rglob("table.parquet"))
-    assert list(mlflow_server["artifacts"].rglob("regret_curves.png"))
-    # and everything is also local
-    local = out / "quick"
-    assert len(pd.read_parquet(local / "summary" / "summary.parquet")) == len(results)
-    for row in rows:
-        assert (local / row["local_dir"] / "table.parquet").is_file()
-    assert_png(local / "plots" / "regret_curves.png")
+def stop_group(proc: subprocess.Popen) -> None:
+    """SIGTERM the server's own process group (uvicorn workers included), SIGKILL what is left after 2 s."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline:
+        proc.poll()
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=5)
 
 
 # ---------------------------------------------------------------------------------------- failures
-def test_unreachable_server_fails_fast_and_local_results_survive(tmp_path):
-    uri = f"http://127.0.0.1:{free_port()}"          # nothing listens there: connection refused
+def test_unreachable_server_fails_fast_and_local_results_survive(tmp_path, _server_process):
+    uri = _server_process["uri"]
+    while uri == _server_process["uri"]:              # a closed loopback port (not the one the server is taking)
+        uri = f"http://127.0.0.1:{free_port()}"
     started = time.monotonic()
     with pytest.raises(TrackingUnavailable) as caught:
         Tracker("ldpfed-test", tracking_uri=uri, out_dir=tmp_path / "never")
@@ -268,27 +196,6 @@ def test_refused_credentials_are_reported(tmp_path):
         server.server_close()
 
 
-def test_mlflow_failure_mid_sweep_keeps_every_result_local(mlflow_server, tmp_path, monkeypatch):
-    results = small_results(["uniform"], users=200)[:3]
-    tracker = Tracker("ldpfed-test", tracking_uri=mlflow_server["uri"], out_dir=tmp_path / "out")
-    with pytest.raises(TrackingUnavailable, match="incomplete"):
-        with tracker.sweep("quick") as sweep:
-            sweep.log_result(results[0])
-
-            def broken(*args, **kwargs):
-                raise ConnectionError("server went away")
-
-            monkeypatch.setattr(tracker.client, "create_run", broken)
-            with pytest.warns(RuntimeWarning, match="server went away"):
-                sweep.log_result(results[1])
-            sweep.log_result(results[2])
-    check_local(tmp_path / "out" / "quick", results)
-    index = json.loads((tmp_path / "out" / "quick" / "sweep.json").read_text())
-    assert index["mlflow_errors"] and index["runs"][sweep.summary["key"][0]]
-    parent = MlflowClient(tracking_uri=mlflow_server["uri"]).get_run(sweep.parent_run_id)
-    assert parent.info.status == "FAILED" and parent.data.tags["ldpfed.incomplete"] == "true"
-
-
 # ---------------------------------------------------------------------------------------- embedded default
 def test_embedded_default_needs_no_server(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
@@ -343,3 +250,125 @@ def test_bad_tracker_arguments_are_named(tmp_path):
         Tracker("x", enabled=False, max_points=5000)
     with pytest.raises(TrackingUnavailable, match="does not exist"):
         Tracker("x", tracking_uri=f"sqlite:///{tmp_path}/missing/dir/mlflow.db")
+
+
+# ---------------------------------------------------------------------------------------- with the server (last: its start-up overlaps the tests above)
+def test_sweep_logged_to_a_real_server_reads_back(mlflow_server, tmp_path):
+    algorithms = sweep_algorithms()
+    results = small_results(algorithms)
+    out = tmp_path / "results"
+    tracker = Tracker("ldpfed-test", tracking_uri=mlflow_server["uri"], out_dir=out)
+    assert tracker.enabled and tracker.tracking_uri == mlflow_server["uri"]
+    sweep_params = {"users": 400, "seeds": list(SEEDS), "grid": {"eps": list(EPS)}}
+    with tracker.sweep("quick", params=sweep_params, tags={"job": "test"}) as sweep:
+        rows = [sweep.log_result(result) for result in results]
+        failed = sweep.log_failure(results[0].config.replace(seed=99), RuntimeError("diverged"))
+    assert all(row["run_id"] for row in rows) and failed["run_id"] and not sweep.errors
+
+    client = MlflowClient(tracking_uri=mlflow_server["uri"])
+    experiment = client.get_experiment_by_name("ldpfed-test")
+    assert experiment is not None and experiment.experiment_id == tracker.experiment_id
+
+    # the parent run: params, tags, artifacts (plots, combined table)
+    parent = client.get_run(sweep.parent_run_id)
+    assert parent.info.status == "FINISHED" and parent.info.run_name == "quick"
+    assert parent.data.params["users"] == "400" and parent.data.params["grid.eps"] == "[0.5, 2.0]"
+    assert parent.data.tags["job"] == "test" and parent.data.tags["ldpfed.kind"] == "sweep"
+    assert set(parent.data.tags["algorithms"].split(",")) == set(algorithms)
+    assert parent.data.metrics["runs"] == len(results) + 1
+    parent_files = {a.path for a in client.list_artifacts(parent.info.run_id, "plots")}
+    assert {"plots/regret_curves.png", "plots/final_regret_vs_eps.png"} <= parent_files
+    download = tmp_path / "download"
+    for name in ("regret_curves.png", "final_regret_vs_eps.png"):
+        assert_png(client.download_artifacts(parent.info.run_id, f"plots/{name}", str(download / "parent")))
+    combined = pd.read_parquet(client.download_artifacts(parent.info.run_id, "summary/summary.parquet",
+                                                         str(download / "parent")))
+    assert len(combined) == len(results) + 1
+    assert set(combined["run_id"]) == {r["run_id"] for r in rows} | {failed["run_id"]}
+    assert combined.set_index("key").loc[failed["key"], "status"] == "FAILED"
+
+    # the children: one per (algorithm, env, eps, seed)
+    children = client.search_runs([experiment.experiment_id],
+                                  f"tags.mlflow.parentRunId = '{sweep.parent_run_id}'", max_results=100)
+    assert len(children) == len(results) + 1
+    by_id = {run.info.run_id: run for run in children}
+    failed_run = by_id.pop(failed["run_id"])
+    assert failed_run.info.status == "FAILED" and failed_run.data.tags["error"] == "diverged"
+    assert failed_run.data.params["seed"] == "99"
+    children = list(by_id.values())
+    assert len({(r.data.params["algorithm"], r.data.params["env"], r.data.params["eps"], r.data.params["seed"])
+                for r in children}) == len(results)
+    for result, row in zip(results, rows):
+        run = by_id[row["run_id"]]
+        config = result.config
+        assert run.info.status == "FINISHED"
+        params, tags = run.data.params, run.data.tags
+        # params: the full validated config, the env as built, every algorithm option
+        assert params["algorithm"] == config.algorithm and params["env"] == config.env
+        assert float(params["eps"]) == config.eps and int(params["seed"]) == config.seed
+        assert int(params["users"]) == config.users and int(params["round_size"]) == config.round_size
+        assert int(params["rounds"]) == config.rounds
+        assert params["env.d"] == str(result.env["d"]) and params["env.K"] == str(result.env["K"])
+        assert params == run_params(result)
+        assert {f"algo.{k}" for k in REGISTRY[config.algorithm].defaults} <= set(params)
+        # tags: privacy model, mechanisms from the ledger, engine, code version
+        assert tags["privacy_model"] == REGISTRY[config.algorithm].privacy_model
+        mechs = sorted({entry["mechanism"] for entry in result.ledger})
+        assert tags["mechanisms"] == (",".join(mechs) if mechs else "none")
+        assert tags["engine"] == "single-process" and tags["code_version"]
+        assert tags["job"] == "test" and tags["ldpfed.sweep"] == "quick"
+        # metrics: step = users processed, at most 2,000 points, equal to the full table at those steps
+        table = result.table.set_index("users")
+        history = client.get_metric_history(run.info.run_id, "cumulative_regret")
+        assert 0 < len(history) <= MAX_POINTS
+        steps = [m.step for m in history]
+        assert steps == sorted(steps) and steps[-1] == config.users
+        np.testing.assert_allclose([m.value for m in history], table.loc[steps, "cumulative_regret"])
+        assert run.data.metrics["final_regret"] == pytest.approx(result.summary["final_regret"])
+        assert run.data.metrics["users_per_s"] == pytest.approx(result.summary["users_per_s"])
+        errors = result.table["estimation_error"].dropna()
+        if len(errors):
+            error_history = client.get_metric_history(run.info.run_id, "estimation_error")
+            assert [m.step for m in error_history] == result.table.loc[errors.index, "users"].tolist()
+        # artifacts: full table, ledger, config (downloaded for the first run of each algorithm)
+        files = {a.path for a in client.list_artifacts(run.info.run_id)}
+        assert {"table.parquet", "ledger.json", "config.json", "summary.json"} <= files
+        if config.eps != EPS[0] or config.seed != SEEDS[0]:
+            continue
+        where = download / row["key"]
+        pd.testing.assert_frame_equal(pd.read_parquet(client.download_artifacts(run.info.run_id, "table.parquet",
+                                                                                str(where))), result.table)
+        ledger = json.loads(Path(client.download_artifacts(run.info.run_id, "ledger.json", str(where))).read_text())
+        assert [e["mechanism"] for e in ledger] == [e["mechanism"] for e in result.ledger]
+        saved = json.loads(Path(client.download_artifacts(run.info.run_id, "config.json", str(where))).read_text())
+        assert saved["config"] == json.loads(json.dumps(config.to_dict()))
+    # the artifacts went through the server's proxy into its artifacts destination
+    assert list(mlflow_server["artifacts"].rglob("table.parquet"))
+    assert list(mlflow_server["artifacts"].rglob("regret_curves.png"))
+    # and everything is also local
+    local = out / "quick"
+    assert len(pd.read_parquet(local / "summary" / "summary.parquet")) == len(results) + 1
+    for row in rows:
+        assert (local / row["local_dir"] / "table.parquet").is_file()
+    assert_png(local / "plots" / "regret_curves.png")
+
+
+def test_mlflow_failure_mid_sweep_keeps_every_result_local(mlflow_server, tmp_path, monkeypatch):
+    results = small_results(["uniform"], users=200)[:3]
+    tracker = Tracker("ldpfed-test", tracking_uri=mlflow_server["uri"], out_dir=tmp_path / "out")
+    with pytest.raises(TrackingUnavailable, match="incomplete"):
+        with tracker.sweep("quick") as sweep:
+            sweep.log_result(results[0])
+
+            def broken(*args, **kwargs):
+                raise ConnectionError("server went away")
+
+            monkeypatch.setattr(tracker.client, "create_run", broken)
+            with pytest.warns(RuntimeWarning, match="server went away"):
+                sweep.log_result(results[1])
+            sweep.log_result(results[2])
+    check_local(tmp_path / "out" / "quick", results)
+    index = json.loads((tmp_path / "out" / "quick" / "sweep.json").read_text())
+    assert index["mlflow_errors"] and index["runs"][sweep.summary["key"][0]]
+    parent = MlflowClient(tracking_uri=mlflow_server["uri"]).get_run(sweep.parent_run_id)
+    assert parent.info.status == "FAILED" and parent.data.tags["ldpfed.incomplete"] == "true"

@@ -8,7 +8,9 @@ Usage (in a job's driver; only the driver logs, a Tracker refuses to be pickled 
     with tracker.sweep("quick", params={"users": 10_000, "seeds": 2}, tags={"job": "run_all"}) as sweep:
         for config in configs:
             sweep.log_result(run_local(config))       # one MLflow CHILD run per RunResult
+        # a run that raised: sweep.log_failure(config, error)  (a FAILED child run, a FAILED row locally)
     # on exit: the combined summary table and the plots, on the parent run and under out_dir/quick/
+    # sweep.summary (DataFrame, one row per run), sweep.local_dir, sweep.parent_run_id, sweep.run_ids
 
 Where runs go
     tracking_uri=None uses MLFLOW_TRACKING_URI if set, else MLflow 3's own default: the SQLite file

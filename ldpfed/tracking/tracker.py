@@ -20,7 +20,7 @@ from ldpfed.tracking.store import (DEFAULT_EMBEDDED_URI, TrackingUnavailable, ht
 
 log = logging.getLogger("ldpfed.tracking")
 
-SUMMARY_FIRST = ["key", "algorithm", "env", "eps", "delta", "seed", "users", "round_size", "engine",
+SUMMARY_FIRST = ["key", "algorithm", "env", "eps", "delta", "seed", "status", "users", "round_size", "engine",
                  "final_regret", "final_estimation_error", "elapsed_s", "users_per_s"]
 
 
@@ -152,7 +152,8 @@ class Sweep(_DriverOnly):
         self.local_dir = tracker.out_dir / _slug(self.name)
         self.parent_run_id: str | None = None
         self.run_ids: dict[str, str | None] = {}
-        self.errors: list[str] = []
+        self.errors: list[str] = []                 # MLflow failures (the local copy is complete regardless)
+        self.failures: dict[str, str] = {}          # runs that raised, by key (log_failure)
         self._rows: list[dict] = []
         self._curves: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._active = False
@@ -223,12 +224,7 @@ class Sweep(_DriverOnly):
         if not self._active:
             raise RuntimeError("log_result outside `with tracker.sweep(...)`")
         config = records.config_dict(result.config)
-        key = records.run_key(config)
-        if key in self.run_ids:
-            n = 2
-            while f"{key}-{n}" in self.run_ids:
-                n += 1
-            key = f"{key}-{n}"
+        key = self._unique(records.run_key(config))
         tags = {**self.tags, **records.run_tags(result), "ldpfed.kind": "run", "ldpfed.sweep": self.name,
                 "ldpfed.key": key}
         folder = self.local_dir / "runs" / key
@@ -238,7 +234,7 @@ class Sweep(_DriverOnly):
             self._curves[key] = curves["cumulative_regret"]
         row = {"key": key, **{k: v for k, v in (result.summary or {}).items()},
                "privacy_model": tags["privacy_model"], "mechanisms": tags["mechanisms"],
-               "local_dir": str(folder.relative_to(self.local_dir)), "run_id": None}
+               "status": "FINISHED", "local_dir": str(folder.relative_to(self.local_dir)), "run_id": None}
         for field in ("algorithm", "env", "eps", "delta", "seed", "users", "round_size"):
             row.setdefault(field, config.get(field))
         self.run_ids[key] = None
@@ -252,6 +248,48 @@ class Sweep(_DriverOnly):
             self._write_combined()
         records.write_json(self.local_dir / "sweep.json", self._index())
         return dict(row)
+
+    def log_failure(self, config, error) -> dict:
+        """Record a run that raised instead of finishing: in the local summary and sweep.json (status FAILED,
+        the error text), and as a FAILED MLflow child run with the run's config as params."""
+        if not self._active:
+            raise RuntimeError("log_failure outside `with tracker.sweep(...)`")
+        config = records.config_dict(config)
+        key = self._unique(records.run_key(config))
+        text = str(error)[:5000] or type(error).__name__
+        row = {"key": key, **{f: config.get(f) for f in ("algorithm", "env", "eps", "delta", "seed", "users",
+                                                         "round_size")},
+               "status": "FAILED", "error": text, "local_dir": None, "run_id": None}
+        self.run_ids[key] = None
+        self._rows.append(row)
+        self.failures[key] = text
+        self._write_combined()
+        if self._mlflow:
+            client = self.tracker.client
+            params = flatten_params(config)
+            try:
+                with self.tracker.http():
+                    run = client.create_run(self.tracker.experiment_id, run_name=records.run_name(config),
+                                            tags={**self.tags, "ldpfed.kind": "run", "ldpfed.sweep": self.name,
+                                                  "ldpfed.key": key, "error": text[:5000],
+                                                  "mlflow.parentRunId": self.parent_run_id,
+                                                  **records.code_version()})
+                    client.log_batch(run.info.run_id, params=_params(params))
+                    client.set_terminated(run.info.run_id, status="FAILED")
+                row["run_id"] = self.run_ids[key] = run.info.run_id
+            except Exception as exc:  # noqa: BLE001
+                self._mlflow_failed(f"logging the failure of run {key}", exc)
+            self._write_combined()
+        records.write_json(self.local_dir / "sweep.json", self._index())
+        return dict(row)
+
+    def _unique(self, key: str) -> str:
+        if key not in self.run_ids:
+            return key
+        n = 2
+        while f"{key}-{n}" in self.run_ids:
+            n += 1
+        return f"{key}-{n}"
 
     def _log_child(self, result, config, tags, curves, folder: Path) -> str:
         client = self.tracker.client
@@ -346,7 +384,8 @@ class Sweep(_DriverOnly):
         return {"sweep": self.name, "experiment": self.tracker.experiment, "status": status,
                 "tracking_uri": self.tracker.tracking_uri if self._mlflow else None,
                 "experiment_id": self.tracker.experiment_id if self._mlflow else None,
-                "parent_run_id": self.parent_run_id, "runs": self.run_ids, "mlflow_errors": self.errors,
+                "parent_run_id": self.parent_run_id, "runs": self.run_ids, "failed_runs": self.failures,
+                "mlflow_errors": self.errors,
                 "params": records.to_jsonable(self.params), "tags": self.tags}
 
     def _mlflow_failed(self, what: str, exc: BaseException) -> None:
@@ -355,6 +394,11 @@ class Sweep(_DriverOnly):
         self._mlflow = False
         warnings.warn(f"ldpfed.tracking: MLflow at {self.tracker.tracking_uri} failed while {message}. The sweep "
                       f"goes on with local results only, under {self.local_dir}", RuntimeWarning, stacklevel=3)
+
+
+def flatten_params(config: dict) -> dict:
+    flat = records.flatten(config)
+    return {records.mlflow_key(k): records.param_text(v) for k, v in flat.items()}
 
 
 def _metric(key: str, value, step, timestamp: int | None = None):
