@@ -13,7 +13,8 @@ One round:
 
 The result equals `run_local`'s for the same config, whatever the number of actors, shards or nodes: the same
 derived random streams are used per (population, round), regret and metrics are added in population order, and
-every element of the aggregate is summed in population order by exactly one shard.
+every element of the aggregate is summed in population order (by the one shard that owns it, or, in per-user
+mode's "population" layout, by the coordinator from the shards' per-population sums; see `ray_shard`).
 Memory does not grow with the number of users: at most one round's objects are alive at a time, and the shards
 keep one round's totals.
 """
@@ -24,6 +25,7 @@ import time
 
 import numpy as np
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ldpfed.algorithms import make_algorithm
 from ldpfed.engine.core import RoundRecorder, population_users, simulate_population
@@ -34,14 +36,23 @@ from ldpfed.rng import derive
 
 
 class PopulationActor:
-    """Hosts a fixed set of logical populations; builds its env and algorithm (client half) once."""
+    """Hosts a fixed set of logical populations; builds its env and algorithm (client half) once per run.
 
-    def __init__(self, config, populations: list[int], plan):
+    An actor process can be reused by the next run in the same Ray session (`configure` replaces everything):
+    starting a Python worker that imports numpy, scipy and pandas costs seconds on a busy machine.
+    """
+
+    def __init__(self, config=None, populations=(), plan=None):
+        if config is not None:
+            self.configure(config, populations, plan)
+
+    def configure(self, config, populations: list[int], plan) -> str:
         self.config, self.populations, self.plan = config, list(populations), plan
         self.env = make_env(config)
         self.algo = make_algorithm(self.env, config)
         self.pre_aggregate = plan.mode == "pre-aggregated"
         self.shards = plan.shards
+        return self.node()
 
     def node(self) -> str:
         return ray.get_runtime_context().get_node_id()
@@ -71,11 +82,16 @@ class PopulationActor:
 class ShardActor:
     """A server shard: keeps the aggregates of its keys (see `ray_shard.ShardCore`)."""
 
-    def __init__(self, config, plan, shard: int, max_open_rounds: int = 1):
+    def __init__(self, config=None, plan=None, shard: int = 0, max_open_rounds: int = 1):
+        if config is not None:
+            self.configure(config, plan, shard, max_open_rounds)
+
+    def configure(self, config, plan, shard: int, max_open_rounds: int = 1) -> str:
         algo = None
         if plan.mode == "per-user" and plan.segments[shard]:
             algo = make_algorithm(make_env(config), config)   # for its `aggregate` (public per-user weights)
         self.core = ShardCore(plan, shard, algo, max_open_rounds=max_open_rounds)
+        return self.node()
 
     def node(self) -> str:
         return ray.get_runtime_context().get_node_id()
@@ -108,6 +124,54 @@ def _check_int(name, value, low=1):
     return int(value)
 
 
+def cluster_nodes() -> list[str]:
+    """Alive nodes that have CPUs, head first then by id: where actors are placed, round robin."""
+    nodes = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]
+    head = [n for n in nodes if "node:__internal_head__" in n.get("Resources", {})]
+    rest = sorted((n for n in nodes if n not in head), key=lambda n: n["NodeID"])
+    return [n["NodeID"] for n in head + rest]
+
+
+class ActorPool:
+    """Idle actor processes of this Ray session, by (kind, node), for the next run to reuse."""
+
+    def __init__(self):
+        self.session, self.idle = None, {}
+
+    def _check_session(self):
+        session = ray.get_runtime_context().get_job_id()
+        if session != self.session:
+            self.session, self.idle = session, {}
+
+    def take(self, cls, node: str):
+        self._check_session()
+        idle = self.idle.get((cls, node))
+        if idle:
+            return idle.pop()
+        strategy = NodeAffinitySchedulingStrategy(node_id=node, soft=False)
+        return cls.options(num_cpus=0, scheduling_strategy=strategy).remote()
+
+    def give_back(self, cls, node: str, handle) -> None:
+        self._check_session()
+        self.idle.setdefault((cls, node), []).append(handle)
+
+    def clear(self) -> None:
+        for handles in self.idle.values():
+            for handle in handles:
+                _kill(handle)
+        self.idle = {}
+
+
+POOL = ActorPool()
+
+
+def _kill(handle) -> None:
+    try:
+        ray.kill(handle)
+    except Exception:
+        pass
+
+
 def ensure_ray(address=None, **init_kwargs) -> bool:
     """Connect to `address` (or RAY_ADDRESS), or start a local Ray; True if this call started it."""
     if ray.is_initialized():
@@ -116,6 +180,9 @@ def ensure_ray(address=None, **init_kwargs) -> bool:
     if address is not None or os.environ.get("RAY_ADDRESS"):
         kwargs.pop("include_dashboard", None)
         kwargs.pop("num_cpus", None)
+    else:
+        # a new local instance; never attach silently to whatever `ray start` cluster this machine runs
+        address = "local"
     ray.init(address=address, **kwargs)
     return True
 
@@ -141,36 +208,42 @@ def run_ray(config, *, actors: int = 2, shards: int = 1, mode: str = "pre-aggreg
         progress = Progress(config.users, label=f"{config.algorithm} (ray)")
 
     started = ensure_ray(address)
-    handles = []
+    taken: list = []    # (class, node, handle) of this run
+    ok = False
     try:
-        return _coordinate(config, actors, shards, mode, max_in_flight, progress, handles)
+        result = _coordinate(config, actors, shards, mode, max_in_flight, progress, taken)
+        ok = True
+        return result
     finally:
-        for handle in handles:
-            try:
-                ray.kill(handle)
-            except Exception:
-                pass
+        for cls, node, handle in taken:
+            if ok and not started:
+                POOL.give_back(cls, node, handle)
+            else:
+                _kill(handle)
         if started:
+            POOL.idle = {}
             ray.shutdown()
 
 
-def _coordinate(config, actors, shards, mode, max_in_flight, progress, handles):
+def _coordinate(config, actors, shards, mode, max_in_flight, progress, taken):
     env = make_env(config)
     algo = make_algorithm(env, config)
     plan = make_plan(algo, config, shards, mode)
     P, B = config.populations, config.round_size
 
-    total_cpus = float(ray.cluster_resources().get("CPU", 1.0))
-    actor_cpus = min(1.0, total_cpus / actors)
+    nodes = cluster_nodes()
     populations = [[p for p in range(P) if p % actors == a] for a in range(actors)]
-    pop_actors = [RemotePopulation.options(num_cpus=actor_cpus, scheduling_strategy="SPREAD")
-                  .remote(config, populations[a], plan) for a in range(actors)]
-    handles.extend(pop_actors)
-    shard_actors = [RemoteShard.options(num_cpus=0, scheduling_strategy="SPREAD").remote(config, plan, s)
-                    for s in range(shards)]
-    handles.extend(shard_actors)
-    pop_nodes = ray.get([a.node.remote() for a in pop_actors])
-    shard_nodes = ray.get([s.node.remote() for s in shard_actors])
+    pop_actors, shard_actors = [], []
+    for a in range(actors):           # population actor a on node a % N, shard s on node s % N
+        node = nodes[a % len(nodes)]
+        pop_actors.append(POOL.take(RemotePopulation, node))
+        taken.append((RemotePopulation, node, pop_actors[-1]))
+    for s in range(shards):
+        node = nodes[s % len(nodes)]
+        shard_actors.append(POOL.take(RemoteShard, node))
+        taken.append((RemoteShard, node, shard_actors[-1]))
+    pop_nodes = ray.get([pop_actors[a].configure.remote(config, populations[a], plan) for a in range(actors)])
+    shard_nodes = ray.get([shard_actors[s].configure.remote(config, plan, s) for s in range(shards)])
     active = plan.active_shards()
 
     state = algo.initial_state(derive(config.seed, "init"))

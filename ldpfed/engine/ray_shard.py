@@ -14,9 +14,9 @@ privatized message slice, shape (n_users, hi - lo), in "per-user" mode, where th
 itself (users are public: the shard derives them from (round, population)).
 Per-user mode needs `aggregate` to give bit-identical sums on column slices (true of plain and weighted numpy
 sums; checked at start by a probe). If it does not (e.g. a BLAS product whose rounding depends on the width),
-the plan switches to layout "population": population p sends its whole messages to shard p % shards, each shard
-keeps partial sums of all keys over its populations, and the coordinator adds the partials in shard order; the
-result then equals run_local's up to float rounding (exactly for one shard).
+the plan switches to layout "population": population p sends its whole messages to shard p % shards, which
+validates and aggregates them into the population's sums (the heavy part); the coordinator then adds the
+populations' sums in population order, so the result is still bit-identical to run_local's.
 
 A message is REJECTED and COUNTED, the shard's state unchanged, when: it is not a 4-tuple; the algorithm is not
 the run's; the round is not open (closed, or beyond the window of open rounds); the population has no users in
@@ -110,9 +110,10 @@ class ShardPlan:
     # ---- coordinator side ----------------------------------------------------------------------
     def assemble(self, totals: list[dict]) -> dict:
         """The round's aggregate from the shards' totals ({field: flat segment} per shard)."""
-        if self.layout == "population":    # partial sums of every key, added in shard order
+        if self.layout == "population":    # each shard's population sums, added in population order
             sums: dict = {}
-            for part in totals:
+            for _, part in sorted((item for shard in totals for item in shard.get("populations", ())),
+                                  key=lambda item: item[0]):
                 for field, value in part.items():
                     if field in sums:
                         sums[field] += value
@@ -349,6 +350,8 @@ class ShardCore:
         state.pending[population] = part
         self.accepted += 1
         self.user_messages += len(users)
+        if plan.layout == "population":   # kept per population; the coordinator adds them in population order
+            return None
         while state.index < len(state.order) and state.order[state.index] in state.pending:
             ready = state.pending.pop(state.order[state.index])
             for field, value in ready.items():
@@ -370,11 +373,13 @@ class ShardCore:
             self.rounds.pop(round_index, None)
             return {}
         state = self.rounds.get(round_index)
-        if state is None or state.index < len(state.order):
-            missing = [p for p in expected if state is None or p not in state.seen]
+        missing = [p for p in expected if state is None or p not in state.seen]
+        if missing:
             raise RuntimeError(f"shard {self.shard}: round {round_index} incomplete, missing populations {missing}")
         del self.rounds[round_index]
         self.next_round += 1
+        if self.plan.layout == "population":
+            return {"populations": [(p, state.pending[p]) for p in state.order]}
         return state.totals
 
     def peek(self, round_index: int) -> dict:

@@ -1,0 +1,25 @@
+"""Shared fixtures. `ray_session`: ONE local Ray instance for the whole test session, started on first use
+(tests that do not ask for it never pay for Ray) and shut down at the end. Tests that need a cluster of their
+own (ray.cluster_utils.Cluster, `ray job submit`) run it in a subprocess, so they never share this instance."""
+import os
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    import ray
+
+    if ray.is_initialized():       # someone else's instance: use it, leave it running
+        yield ray
+        return
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    ray.init(address=os.environ.get("RAY_ADDRESS") or "local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
+             object_store_memory=512 * 1024**2)
+    try:
+        yield ray
+    finally:
+        from ldpfed.engine.ray_engine import POOL
+
+        POOL.clear()
+        ray.shutdown()
