@@ -122,7 +122,10 @@ class PrivateThresholdLasso(CentralRows, Algorithm):
     private = True
     defaults = {
         "s0": None,                 # the sparsity, known to the algorithm (paper); None: the env's
-        "lambda_0": 0.05,           # reconstruction: the paper gives no value
+        # reconstruction: the paper gives no value. 0.02 with the sparse-linear world's noise std 0.1 puts lambda_t
+        # at about half the sup norm of the score noise; the 4 lambda_t screen and the threshold remove the
+        # LASSO's false positives (none reached S1 in our seeds)
+        "lambda_0": 0.02,
         "phi2": None,               # compatibility constant phi^2; None: the env's (1/3 for sparse-linear)
         "s_bar": None,              # None: the paper's 1 + 4 C_r C_X sqrt(s0) / phi^2
         "C_theta": 1.0,             # bound on ||theta*||_2
@@ -190,6 +193,18 @@ class PrivateThresholdLasso(CentralRows, Algorithm):
     def _wishart(self, size):
         return WishartMechanism(size + 1, self.eps_node, self.delta_node, sensitivity=self.row_bound(size))
 
+    def threshold_at(self, n: int) -> float:
+        """The (noise-free part of the) threshold of the sparse vector pass after n users:
+        4 lambda_n sqrt(s_bar) + gap * xi_T ln(1/delta1) (xi_T = 0 when the noise is off)."""
+        base = 4.0 * self.lambda_at(n) * math.sqrt(self.s_bar)
+        if not self.private:
+            return base
+        return base + self.gap * self._svt(0.0, n).threshold_scale * math.log(1.0 / self.delta1)
+
+    def support_svt(self, n: int) -> AboveNoisyThreshold:
+        """The AboveNoisyThreshold of the episode starting after n users (eps1, delta1; Delta_n = c / n)."""
+        return self._svt(self.threshold_at(n), n)
+
     def lambda_at(self, n: int) -> float:
         return self.lambda_0 * math.sqrt(2.0 * math.log(n) * math.log(self.d) / n) if n > 1 else 0.0
 
@@ -242,13 +257,10 @@ class PrivateThresholdLasso(CentralRows, Algorithm):
         state["lasso"] = theta_hat
         S0 = np.flatnonzero(np.abs(theta_hat) > 4.0 * lam)
         values = np.abs(theta_hat[S0])
-        base = 4.0 * lam * math.sqrt(self.s_bar)
         if self.private:
-            svt = self._svt(base, n)
-            svt = self._svt(base + self.gap * svt.threshold_scale * math.log(1.0 / self.delta1), n)
-            S1 = S0[svt.select(values, rng)] if len(S0) else S0
+            S1 = S0[self.support_svt(n).select(values, rng)] if len(S0) else S0
         else:
-            S1 = S0[values >= base][:self.max_support]
+            S1 = S0[values >= self.threshold_at(n)][:self.max_support]
         state["episodes"].append({"users": n, "lambda": lam, "S0": S0, "S1": S1})
         return np.sort(S1).astype(np.int64)
 
@@ -290,7 +302,7 @@ class PrivateThresholdLasso(CentralRows, Algorithm):
                 prefix += ep["noisy"][i]
         ep["prefix"] = prefix
         s = len(ep["cols"]) - 1
-        A = prefix[:s, :s]
+        A = prefix[:s, :s].copy()
         A[np.diag_indices(s)] += self.ridge
         try:
             state["theta_S"] = np.linalg.solve(A, prefix[:s, s])
