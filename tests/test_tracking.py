@@ -372,3 +372,33 @@ def test_mlflow_failure_mid_sweep_keeps_every_result_local(mlflow_server, tmp_pa
     assert index["mlflow_errors"] and index["runs"][sweep.summary["key"][0]]
     parent = MlflowClient(tracking_uri=mlflow_server["uri"]).get_run(sweep.parent_run_id)
     assert parent.info.status == "FAILED" and parent.data.tags["ldpfed.incomplete"] == "true"
+
+
+def test_ray_engine_summary_becomes_tags_and_metrics(tmp_path):
+    """A RunResult as the Ray engine returns it (cluster figures, rates, nested layout) is tagged, measured and
+    written locally, without Ray."""
+    from ldpfed.engine.core import RunResult
+    from ldpfed.tracking import run_tags
+    from ldpfed.tracking.records import final_metrics
+
+    base = run_local(RunConfig("uniform", users=300, round_size=10))
+    table = base.table.assign(rejected_messages=np.arange(len(base.table)) % 2)
+    summary = {**base.summary, "engine": "ray", "actors": 4, "shards": 2, "nodes": 2, "mode": "per-user",
+               "messages": 300, "messages_per_s": 1234.5, "rejected_messages": 3, "fold_latency_p99_ms": None,
+               "population_nodes": {0: "n1", 1: "n2"}, "shard_layout": [[0, 1], [2]]}
+    result = RunResult(base.config, table, base.ledger, summary, base.env)
+    tags = run_tags(result)
+    assert tags["engine"] == "ray" and tags["engine.mode"] == "per-user"
+    assert (tags["cluster.actors"], tags["cluster.shards"], tags["cluster.nodes"]) == ("4", "2", "2")
+    metrics = final_metrics(result)
+    assert metrics["messages_per_s"] == 1234.5 and metrics["rejected_messages"] == 3 and metrics["messages"] == 300
+    assert "fold_latency_p99_ms" not in metrics and "actors" not in metrics and "eps" not in metrics
+    steps, counts = metric_curves(result)["rejected_messages"]              # a running count, step = users
+    assert steps[-1] == 300 and counts[-1] == table["rejected_messages"].sum()
+    tracker = Tracker("x", out_dir=tmp_path, enabled=False)
+    with tracker.sweep("ray") as sweep:
+        row = sweep.log_result(result)
+    saved = json.loads((sweep.local_dir / row["local_dir"] / "summary.json").read_text())
+    assert saved["population_nodes"] == {"0": "n1", "1": "n2"} and saved["shard_layout"] == [[0, 1], [2]]
+    combined = pd.read_parquet(sweep.local_dir / "summary" / "summary.parquet")
+    assert combined.loc[0, "engine"] == "ray" and combined.loc[0, "actors"] == 4

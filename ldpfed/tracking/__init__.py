@@ -25,8 +25,12 @@ Fail fast
     `fallback_local=True` it warns instead and the tracker keeps local results only (`tracker.enabled` False).
     During a sweep, MLflow calls use `request_retries`=3 and `request_timeout`=60 s unless the
     MLFLOW_HTTP_REQUEST_* variables are set; if a call still fails, the sweep warns, stops calling MLflow,
-    keeps writing locally, and on exit raises TrackingUnavailable (strict=True, the default) after all local
-    files are written.
+    keeps writing locally, and on exit raises TrackingUnavailable (unless strict=False or fallback_local=True)
+    after all local files are written.
+
+Tracker(experiment, tracking_uri=None, out_dir=None, *, enabled=True, fallback_local=False, probe_timeout=5.0,
+        request_retries=3, request_timeout=60.0, max_points=2000, strict=True)
+    out_dir defaults to results/<experiment>. `tracker.enabled`, `.tracking_uri`, `.experiment_id`, `.client`.
 
 Results are never lost
     Each `log_result` first writes, under `out_dir/<sweep>/`:
@@ -44,13 +48,15 @@ What one child run holds
              the env as built (`env.X`: name, d, K, ...) and every algorithm option, defaults included (`algo.X`)
     tags     privacy_model, mechanisms (from the ledger, comma-separated, or "none"), engine ("single-process" or
              the Ray engine's name), cluster.nodes / cluster.actors / cluster.shards (when the engine reports
-             them), code_version (git commit, else the package version), code_dirty, mlflow.source.git.commit,
+             them), engine.X for the engine's text settings (e.g. engine.mode), code_version (git commit, else
+             the package version), code_dirty, mlflow.source.git.commit,
              paper, algorithm, env, ldpfed.sweep, ldpfed.key, mlflow.parentRunId, and the sweep's tags
     metrics  with step = users processed, each curve down-sampled to at most 2,000 points (first and last kept):
              cumulative_regret, estimation_error (at its checkpoints), users_per_s / messages_per_s /
-             rejected_messages (curves if the engine's table has those columns, else the run's value at the
-             last step), total_X (running sum of each algorithm counter X, e.g. clipped users), final_regret,
-             final_estimation_error, elapsed_s
+             rejected_messages (curves if the engine's table has those columns per round, rejected_messages as
+             a running count; else the run's value at the last step), total_X (running sum of each algorithm counter X, e.g. clipped users), and at the last
+             step final_regret, final_estimation_error, elapsed_s and every other number of the summary (the
+             Ray engine's messages, fold latencies, peak memory...)
     artifacts table.parquet, summary.json, ledger.json, config.json (the files above)
 
 What the parent run holds

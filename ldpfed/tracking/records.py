@@ -20,9 +20,11 @@ import pandas as pd
 MAX_POINTS = 2000                 # at most this many points per metric curve sent to MLflow
 MAX_PARAM_CHARS = 6000            # MLflow 3's limit on a param value
 CLUSTER_KEYS = ("nodes", "actors", "shards")
-# Throughput and server counters: curves when the engine's table has them per round, else the run's totals.
-RATE_KEYS = ("users_per_s", "messages_per_s", "rejected_messages")
-SCALAR_KEYS = ("final_regret", "final_estimation_error", "elapsed_s", *RATE_KEYS)
+# Throughput (per-round values) and the server's rejected messages (a running count): curves when the engine's
+# table has them per round, else the run's value at the last step.
+RATE_KEYS = ("users_per_s", "messages_per_s")
+COUNT_KEYS = ("rejected_messages",)
+SCALAR_KEYS = ("final_regret", "final_estimation_error", "elapsed_s", *RATE_KEYS, *COUNT_KEYS)
 TABLE_BASE = ("round", "users", "regret", "cumulative_regret", "estimation_error")
 
 
@@ -148,6 +150,9 @@ def run_tags(result) -> dict:
     for key in CLUSTER_KEYS:
         if summary.get(key) is not None:
             tags[f"cluster.{key}"] = str(summary[key])
+    for key, value in summary.items():     # the engine's settings, e.g. the Ray engine's mode
+        if isinstance(value, str) and key not in NOT_METRICS:
+            tags[mlflow_key(f"engine.{key}")] = value[:5000]
     return tags
 
 
@@ -169,8 +174,9 @@ def finite(value) -> bool:
 def metric_curves(result, points: int = MAX_POINTS) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """name -> (steps, values) with step = users processed, each at most `points` long.
 
-    cumulative_regret; estimation_error at its checkpoints; users_per_s / messages_per_s / rejected_messages
-    when the engine's table has them per round; `total_X` (running sums) for each algorithm counter X.
+    cumulative_regret; estimation_error at its checkpoints; users_per_s / messages_per_s when the engine's
+    table has them per round; rejected_messages (running count) likewise; `total_X` (running sum) for each
+    other per-round counter X of the table (the algorithms' metrics, e.g. clipped users).
     """
     table = result.table
     curves = {}
@@ -188,16 +194,24 @@ def metric_curves(result, points: int = MAX_POINTS) -> dict[str, tuple[np.ndarra
             continue
         running = np.nancumsum(table[column].to_numpy(dtype=float))
         index = downsample_index(len(running), points)
-        curves[mlflow_key(f"total_{column}")] = (users[index], running[index])
+        name = column if column in COUNT_KEYS else f"total_{column}"
+        curves[mlflow_key(name)] = (users[index], running[index])
     return curves
 
 
+# Summary entries that restate the config or are tags, never metrics.
+NOT_METRICS = {"algorithm", "env", "eps", "delta", "seed", "users", "round_size", "engine", *CLUSTER_KEYS}
+
+
 def final_metrics(result) -> dict[str, float]:
-    """The run's scalars (logged once, at step = all users): final regret and error, throughput, counters."""
+    """The run's numbers (logged once, at step = all users): final regret and error, elapsed time, throughput,
+    counters, and every other numeric entry of the summary (e.g. the Ray engine's fold latencies, peak memory)."""
     summary = result.summary or {}
     out = {key: float(summary[key]) for key in SCALAR_KEYS if finite(summary.get(key))}
     for key, value in summary.items():
-        if key.startswith("total_") and finite(value):
+        if key in NOT_METRICS or key in out or isinstance(value, (bool, np.bool_)):
+            continue
+        if isinstance(value, (int, float, np.integer, np.floating)) and finite(value):
             out[mlflow_key(key)] = float(value)
     return out
 

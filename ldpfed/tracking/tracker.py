@@ -210,7 +210,7 @@ class Sweep(_DriverOnly):
                     self.tracker.client.set_terminated(self.parent_run_id, status="FAILED")
             except Exception:  # noqa: BLE001 - the server is still away; the local copy says it all
                 pass
-        if self.errors and self.tracker.strict and self.tracker.enabled and exc_type is None:
+        if self.errors and self.tracker.strict and not self.tracker.fallback_local and exc_type is None:
             raise TrackingUnavailable(
                 self.tracker.tracking_uri,
                 f"MLflow logging of sweep {self.name!r} is incomplete ({'; '.join(self.errors)}). Every result "
@@ -306,9 +306,17 @@ class Sweep(_DriverOnly):
             run = client.create_run(self.tracker.experiment_id, start_time=start, run_name=records.run_name(config),
                                     tags={**tags, "mlflow.parentRunId": self.parent_run_id})
             run_id = run.info.run_id
-            client.log_batch(run_id, metrics=metrics, params=_params(records.run_params(result)))
-            client.log_artifacts(run_id, str(folder))
-            client.set_terminated(run_id, status="FINISHED", end_time=_now_ms())
+            try:
+                client.log_batch(run_id, metrics=metrics, params=_params(records.run_params(result)))
+                client.log_artifacts(run_id, str(folder))
+                client.set_terminated(run_id, status="FINISHED", end_time=_now_ms())
+            except Exception:
+                try:        # do not leave a half-logged child RUNNING; one quick try
+                    with http_policy(retries=0, timeout=self.tracker.probe_timeout):
+                        client.set_terminated(run_id, status="FAILED")
+                except Exception:  # noqa: BLE001
+                    pass
+                raise
         return run_id
 
     # ------------------------------------------------------------------ helpers
