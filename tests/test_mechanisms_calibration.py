@@ -128,6 +128,23 @@ def test_wishart_degrees_of_freedom():
     np.testing.assert_allclose(mean, k * 0.25 * np.eye(2), atol=6 * 0.25 * math.sqrt(2 * k / 400))
 
 
+@pytest.mark.parametrize("eps", [1.0, 0.05])  # k = 365 (Gram of k draws) and k ~ 1.4e5 (Bartlett)
+def test_wishart_sample_moments(eps):
+    """E[W] = k s^2 I, Var(W_ii) = 2 k s^4, Var(W_ij) = k s^4 (i != j), for both sampling paths."""
+    from ldpfed.mechanisms import wishart
+
+    d, s, n = 3, 0.5, 4000
+    mech = M.WishartMechanism(d, eps, 1e-5, sensitivity=s)
+    assert (mech.k > wishart.BARTLETT_K) == (eps < 1)
+    rng = np.random.default_rng(31)
+    W = np.array([mech.sample(rng) for _ in range(n)]) / (mech.k * s**2)
+    k = mech.k
+    np.testing.assert_allclose(W.mean(axis=0), np.eye(d), atol=6 * math.sqrt(2 / (k * n)))
+    var = W.var(axis=0) * k  # -> 2 on the diagonal, 1 off it
+    np.testing.assert_allclose(var, 1 + np.eye(d), rtol=6 * math.sqrt(2 / n) * 1.5)
+    assert min(np.linalg.eigvalsh(w).min() for w in W[:50]) > 0
+
+
 def test_sparse_vector_default_scales():
     a = M.AboveNoisyThreshold(1.0, 0.5, sensitivity=2.0, max_positives=3)
     assert a.threshold_scale == pytest.approx(2 * 3 * 2.0 / 0.5)
