@@ -226,7 +226,7 @@ class LdpSgd(_SingleBase):
 
     Step eta_t = step / (t + step_offset) for the t-th user (t = 1, 2, ...); the defaults are the authors' public
     code 5/(t+1) with its 0-based t (Theorem 3.1 takes eta_t = c' d / (kappa_l zeta p_* t), whose constants are
-    unknown in practice). step_offset (default 0, i.e. the paper's c/t) is a reconstruction: a positive offset
+    unknown in practice). step_offset (default "auto" = B - 1: 0 at B = 1, the paper's c/t) is a reconstruction: a positive offset
     damps the first, largest steps (the public code's RSGD server used 1/(t+50)). Start: a
     random unit vector (public code), drawn from the run's init generator. No projection (the paper has none).
     In a round every user's gradient is taken at the published theta and applied with its own eta_t (aggregate)."""
@@ -234,7 +234,7 @@ class LdpSgd(_SingleBase):
     name = "ldp-sgd"
     paper = f"{PAPER}, Algorithm 1 with the SGD mechanism (eq. 5-6)"
     privacy_model = "ldp"
-    defaults = {"step": 5.0, "step_offset": 0.0, "context_bound": 1.0}  # step: public code's 5/(t+1)
+    defaults = {"step": 5.0, "step_offset": "auto", "context_bound": 1.0}  # step: public code's 5/(t+1)
 
     def _setup(self):
         self._set_step()
@@ -245,6 +245,10 @@ class LdpSgd(_SingleBase):
     def _set_step(self):
         self.step = _positive("step", self.params["step"])
         offset = self.params["step_offset"]
+        if offset == "auto":
+            # B - 1: zero at B = 1 (the paper's sequential steps); with rounds it keeps the B steps taken at one
+            # published theta from summing to a huge first move (5 H_B at B = 1000 made LDP-SGD diverge).
+            offset = self.config.round_size - 1
         if isinstance(offset, (bool, np.bool_)) or not isinstance(offset, (int, float, np.integer, np.floating)) \
                 or not math.isfinite(offset) or offset < 0:
             raise ConfigError("params.step_offset", offset, "must be a finite number >= 0")
@@ -424,7 +428,7 @@ class LdpSgdMulti(_MultiBase, LdpSgd):
     name = "ldp-sgd-multi"
     paper = f"{PAPER}, Algorithm 2 with the SGD mechanism"
     privacy_model = "ldp"
-    defaults = {"s0": "auto", "h": 1.0, "step": 5.0, "step_offset": 0.0, "context_bound": 1.0}
+    defaults = {"s0": "auto", "h": 1.0, "step": 5.0, "step_offset": "auto", "context_bound": 1.0}
     paper_setting = {"env_params": {"d": 20, "K": 3}, "users": 10**6, "eps": 1.0, "delta": 0.1,
                      "params": {"s0": 3000}}
 
