@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""Benchmark the Ray engine against the single-process floor, and show its memory does not grow with users.
+
+    python jobs/bench_engine.py                      # 1e6 users of ldp-sgd and ldp-ols (d=10, K=10)
+    python jobs/bench_engine.py --users 10000000     # ldp-sgd at 1e6 then 1e7 users: peak RSS at both
+
+Default mode: for each algorithm, `run_local` (the floor: one process, same round size and populations) and
+`run_ray` (population actors + shards + coordinator) on the same config, in the same run, users per second of
+each (rounds only, after the actors are up; the wall time with actor start-up is printed too), the ratio, and
+whether the two results are identical (they must be). Target: Ray rate >= half the floor.
+
+--users above 1e6: ldp-sgd through Ray at 1e6 users, then at --users, in the same Ray session (the same actor
+processes), printing after each the peak RSS of the driver, the population actors and the shards. Peak RSS only
+rises, so equal peaks after 1e6 and after 1e7 users mean the extra 9e6 users needed no extra memory; the per-round
+table (one row per round) is the only thing that grows, with rounds.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import pandas as pd
+
+from ldpfed.algorithms import REGISTRY
+from ldpfed.config import RunConfig
+from ldpfed.engine import run_local
+from ldpfed.engine.ray_engine import ensure_ray, run_ray
+from ldpfed.engine.ray_shard import peak_rss_bytes
+
+
+def mb(x: float) -> str:
+    return f"{x / 2**20:,.0f} MB"
+
+
+def config_for(algorithm: str, users: int, args) -> RunConfig:
+    return RunConfig(algorithm, env="linear", users=users, round_size=args.round_size, populations=args.populations,
+                     eps=1.0, delta=0.01, seed=args.seed, env_params={"d": args.d, "K": args.K})
+
+
+def ray_options(args) -> dict:
+    return {"actors": args.actors, "shards": args.shards, "mode": args.mode}
+
+
+def floor_vs_ray(args) -> int:
+    ok = True
+    print(f"{'algorithm':<9} {'users':>10} {'B':>6} {'P':>3}  {'floor users/s':>13}  {'ray users/s':>11}  "
+          f"{'ratio':>5}  {'ray wall users/s':>16}  same result")
+    for algorithm in args.algorithms:
+        config = config_for(algorithm, args.users, args)
+        local = run_local(config)
+        t0 = time.perf_counter()
+        remote = run_ray(config, **ray_options(args))
+        wall = time.perf_counter() - t0
+        same = local.table.equals(remote.table)
+        floor, rate = local.summary["users_per_s"], remote.summary["users_per_s"]
+        ratio = rate / floor
+        ok = ok and same
+        print(f"{algorithm:<9} {config.users:>10,} {config.round_size:>6} {config.populations:>3}  {floor:>13,.0f}  "
+              f"{rate:>11,.0f}  {ratio:>5.2f}  {config.users / wall:>16,.0f}  {'yes' if same else 'NO'}", flush=True)
+        s = remote.summary
+        print(f"          ray: {s['actors']} actors, {s['shards']} shards, {s['nodes']} node(s), {s['mode']}, "
+              f"{s['messages_per_s']:,.0f} user messages/s, fold p50 {s['fold_latency_p50_ms']:.3f} ms "
+              f"p99 {s['fold_latency_p99_ms']:.3f} ms, {s['rejected_messages']} rejected; peak RSS driver "
+              f"{mb(s['peak_rss_driver'])}, populations {mb(s['peak_rss_populations'])}, shards "
+              f"{mb(s['peak_rss_shards'])}; target ratio >= 0.5: {'met' if ratio >= 0.5 else 'NOT met'}", flush=True)
+    return 0 if ok else 1
+
+
+def memory(args) -> int:
+    algorithm = "ldp-sgd" if "ldp-sgd" in REGISTRY else args.algorithms[0]
+    rows = []
+    for users in (10**6, args.users):
+        config = config_for(algorithm, users, args)
+        result = run_ray(config, **ray_options(args))
+        s = result.summary
+        rows.append({"users": users, "rounds": config.rounds, "users_per_s": s["users_per_s"],
+                     "peak_rss_driver": s["peak_rss_driver"], "peak_rss_populations": s["peak_rss_populations"],
+                     "peak_rss_shards": s["peak_rss_shards"], "final_regret": s["final_regret"]})
+        print(f"{algorithm} {users:>12,} users ({config.rounds:,} rounds): {s['users_per_s']:,.0f} users/s; peak RSS "
+              f"driver {mb(s['peak_rss_driver'])}, population actors {mb(s['peak_rss_populations'])}, shards "
+              f"{mb(s['peak_rss_shards'])}", flush=True)
+    first, last = rows[0], rows[-1]
+    growth = max(last[k] - first[k] for k in ("peak_rss_driver", "peak_rss_populations", "peak_rss_shards"))
+    factor = last["users"] / first["users"]
+    print(f"peak RSS growth from {first['users']:,} to {last['users']:,} users ({factor:.0f}x): {mb(growth)} "
+          f"(largest over driver, population actors, shards)")
+    # Bounded: anything beyond a few MB per million extra users would be per-user state.
+    bounded = growth <= 64 * 2**20
+    print("memory does not grow with users" if bounded else "memory GROWS with users")
+    return 0 if bounded else 1
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--users", type=lambda x: int(float(x)), default=10**6)
+    parser.add_argument("--algorithms", default="ldp-sgd,ldp-ols")
+    parser.add_argument("--d", type=int, default=10)
+    parser.add_argument("--K", type=int, default=10)
+    parser.add_argument("--round-size", type=int, default=10_000)
+    parser.add_argument("--populations", type=int, default=8)
+    parser.add_argument("--actors", type=int, default=2)
+    parser.add_argument("--shards", type=int, default=1)
+    parser.add_argument("--mode", default="pre-aggregated", choices=["pre-aggregated", "per-user"])
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    args.algorithms = [a for a in args.algorithms.split(",") if a]
+    missing = [a for a in args.algorithms if a not in REGISTRY]
+    if missing:
+        print(f"not registered (yet): {missing}; known: {sorted(REGISTRY)}", file=sys.stderr)
+        return 2
+    started = ensure_ray(None, log_to_driver=False)
+    try:
+        import ray
+
+        print(f"Ray {ray.__version__}, {int(ray.cluster_resources().get('CPU', 0))} CPUs, "
+              f"{len([n for n in ray.nodes() if n['Alive']])} node(s)", flush=True)
+        return memory(args) if args.users > 10**6 else floor_vs_ray(args)
+    finally:
+        if started:
+            ray.shutdown()
+
+
+if __name__ == "__main__":
+    pd.set_option("display.width", 160)
+    sys.exit(main())
