@@ -57,28 +57,33 @@ def bench(users: int, batch: int, d: int, seed: int):
     rng = np.random.default_rng([seed, 1])
     n_batches = -(-users // batch)
     t_ols = t_M = t_u = t_sgd = 0.0
+    cpu_M = cpu_u = cpu_sgd = 0.0
     clipped = 0
     done = 0
     sink = 0.0
     for _ in range(n_batches):
         n = min(batch, users - done)
         x, r = _raw_batch(data_rng, n, d)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         M = mech_M.privatize(x[:, :, None] * x[:, None, :], rng)
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.process_time()
         u = mech_u.privatize(r[:, None] * x, rng)
-        t2 = time.perf_counter()
+        t2, c2 = time.perf_counter(), time.process_time()
         grad = (x @ theta - r)[:, None] * x
         Z, c = mech_g.privatize(grad, rng)
-        t3 = time.perf_counter()
+        t3, c3 = time.perf_counter(), time.process_time()
         t_M += t1 - t0
         t_u += t2 - t1
         t_sgd += t3 - t2
+        cpu_M += c1 - c0
+        cpu_u += c2 - c1
+        cpu_sgd += c3 - c2
         clipped += c
         sink += M[0, 0, 0] + u[0, 0] + Z[0, 0]  # keep the results alive
         done += n
     t_ols = t_M + t_u
-    return dict(users=done, t_M=t_M, t_u=t_u, t_ols=t_ols, t_sgd=t_sgd, clipped=clipped, sink=sink)
+    return dict(users=done, t_M=t_M, t_u=t_u, t_ols=t_ols, t_sgd=t_sgd, cpu_M=cpu_M, cpu_u=cpu_u,
+                cpu_ols=cpu_M + cpu_u, cpu_sgd=cpu_sgd, clipped=clipped, sink=sink)
 
 
 def main(argv=None):
@@ -99,17 +104,25 @@ def main(argv=None):
     best = None
     for rep in range(args.repeats):
         res = bench(args.users, args.batch, args.dim, args.seed + rep)
-        if best is None or res["t_ols"] + res["t_sgd"] < best["t_ols"] + best["t_sgd"]:
+        if best is None or res["cpu_ols"] + res["cpu_sgd"] < best["cpu_ols"] + best["cpu_sgd"]:
             best = res
     n = best["users"]
 
-    def line(label, t):
-        print(f"  {label:<58s} {n / t:>12,.0f} users/s  ({t:.3f} s)")
+    try:
+        load = "load average %.2f %.2f %.2f" % os.getloadavg()
+    except OSError:
+        load = "load average n/a"
+    print(f"{load}. 'cpu' = users per second of this process's CPU time (per core, insensitive to other "
+          f"processes); 'wall' = per second of elapsed time (lower when the core is shared).")
+    print(f"  {'':<58s} {'cpu users/s':>12s} {'wall users/s':>13s}")
 
-    line("OLS  M = x x^T + symmetric Gaussian (build incl.)", best["t_M"])
-    line("OLS  u = r x + Gaussian (build incl.)", best["t_u"])
-    line("OLS  both messages per user", best["t_ols"])
-    line("SGD  Z = l2-ball(g), g = (x.theta - r) x (build incl.)", best["t_sgd"])
+    def line(label, key):
+        print(f"  {label:<58s} {n / best['cpu_' + key]:>12,.0f} {n / best['t_' + key]:>13,.0f}")
+
+    line("OLS  M = x x^T + symmetric Gaussian (build incl.)", "M")
+    line("OLS  u = r x + Gaussian (build incl.)", "u")
+    line("OLS  both messages per user", "ols")
+    line("SGD  Z = l2-ball(g), g = (x.theta - r) x (build incl.)", "sgd")
     print(f"  (SGD rows clipped: {best['clipped']:,} -- gradients are within R = 2 here, so 0 expected)")
 
 

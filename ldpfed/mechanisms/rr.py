@@ -38,8 +38,9 @@ class RandomizedResponse:
 
     def feedback_mean(self, mu):
         """Mean of the reports when the true bits have mean mu: 1/(1+e^eps) + tanh(eps/2) mu."""
-        return self._p_flip + self._tanh * np.asarray(mu, dtype=np.float64) if np.ndim(mu) else \
-            self._p_flip + self._tanh * float(mu)
+        if np.ndim(mu):
+            return self._p_flip + self._tanh * np.asarray(mu, dtype=np.float64)
+        return self._p_flip + self._tanh * float(mu)
 
     def debias(self, mean_reports):
         """Unbiased estimate of mu from the mean of reports: (m - 1/(1+e^eps)) / tanh(eps/2)."""
