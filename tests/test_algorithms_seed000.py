@@ -147,12 +147,13 @@ def test_ldp_sgd_b1_equals_sequential_loop(env):
 
 
 def test_ldp_sgd_batched_round_applies_each_users_step():
-    """B > 1: every user's gradient is taken at the published theta and applied with its own eta_t (aggregate)."""
+    """B > 1: every user's gradient is taken at the published theta and applied with its own eta_t (aggregate);
+    the default step_offset "auto" is B - 1 = 9, so user t's step is 5 / (t + 1 + 9)."""
     config = RunConfig("ldp-sgd", env="linear", users=100, round_size=10, eps=1.0, delta=0.01, seed=2)
     algo = make_algorithm(make_env(config), config)
     Z = np.arange(30.0).reshape(10, 3)[:, :2]
     users = np.arange(20, 30)
-    expected = sum(5.0 / (u + 1) * Z[i] for i, u in enumerate(users))
+    expected = sum(5.0 / (u + 1 + 9) * Z[i] for i, u in enumerate(users))
     np.testing.assert_allclose(algo.aggregate({"Z": Z}, users)["Z"], expected)
 
 

@@ -428,7 +428,7 @@ class LdpSgdMulti(_MultiBase, LdpSgd):
     name = "ldp-sgd-multi"
     paper = f"{PAPER}, Algorithm 2 with the SGD mechanism"
     privacy_model = "ldp"
-    defaults = {"s0": "auto", "h": 1.0, "step": 5.0, "step_offset": "auto", "context_bound": 1.0}
+    defaults = {"s0": "auto", "h": 1.0, "step": 5.0, "step_offset": 0.0, "context_bound": 1.0}
     paper_setting = {"env_params": {"d": 20, "K": 3}, "users": 10**6, "eps": 1.0, "delta": 0.1,
                      "params": {"s0": 3000}}
 
