@@ -301,10 +301,10 @@ class ShardCore:
         if isinstance(round_index, bool) or not isinstance(round_index, (int, np.integer)):
             return "unknown round"
         round_index = int(round_index)
+        if round_index < 0 or round_index >= min(self.next_round + self.max_open_rounds, plan.rounds):
+            return "unknown round"
         if round_index < self.next_round:
             return "closed round"
-        if round_index >= min(self.next_round + self.max_open_rounds, plan.rounds):
-            return "unknown round"
         if isinstance(population, bool) or not isinstance(population, (int, np.integer)) \
                 or not 0 <= int(population) < plan.populations:
             return "unknown population"

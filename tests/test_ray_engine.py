@@ -1,0 +1,264 @@
+"""The Ray engine on the session's Ray instance: same results as run_local whatever the actors, shards and mode;
+shards reject and count malformed and duplicate messages without changing state; the stress job at small scale."""
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from ldpfed.algorithms import REGISTRY, make_algorithm
+from ldpfed.config import RunConfig
+from ldpfed.engine import run_local
+from ldpfed.engine.ray_shard import LatencyHistogram, ShardCore, make_plan
+from ldpfed.envs import make_env
+from ldpfed.errors import ConfigError
+
+LDP = [name for name in ("ldp-ols", "ldp-sgd") if name in REGISTRY]
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def small(algorithm, **changes):
+    base = dict(env="linear", users=600, round_size=60, populations=5, seed=7, env_params={"d": 3, "K": 4})
+    return RunConfig(algorithm, **{**base, **changes})
+
+
+def assert_same(local, remote):
+    pd.testing.assert_frame_equal(local.table, remote.table, check_exact=True)
+    assert local.summary["final_regret"] == remote.summary["final_regret"]
+    for key in ("users_sending",):
+        assert [row[key] for row in local.ledger] == [row[key] for row in remote.ledger]
+
+
+@pytest.mark.parametrize("algorithm", LDP)
+def test_equals_single_process_for_any_shards_actors_and_mode(ray_session, algorithm):
+    from ldpfed.engine.ray_engine import run_ray
+
+    config = small(algorithm)
+    local = run_local(config)
+    for actors, shards, mode in [(2, 1, "pre-aggregated"), (2, 4, "pre-aggregated"), (3, 4, "per-user"),
+                                 (1, 1, "per-user")]:
+        remote = run_ray(config, actors=actors, shards=shards, mode=mode)
+        assert_same(local, remote)
+        s = remote.summary
+        assert (s["engine"], s["actors"], s["shards"], s["mode"]) == ("ray", actors, shards, mode)
+        assert s["rejected_messages"] == 0
+        assert s["messages"] == config.users          # every user sent one privatized message
+        # every (population, round) message folded once per shard that owns some of its keys
+        per_round = config.populations if s["shard_layout"] == "population" else config.populations * min(
+            shards, sum(int(np.prod(v)) for v in make_algorithm(make_env(config), config).message_spec().values()))
+        assert s["shard_messages"] == config.rounds * per_round
+        assert s["fold_latency_p50_ms"] > 0 and s["fold_latency_p99_ms"] >= s["fold_latency_p50_ms"]
+        assert s["nodes"] == 1 and set(s["population_nodes"]) == set(range(config.populations))
+    algo = make_algorithm(make_env(config), config)
+    np.testing.assert_array_equal(algo.estimate(local.state), algo.estimate(remote.state))
+
+
+def test_last_round_smaller_than_populations_and_no_message_algorithm(ray_session):
+    from ldpfed.engine.ray_engine import run_ray
+
+    # T=103, B=25, P=4: the last round has 3 users, so one population is empty there
+    for algorithm in LDP[:1] + ["uniform"]:
+        config = small(algorithm, users=103, round_size=25, populations=4)
+        assert_same(run_local(config), run_ray(config, actors=3, shards=2))
+
+
+def test_progress_and_bad_options(ray_session):
+    from ldpfed.engine.ray_engine import run_ray
+
+    seen = []
+    config = small("uniform", users=120, round_size=40, populations=2)
+    run_ray(config, actors=2, progress=lambda done, regret: seen.append(done))
+    assert seen == [40, 80, 120]
+    for options, field in [({"actors": 0}, "actors"), ({"shards": -1}, "shards"), ({"mode": "batch"}, "mode"),
+                           ({"max_in_flight": 0}, "max_in_flight")]:
+        with pytest.raises(ConfigError) as error:
+            run_ray(config, **options)
+        assert error.value.field == field
+
+
+def test_max_in_flight_bounds_calls_and_keeps_the_result(ray_session):
+    from ldpfed.engine.ray_engine import run_ray
+
+    config = small(LDP[0] if LDP else "uniform", populations=4)
+    assert_same(run_local(config), run_ray(config, actors=4, shards=2, max_in_flight=1))
+
+
+# ---- malformed and duplicate messages ---------------------------------------------------------------------
+
+def shard_setup(mode, shards=2, algorithm=None):
+    algorithm = algorithm or (LDP[0] if LDP else None)
+    if algorithm is None:
+        pytest.skip("no LDP algorithm registered yet")
+    config = small(algorithm, users=40, round_size=20, populations=2)
+    algo = make_algorithm(make_env(config), config)
+    plan = make_plan(algo, config, shards, mode)
+    return config, algo, plan
+
+
+def good_messages(config, algo, plan, round_index, population, shard):
+    rng = np.random.default_rng(population + 10 * round_index)
+    users = plan.users_of(round_index, population)
+    messages = {f: rng.standard_normal((len(users), *shape)) for f, shape in plan.message_spec.items()}
+    payload = algo.aggregate(messages, users) if plan.mode == "pre-aggregated" else messages
+    return (config.algorithm, round_index, population, plan.split(payload, len(users), population)[shard])
+
+
+def malformed_variants(config, plan, good):
+    algorithm, r, p, payload = good
+    field = sorted(payload)[0]
+    def with_value(value):
+        return (algorithm, r, p, {**payload, field: value})
+    nan = payload[field].copy()
+    nan.reshape(-1)[0] = np.nan
+    inf = payload[field].copy()
+    inf.reshape(-1)[-1] = np.inf
+    return {
+        "wrong shape": with_value(payload[field][..., :-1].copy() if payload[field].shape[-1] > 1
+                                  else np.zeros(payload[field].shape + (2,))),
+        "wrong dtype": with_value(payload[field].astype(np.float32)),
+        "wrong dtype (object)": with_value(payload[field].astype(object)),
+        "non-finite (nan)": with_value(nan),
+        "non-finite (inf)": with_value(inf),
+        "wrong fields": (algorithm, r, p, {**payload, "extra": np.zeros(1)}),
+        "missing field": (algorithm, r, p, {k: v for k, v in payload.items() if k != field}),
+        "unknown algorithm": ("no-such-algorithm", r, p, payload),
+        "unknown round": (algorithm, r + 1, p, payload),
+        "round out of the run": (algorithm, 10**6, p, payload),
+        "negative round": (algorithm, -1, p, payload),
+        "unknown population": (algorithm, r, config.populations, payload),
+        "not a tuple": [algorithm, r, p, payload],
+        "short tuple": (algorithm, r, p),
+        "payload not a dict": (algorithm, r, p, list(payload.values())),
+    }
+
+
+@pytest.mark.parametrize("mode,shards", [("pre-aggregated", 2), ("per-user", 1)])
+def test_shard_rejects_and_counts_malformed_and_duplicates_state_unchanged(mode, shards):
+    config, algo, plan = shard_setup(mode, shards)
+    shard = 0
+    core = ShardCore(plan, shard, algo)
+    good = good_messages(config, algo, plan, 0, 0, shard)
+    assert core.fold([good]) == (1, 0)
+    before = core.peek(0)
+    bad = malformed_variants(config, plan, good_messages(config, algo, plan, 0, 1, shard))
+    bad["duplicate"] = good
+    for name, message in bad.items():
+        assert core.fold([message]) == (0, 1), name
+        after = core.peek(0)
+        assert after["seen"] == before["seen"] and after["folded"] == before["folded"], name
+        for field, value in before["totals"].items():
+            np.testing.assert_array_equal(after["totals"][field], value, err_msg=name)
+    assert core.rejected == len(bad) and core.accepted == 1
+    assert core.rejected_by_reason["duplicate"] == 1
+    assert core.rejected_by_reason["non-finite"] == 2 and core.rejected_by_reason["wrong dtype"] == 2
+    # the genuine message of population 1 is still accepted after all that, and the round completes
+    assert core.fold([good_messages(config, algo, plan, 0, 1, shard)]) == (1, 0)
+    totals = core.collect(0)
+    assert set(totals) == {seg.field for seg in plan.segments[shard]} or plan.layout == "population"
+    # a late copy of a collected round is rejected too
+    assert core.fold([good]) == (0, 1) and core.rejected_by_reason["closed round"] == 1
+
+
+def test_shard_folds_in_population_order_whatever_the_arrival_order():
+    config, algo, plan = shard_setup("pre-aggregated", shards=1)
+    config = config.replace(populations=5)
+    plan = make_plan(algo, config, 1, "pre-aggregated")
+    messages = [good_messages(config, algo, plan, 0, p, 0) for p in range(5)]
+    in_order, shuffled = ShardCore(plan, 0), ShardCore(plan, 0)
+    in_order.fold(messages)
+    shuffled.fold([messages[i] for i in (3, 1, 4, 0, 2)])
+    a, b = in_order.collect(0), shuffled.collect(0)
+    for field in a:
+        np.testing.assert_array_equal(a[field], b[field])
+    with pytest.raises(RuntimeError, match="incomplete"):
+        ShardCore(plan, 0).collect(0)
+
+
+def test_shard_actor_rejects_over_ray(ray_session):
+    from ldpfed.engine.ray_engine import RemoteShard
+
+    config, algo, plan = shard_setup("per-user", shards=1)
+    actor = RemoteShard.options(num_cpus=0).remote(config, plan, 0)
+    ray = ray_session
+    good = good_messages(config, algo, plan, 0, 0, 0)
+    bad = malformed_variants(config, plan, good_messages(config, algo, plan, 0, 1, 0))
+    assert ray.get(actor.fold.remote([good])) == (1, 0)
+    before = ray.get(actor.peek.remote(0))
+    assert ray.get(actor.fold.remote(list(bad.values()) + [good])) == (0, len(bad) + 1)
+    after = ray.get(actor.peek.remote(0))
+    assert after["seen"] == before["seen"]
+    stats = ray.get(actor.stats.remote())
+    assert stats["rejected"] == len(bad) + 1 and stats["accepted"] == 1
+    ray.kill(actor)
+
+
+def test_latency_histogram_quantiles():
+    h = LatencyHistogram()
+    for ms in range(1, 101):
+        h.add(ms / 1000)
+    assert 0.049 <= h.quantile(0.5) <= 0.0515
+    assert 0.098 <= h.quantile(0.99) <= 0.102
+    assert LatencyHistogram().quantile(0.5) is None
+
+
+# ---- the stress job, small ----------------------------------------------------------------------------------
+
+def load_job(name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "jobs" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.skipif(not LDP, reason="no LDP algorithm registered yet")
+def test_stress_small_no_loss_no_double_count(ray_session):
+    stress = load_job("stress_server")
+    lines = []
+    ok, rows = stress.run_stress(LDP[0], d=3, K=4, shard_counts=(1, 3), populations=4, users_per_message=6,
+                                 rounds=4, senders=2, batch=3, max_in_flight=2, inject=2, max_seconds=120,
+                                 log=lines.append)
+    assert ok, lines
+    assert [row["shards"] for row in rows] == [1, 3]
+    for row in rows:
+        assert row["errors"] == [] and row["rejected"] == 2 * 2 * 2    # 2 senders x (2 duplicates + 2 corrupted)
+        assert row["user_messages"] == 4 * 6 * 4 and row["messages_per_s"] > 0
+        assert row["fold_p99_ms"] >= row["fold_p50_ms"] > 0
+
+
+@pytest.mark.skipif(not LDP, reason="no LDP algorithm registered yet")
+def test_stress_check_catches_a_lost_and_a_double_counted_message():
+    stress = load_job("stress_server")
+    config = RunConfig(LDP[0], env="linear", users=2 * 2 * 3, round_size=2 * 3, populations=2, seed=0,
+                       env_params={"d": 3, "K": 4})
+    algo = make_algorithm(make_env(config), config)
+    plan = make_plan(algo, config, 1, "per-user")
+    expected = stress.recompute(config)
+
+    def run(messages):
+        core = ShardCore(plan, 0, algo, max_open_rounds=config.rounds)
+        core.fold(messages)
+        totals = []
+        for r in range(config.rounds):
+            try:
+                totals.append([core.collect(r)])
+            except RuntimeError:
+                core.next_round += 1
+                totals.append([{f: np.zeros(int(np.prod(s))) for f, s in plan.sum_spec.items()}])
+        return stress._check(config, plan, expected, totals, [core.stats()], [len(messages)], 0)[1]
+
+    from ldpfed.engine.core import simulate_population
+    from ldpfed.rng import derive
+    env = make_env(config)
+    model = algo.publish(algo.initial_state(derive(config.seed, "init")))
+    messages = []
+    for r in range(config.rounds):
+        for p in range(config.populations):
+            users = plan.users_of(r, p)
+            payload, _, _ = simulate_population(algo, env, model, config.seed, r, p, users, pre_aggregate=False)
+            messages.append((config.algorithm, r, p, plan.split(payload, len(users), p)[0]))
+    assert run(messages) == []
+    assert run(messages[1:])          # one lost
+    twice = ShardCore(plan, 0, algo, max_open_rounds=config.rounds)
+    twice.fold(messages + messages[:1])
+    assert twice.rejected == 1        # the copy is refused, not folded twice
