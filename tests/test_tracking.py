@@ -164,6 +164,15 @@ def test_unreachable_server_fails_fast_and_local_results_survive(tmp_path, _serv
             sweep.log_result(result)
     check_local(tmp_path / "fallback" / "quick", results)
 
+    # the plots can be redrawn from the local folder alone
+    from ldpfed.tracking.plots import replot
+
+    for png in (tmp_path / "fallback" / "quick" / "plots").glob("*.png"):
+        png.unlink()
+    assert {p.name for p in replot(tmp_path / "fallback" / "quick")} >= {"regret_curves.png",
+                                                                         "final_regret_vs_eps.png"}
+    assert_png(tmp_path / "fallback" / "quick" / "plots" / "regret_curves.png")
+
 
 def check_local(folder: Path, results):
     summary = pd.read_parquet(folder / "summary" / "summary.parquet")

@@ -25,7 +25,9 @@ from matplotlib.ticker import EngFormatter, NullLocator  # noqa: E402
 GRID_POINTS = 400
 
 
-def _colors(algorithms) -> dict:
+def colors(algorithms) -> dict:
+    """One color per algorithm, the same in every plot of a sweep (pass the sweep's sorted algorithm names)."""
+    algorithms = sorted(algorithms)
     cmap = plt.get_cmap("tab10" if len(algorithms) <= 10 else "tab20")
     return {name: cmap(i % cmap.N) for i, name in enumerate(algorithms)}
 
@@ -58,19 +60,19 @@ def _save(fig, path: Path, legend_rows: int) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     height = fig.get_size_inches()[1]
-    fig.tight_layout(rect=(0, (0.45 + 0.25 * legend_rows) / height, 1, 1 - 0.35 / height))
+    fig.tight_layout(rect=(0, (0.45 + 0.25 * legend_rows) / height, 1, 1 - 0.25 / height))
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
 
 
-def regret_curves(curves: dict, runs: pd.DataFrame, path: Path, title: str) -> Path | None:
+def regret_curves(curves: dict, runs: pd.DataFrame, path: Path, title: str, palette: dict | None = None) -> Path | None:
     """`runs` has one row per run (key, algorithm, env, eps, seed); `curves[key]` = (users, cumulative regret)."""
     runs = runs[runs["key"].isin(list(curves))]
     if runs.empty:
         return None
     algorithms = sorted(runs["algorithm"].unique())
-    colors = _colors(algorithms)
+    palette = palette or colors(algorithms)
     panels = sorted(runs.groupby(["env", "eps"]).groups)
     fig, axes = _grid(len(panels))
     handles, labels = {}, {}
@@ -87,10 +89,10 @@ def regret_curves(curves: dict, runs: pd.DataFrame, path: Path, title: str) -> P
             grid = np.linspace(low, top, GRID_POINTS) if top > low else np.array([top])
             stack = np.vstack([np.interp(grid, curves[k][0], curves[k][1]) for k in keys])
             median = np.median(stack, axis=0)
-            line, = ax.plot(grid, median, color=colors[algorithm], lw=1.8)
+            line, = ax.plot(grid, median, color=palette[algorithm], lw=1.8)
             if len(keys) > 1:
                 q25, q75 = np.quantile(stack, [0.25, 0.75], axis=0)
-                ax.fill_between(grid, q25, q75, color=colors[algorithm], alpha=0.22, lw=0)
+                ax.fill_between(grid, q25, q75, color=palette[algorithm], alpha=0.22, lw=0)
             handles[algorithm], labels[algorithm] = line, algorithm
         ax.set_title(f"{env}, eps = {eps:g}", fontsize=10)
         ax.set_xlabel("users processed")
@@ -108,7 +110,8 @@ def regret_curves(curves: dict, runs: pd.DataFrame, path: Path, title: str) -> P
     return _save(fig, path, math.ceil(len(order) / 5))
 
 
-def final_vs_eps(summary: pd.DataFrame, column: str, path: Path, title: str, ylabel: str) -> Path | None:
+def final_vs_eps(summary: pd.DataFrame, column: str, path: Path, title: str, ylabel: str,
+                 palette: dict | None = None) -> Path | None:
     """Median over seeds of `column` against eps, per algorithm, one panel per env."""
     if column not in summary.columns:
         return None
@@ -118,7 +121,7 @@ def final_vs_eps(summary: pd.DataFrame, column: str, path: Path, title: str, yla
     if data.empty:
         return None
     algorithms = sorted(data["algorithm"].unique())
-    colors = _colors(algorithms)
+    palette = palette or colors(algorithms)
     envs = sorted(data["env"].unique())
     fig, axes = _grid(len(envs))
     handles = {}
@@ -132,7 +135,7 @@ def final_vs_eps(summary: pd.DataFrame, column: str, path: Path, title: str, yla
                 median="median", q25=lambda s: s.quantile(0.25), q75=lambda s: s.quantile(0.75)).sort_index()
             eps = stats.index.to_numpy(dtype=float)
             err = np.vstack([stats["median"] - stats["q25"], stats["q75"] - stats["median"]])
-            bars = ax.errorbar(eps, stats["median"], yerr=err, color=colors[algorithm], marker="o", ms=5,
+            bars = ax.errorbar(eps, stats["median"], yerr=err, color=palette[algorithm], marker="o", ms=5,
                                lw=1.6, capsize=3)
             handles[algorithm] = bars
         eps_all = panel["eps"].to_numpy(dtype=float)
@@ -156,3 +159,48 @@ def final_vs_eps(summary: pd.DataFrame, column: str, path: Path, title: str, yla
     order = [a for a in algorithms if a in handles]
     _legend(fig, [handles[a] for a in order], order, "marker: median over seeds; bars: 25-75% quantiles")
     return _save(fig, path, math.ceil(len(order) / 5))
+
+
+def sweep_plots(summary: pd.DataFrame, curves: dict, folder: Path, name: str) -> list[Path]:
+    """Every plot of a sweep into `folder`, one color per algorithm across them; a plot that fails is skipped
+    with a warning (a plot must never cost the results)."""
+    import warnings
+
+    folder = Path(folder)
+    if summary.empty:
+        return []
+    palette = colors(summary["algorithm"].dropna().astype(str).unique())
+    jobs = [
+        lambda: regret_curves(curves, summary, folder / "regret_curves.png", f"Cumulative regret, sweep {name}",
+                              palette),
+        lambda: final_vs_eps(summary, "final_regret", folder / "final_regret_vs_eps.png",
+                             f"Final regret against eps, sweep {name}", "final cumulative regret", palette),
+        lambda: final_vs_eps(summary, "final_estimation_error", folder / "final_estimation_error_vs_eps.png",
+                             f"Final estimation error against eps, sweep {name}", "final estimation error", palette),
+    ]
+    written = []
+    for job in jobs:
+        try:
+            path = job()
+        except Exception as exc:  # noqa: BLE001
+            warnings.warn(f"ldpfed.tracking: a plot of sweep {name!r} failed: {exc!r}", RuntimeWarning)
+            continue
+        if path is not None:
+            written.append(path)
+    return written
+
+
+def replot(sweep_dir: Path, points: int = 2000) -> list[Path]:
+    """Redraw the plots of a sweep from its local folder (summary/summary.parquet and runs/*/table.parquet),
+    e.g. after a job died before its sweep finished: `python -c "from ldpfed.tracking.plots import replot;
+    replot('results/run_all/quick')"`."""
+    sweep_dir = Path(sweep_dir)
+    summary = pd.read_parquet(sweep_dir / "summary" / "summary.parquet")
+    curves = {}
+    for key, local in zip(summary["key"], summary.get("local_dir", pd.Series([None] * len(summary)))):
+        if local is None or pd.isna(local):
+            continue
+        table = pd.read_parquet(sweep_dir / str(local) / "table.parquet", columns=["users", "cumulative_regret"])
+        index = np.unique(np.round(np.linspace(0, len(table) - 1, min(points, len(table)))).astype(int))
+        curves[key] = (table["users"].to_numpy()[index], table["cumulative_regret"].to_numpy()[index])
+    return sweep_plots(summary, curves, sweep_dir / "plots", sweep_dir.name)

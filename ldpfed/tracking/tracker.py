@@ -352,30 +352,7 @@ class Sweep(_DriverOnly):
         records.write_csv(self.local_dir / "summary" / "summary.csv", frame)
 
     def _write_plots(self) -> list[Path]:
-        frame = self.summary
-        if frame.empty:
-            return []
-        written = []
-        folder = self.local_dir / "plots"
-        jobs = [
-            lambda: plots.regret_curves(self._curves, frame, folder / "regret_curves.png",
-                                        f"Cumulative regret, sweep {self.name}"),
-            lambda: plots.final_vs_eps(frame, "final_regret", folder / "final_regret_vs_eps.png",
-                                       f"Final regret against eps, sweep {self.name}", "final cumulative regret"),
-            lambda: plots.final_vs_eps(frame, "final_estimation_error",
-                                       folder / "final_estimation_error_vs_eps.png",
-                                       f"Final estimation error against eps, sweep {self.name}",
-                                       "final estimation error"),
-        ]
-        for job in jobs:
-            try:
-                path = job()
-            except Exception as exc:  # noqa: BLE001 - a plot must never cost the results
-                warnings.warn(f"ldpfed.tracking: a plot of sweep {self.name!r} failed: {exc!r}", RuntimeWarning)
-                continue
-            if path is not None:
-                written.append(path)
-        return written
+        return plots.sweep_plots(self.summary, self._curves, self.local_dir / "plots", self.name)
 
     def _sweep_tags(self) -> dict:
         frame = self.summary
