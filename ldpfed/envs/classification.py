@@ -51,6 +51,8 @@ class DigitsClassification(Env):
     multi = True
     defaults = {"d": 16}   # context dimension: d - 1 principal components plus a bias coordinate
     reward_bound = 1.0
+    # For the GLM algorithms that read env.link (glm_ldp.py): the linear probability model, E[r | x, a] ~ x^T theta_a.
+    link = "identity"
 
     def __init__(self, rng, users, **params):
         super().__init__(rng, users, **params)
