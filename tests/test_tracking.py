@@ -141,7 +141,7 @@ def test_unreachable_server_fails_fast_and_local_results_survive(tmp_path, _serv
     with pytest.raises(TrackingUnavailable) as caught:
         Tracker("ldpfed-test", tracking_uri=uri, out_dir=tmp_path / "never")
     assert time.monotonic() - started < 10, "must fail fast, not after MLflow's minutes of retries"
-    assert uri in str(caught.value) and caught.value.uri == uri
+    assert uri in str(caught.value) and caught.value.uri == uri and "connection refused" in str(caught.value)
     assert not (tmp_path / "never").exists()
 
     # the job's pattern: tracking fails before any simulation; results are still written locally
@@ -181,6 +181,17 @@ def check_local(folder: Path, results):
         pd.testing.assert_frame_equal(pd.read_parquet(folder / row["local_dir"] / "table.parquet"), result.table)
         assert json.loads((folder / row["local_dir"] / "summary.json").read_text())["seed"] == result.config.seed
     assert_png(folder / "plots" / "regret_curves.png")
+
+
+def test_server_that_never_answers_times_out_fast(tmp_path):
+    with socket.socket() as silent:                  # accepts connections (backlog) but never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        uri = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        started = time.monotonic()
+        with pytest.raises(TrackingUnavailable, match="no answer within 1 s"):
+            Tracker("ldpfed-test", tracking_uri=uri, out_dir=tmp_path, probe_timeout=1.0)
+        assert time.monotonic() - started < 5
 
 
 class _Refuse(http.server.BaseHTTPRequestHandler):

@@ -86,8 +86,8 @@ def _probe_http(uri: str, timeout: float) -> None:
                                 backoff_jitter=0, timeout=timeout, raise_on_status=False,
                                 params={"experiment_name": "ldpfed-connectivity-probe"})
     except Exception as exc:  # noqa: BLE001 - connection refused, DNS, TLS, timeout
-        raise TrackingUnavailable(uri, f"no answer within {timeout:g} s ({_first_line(exc)}). Start the "
-                                  "server, fix MLFLOW_TRACKING_URI, or run without tracking "
+        raise TrackingUnavailable(uri, f"{_connection_problem(exc, timeout)}. Start the server, fix "
+                                  "MLFLOW_TRACKING_URI (or --tracking-uri), or run without tracking "
                                   "(local results only)") from exc
     status = response.status_code
     if status in (401, 403):
@@ -132,3 +132,17 @@ def http_policy(retries: int, timeout: float, backoff: int | None = None, overri
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0][:300] if text else type(exc).__name__
+
+
+def _connection_problem(exc: BaseException, timeout: float) -> str:
+    """A short, plain reason for a failed connection (MLflow's own message nests urllib3's, 500 chars long)."""
+    text = str(exc)
+    if "Connection refused" in text:
+        return "connection refused (nothing listens at that address and port)"
+    if "Name or service not known" in text or "nodename nor servname" in text or "getaddrinfo" in text:
+        return "the host name does not resolve"
+    if "timed out" in text.lower() or "timeout" in text.lower():
+        return f"no answer within {timeout:g} s"
+    if "SSL" in text or "certificate" in text.lower():
+        return f"TLS failed ({_first_line(exc)[:200]})"
+    return f"cannot connect ({_first_line(exc)[:200]})"
