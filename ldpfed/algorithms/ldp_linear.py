@@ -1,3 +1,232 @@
-"""Placeholder: filled by its owner."""
+"""Seed 002 (Zheng, Cai, Huang, Li, Wang, NeurIPS 2020): LDP contextual bandits.
 
-ALGORITHMS = []
+* `ldp-ucb` (Algorithm 5, Appendix D of the full version): LinUCB on noisy Gram statistics. The user sends
+  x x^T + B_t (B_t symmetric: upper triangle incl. the diagonal i.i.d. N(0, sigma^2), mirrored) and r x + xi_t.
+  Server: V~_t = sum (x x^T + B) + c_t I, theta~_t = V~_t^{-1} u~_t; the next user plays
+  argmax_a theta~^T x_a + beta_t ||x_a||_{V~_t^{-1}} with
+      Upsilon_t = sigma sqrt(t) (4 sqrt(d) + 2 ln(2T/alpha)),  c_t = 2 Upsilon_t,
+      beta_t = 2 sigma sqrt(d ln T) + (sqrt(3 Upsilon_t) + sigma sqrt(d t / Upsilon_t)) d ln T
+  (beta_t as in the authors' code).
+* `ldp-gloc` (Algorithm 3): GLOC with noisy online gradient descent. The user plays the UCB action of
+  (theta~, V~, beta), sets z = x^T theta^_t (the online learner's prediction) and sends x x^T + B_t,
+  z x + xi_t and grad l(theta^_t) + r_t with l the negative log-likelihood, grad = (g(x^T theta^) - y) x.
+  Server: V~, u~ as above, theta~ = V~^{-1} u~ (ridge-like regression of the predictions z on x) and
+  theta^_{t+1} = Proj_W(theta^_t - zeta (sum of noisy gradients)), W the ball of radius S.
+  sigma = 6 sqrt(2 ln(3.75/delta))/eps, beta_t^2 = (sigma/mu) sqrt(d t) (the O~ of the paper with the constants of
+  the public reference code, C = 1). The exploration width uses the accumulated noisy Gram matrix V~_t (the
+  published figures came from code whose width used a Gram matrix that was never updated, so that only the
+  shift c_t changed it and the width stayed about constant; not reproduced).
+
+Privacy (clients clip to the public bounds before privatizing, and count clipped users):
+* ldp-ucb: two Gaussian mechanisms, each at (eps/2, delta/2): M = x x^T (upper triangle incl. diagonal has
+  L2 norm <= ||x||^2 <= 1, so sensitivity 2) and u = r x (||r x|| <= c_r, sensitivity 2 c_r, c_r the env's
+  public reward bound). sigma_M = 2 sqrt(2 ln(2.5/delta))/(eps/2) = 4 sqrt(2 ln(2.5/delta))/eps. (The authors'
+  code used 4 sqrt(ln(1.25/delta))/eps, which drops the factor 2 under the root and does not split delta; and
+  its index used ||x||^2_{V^{-1}} instead of ||x||_{V^{-1}}: we follow the paper.)
+* ldp-gloc: three Gaussian mechanisms, each at (eps/3, delta/3): M (sensitivity 2), u = z x with
+  |z| <= ||theta^|| <= S = 1 (sensitivity 2), and the gradient, clipped to the public bound
+  C_g = max_{|a|<=1} |g(a)| + c_r (sensitivity 2 C_g), so sigma_M = sigma_u = 6 sqrt(2 ln(3.75/delta))/eps = sigma
+  and the gradient noise std is C_g sigma (the paper's r_t ~ N(0, C^2 sigma^2) with C the bound of the gradient
+  norm; the paper's C is the bound of |g|, which bounds |g(a) - y| only for particular rewards).
+Both are (eps, delta)-LDP per user by basic composition.
+
+Rounds: with B users per round every user of the round sees the same published state (theta~, V~^{-1},
+beta, theta^); the server adds the round's summed messages, then recomputes with t = number of users so far.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.special import expit
+
+from ldpfed.algorithms.base import Algorithm, clip_abs, clip_norm
+from ldpfed.errors import ConfigError
+from ldpfed.mechanisms import GaussianMechanism, SymmetricGaussianMechanism
+
+SINGLE_GLM_ENVS = ("linear", "logistic")
+
+# inverse link g, its largest |g| on [-S, S], and mu = inf g' on [-S, S] (the paper's assumptions, S = 1)
+LINKS = {
+    "identity": (lambda z: z, lambda S: S, lambda S: 1.0),
+    "logistic": (expit, lambda S: float(expit(S)), lambda S: float(expit(S) * expit(-S))),
+}
+
+
+def _option(params: dict, name: str, low: float = 0.0, high: float = math.inf, open_low: bool = True) -> float:
+    value = params[name]
+    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+    if ok:
+        ok = (value > low if open_low else value >= low) and value < high
+    if not ok:
+        raise ConfigError(f"params.{name}", value, f"must be a finite number in {'(' if open_low else '['}{low}, {high})")
+    return float(value)
+
+
+def _clip_contexts(x: np.ndarray) -> tuple[np.ndarray, int]:
+    """Rows scaled to norm <= 1 (the public context bound C_B = 1); counts only rows beyond rounding error
+    (the env's unit contexts have norms 1 +- 1e-16, which are rescaled but not counted)."""
+    norms = np.sqrt(np.einsum("ni,ni->n", x, x))
+    over = norms > 1.0
+    if over.any():
+        x = np.where(over[:, None], x / np.maximum(norms, 1e-300)[:, None], x)
+    return x, int((norms > 1.0 + 1e-9).sum())
+
+
+def _calibration(params: dict) -> str:
+    value = params["calibration"]
+    if value not in ("classic", "analytic"):
+        raise ConfigError("params.calibration", value, "must be 'classic' or 'analytic'")
+    return value
+
+
+class LdpUcb(Algorithm):
+    """Algorithm 5 (Appendix D): LDP contextual linear UCB. See the module docstring."""
+
+    name = "ldp-ucb"
+    paper = "seed 002 Zheng et al. 2020, Algorithm 5 (Appendix D): LDP-UCB for contextual linear bandits"
+    privacy_model = "ldp"
+    env_kinds = SINGLE_GLM_ENVS
+    default_env = "linear"
+    defaults = {"alpha": 0.1, "calibration": "classic"}   # alpha: failure probability (authors' code: 0.1)
+    # The setting of the public reference comparison (ALGORITHMS.md: d=2, K=10, unit contexts, eps=1,
+    # delta=0.01); a reconstruction, the seed's own experiment settings are not in its text.
+    paper_setting = {"env_params": {"d": 2, "K": 10}, "users": 10**5, "eps": 1.0, "delta": 0.01, "params": {}}
+    shares = 2   # number of mechanisms sharing (eps, delta)
+
+    def setup(self):
+        self.alpha = _option(self.params, "alpha", 0.0, 1.0)
+        calibration = _calibration(self.params)
+        self.c_r = float(self.env.reward_bound)
+        eps, delta = self.eps / self.shares, self.delta / self.shares
+        self.mechanisms["M"] = SymmetricGaussianMechanism(2.0, eps, delta, calibration=calibration)
+        self.sigma = self.mechanisms["M"].sigma
+        self._setup_fields(eps, delta, calibration)
+        d, T = self.d, self.T
+        self.log_T = math.log(max(T, 2))
+        self.upsilon_unit = self.sigma * (4.0 * math.sqrt(d) + 2.0 * math.log(2.0 * T / self.alpha))
+        self.eye = np.eye(d)
+
+    def _setup_fields(self, eps, delta, calibration):
+        self.mechanisms["u"] = GaussianMechanism(2.0 * self.c_r, eps, delta, calibration=calibration)
+
+    # ---- the shared noisy-Gram UCB ------------------------------------------------------------------
+    def _beta(self, t: int) -> float:
+        upsilon = self.upsilon_unit * math.sqrt(t)
+        return (2.0 * self.sigma * math.sqrt(self.d * self.log_T)
+                + (math.sqrt(3.0 * upsilon) + self.sigma * math.sqrt(self.d * t / upsilon)) * self.d * self.log_T)
+
+    def _ucb_state(self, M: np.ndarray, u: np.ndarray, t: int) -> dict:
+        """V~ = M + c_t I, theta~ = V~^{-1} u, the inverse for the widths, beta_t; t = users so far (>= 1)."""
+        t = max(t, 1)
+        c = 2.0 * self.upsilon_unit * math.sqrt(t)
+        V = M + c * self.eye
+        V_inv = np.linalg.inv(V)
+        return {"M": M, "u": u, "t": t, "theta": V_inv @ u, "V_inv": V_inv, "beta": self._beta(t)}
+
+    def _ucb_arms(self, theta, V_inv, beta, contexts) -> np.ndarray:
+        width = ((contexts @ V_inv) * contexts).sum(axis=-1)       # ||x||^2 in V~^{-1}, shape (n, K)
+        scores = contexts @ theta + beta * np.sqrt(np.maximum(width, 0.0))
+        return scores.argmax(axis=1)
+
+    def _gram_messages(self, x, rng) -> np.ndarray:
+        return self.mechanisms["M"].privatize(x[:, :, None] * x[:, None, :], rng)
+
+    # ---- server half ------------------------------------------------------------------------------
+    def initial_state(self, rng):
+        return self._ucb_state(np.zeros((self.d, self.d)), np.zeros(self.d), 0)
+
+    def publish(self, state):
+        return {"theta": state["theta"], "V_inv": state["V_inv"], "beta": state["beta"]}
+
+    def update(self, state, sums, start, stop, rng):
+        if "M" not in sums:
+            return state
+        return self._ucb_state(state["M"] + sums["M"], state["u"] + sums["u"], stop)
+
+    def estimate(self, state):
+        return state["theta"]
+
+    # ---- client half ------------------------------------------------------------------------------
+    def act(self, model, contexts, users, rng):
+        return self._ucb_arms(model["theta"], model["V_inv"], model["beta"], contexts)
+
+    def message_spec(self):
+        return {"M": (self.d, self.d), "u": (self.d,)}
+
+    def encode(self, model, contexts, actions, rewards, users, rng):
+        x, n_x = _clip_contexts(contexts[np.arange(len(actions)), actions])
+        r, n_r = clip_abs(rewards, self.c_r)
+        messages = {"M": self._gram_messages(x, rng), "u": self.mechanisms["u"].privatize(r[:, None] * x, rng)}
+        return messages, {"clipped": n_x + n_r}
+
+
+class LdpGloc(LdpUcb):
+    """Algorithm 3: LDP generalized linear bandits (GLOC with noisy online gradient descent).
+    See the module docstring. zeta = zeta_scale / sqrt(T) (the paper: zeta = Theta(1/sqrt T); the public
+    reference code used d K / sqrt(T)); S = radius of W (the paper: 1)."""
+
+    name = "ldp-gloc"
+    paper = "seed 002 Zheng et al. 2020, Algorithm 3: LDP-GLOC for generalized linear bandits"
+    env_kinds = SINGLE_GLM_ENVS
+    default_env = "logistic"
+    defaults = {"alpha": 0.1, "calibration": "classic", "zeta_scale": 1.0, "S": 1.0}
+    # Reconstruction: the seed-000 comparison setting (d=2, K=10) on its GLM (logistic) env.
+    paper_setting = {"env_params": {"d": 2, "K": 10}, "users": 10**5, "eps": 1.0, "delta": 0.01, "params": {}}
+    shares = 3
+
+    def _setup_fields(self, eps, delta, calibration):
+        link = self.env.link
+        if link not in LINKS:
+            raise ConfigError("env", self.env.name, f"ldp-gloc supports links {sorted(LINKS)}")
+        self.S = _option(self.params, "S", 0.0)
+        self.g, g_max, mu = LINKS[link]
+        self.mu = mu(self.S)
+        self.grad_bound = g_max(self.S) + self.c_r      # |g(z) - y| <= max|g| + c_r with |z| <= S
+        # zeta = Theta(1/sqrt T) (the paper); the constant is the online-gradient-descent step D / (G sqrt T)
+        # for W of diameter D = 2S and noisy gradients of second moment G^2 = C_g^2 (1 + d sigma^2)
+        # (a reconstruction; the public reference code used d K / sqrt T without projection).
+        grad_rms = self.grad_bound * math.sqrt(1.0 + self.d * self.sigma ** 2)
+        self.zeta = _option(self.params, "zeta_scale", 0.0) * 2.0 * self.S / (grad_rms * math.sqrt(self.T))
+        # u = z x with |z| <= S ||x|| <= S
+        self.mechanisms["u"] = GaussianMechanism(2.0 * self.S, eps, delta, calibration=calibration)
+        self.mechanisms["grad"] = GaussianMechanism(2.0 * self.grad_bound, eps, delta, calibration=calibration)
+
+    def _beta(self, t: int) -> float:
+        return math.sqrt(self.sigma / self.mu * math.sqrt(self.d * t))
+
+    def initial_state(self, rng):
+        state = self._ucb_state(np.zeros((self.d, self.d)), np.zeros(self.d), 0)
+        state["theta_hat"] = np.zeros(self.d)
+        return state
+
+    def publish(self, state):
+        return {"theta": state["theta"], "V_inv": state["V_inv"], "beta": state["beta"],
+                "theta_hat": state["theta_hat"]}
+
+    def update(self, state, sums, start, stop, rng):
+        if "M" not in sums:
+            return state
+        new = self._ucb_state(state["M"] + sums["M"], state["u"] + sums["u"], stop)
+        theta_hat = state["theta_hat"] - self.zeta * sums["grad"]
+        norm = float(np.sqrt(theta_hat @ theta_hat))
+        if norm > self.S:
+            theta_hat *= self.S / norm
+        new["theta_hat"] = theta_hat
+        return new
+
+    def message_spec(self):
+        return {"M": (self.d, self.d), "u": (self.d,), "grad": (self.d,)}
+
+    def encode(self, model, contexts, actions, rewards, users, rng):
+        x, n_x = _clip_contexts(contexts[np.arange(len(actions)), actions])
+        y, n_y = clip_abs(rewards, self.c_r)
+        z, n_z = clip_abs(x @ model["theta_hat"], self.S)   # |z| <= S already when theta^ is in W
+        grad, n_g = clip_norm((self.g(z) - y)[:, None] * x, self.grad_bound)
+        messages = {"M": self._gram_messages(x, rng),
+                    "u": self.mechanisms["u"].privatize(z[:, None] * x, rng),
+                    "grad": self.mechanisms["grad"].privatize(grad, rng)}
+        return messages, {"clipped": n_x + n_y + n_z + n_g}
+
+
+ALGORITHMS = [LdpUcb, LdpGloc]

@@ -1,3 +1,416 @@
-"""Placeholder: filled by its owner."""
+"""Seed 002 (Zheng, Cai, Huang, Li, Wang, NeurIPS 2020): LDP black-box reductions for context-free bandits.
 
-ALGORITHMS = []
+* Algorithm 1 (one-point reduction): the user adds N(0, sigma^2), sigma = 2B sqrt(2 ln(1.25/delta))/eps, to its
+  bounded loss (|f| <= B, so the range, hence the L2 sensitivity, is 2B) and any non-private algorithm runs on
+  the noisy values. Instantiated here with
+    - a UCB black box on K arms (`ldp-mab-ucb`, non-private `ucb`),
+    - the Tsallis-INF black box of Zimmert & Seldin (the paper's reference [44], Appendix B.1)
+      (`ldp-mab-adversarial`, non-private `tsallis-inf`),
+    - one-point bandit convex optimization, Flaxman-Kalai-McMahan gradient descent without a gradient with the
+      sphere-sampling estimate (d/rho) f(x) u (`ldp-bco-one-point`, non-private `bco-one-point`).
+* Algorithm 2 (two-point BCO): the user sends f(x1) - f(x2) + n^T (x1 - x2), n ~ N(0, sigma^2 I_d),
+  sigma = 2G sqrt(2 ln(1.25/delta))/eps, to the two-point algorithm of Agarwal, Dekel and Xiao 2010 (the paper's
+  Algorithm 4) with eta = 1/sqrt(T), rho = log T / T, xi = rho/r (`ldp-bco-two-point`, non-private
+  `bco-two-point`).
+
+Privacy: every user sends ONE privatized scalar (the noisy reward, loss or loss difference) at the full
+(eps, delta); the other message fields (the arm, the sampling direction u) are chosen by the algorithm from public
+state and the user's own randomness, independently of the user's data, so they are public (`public_fields`).
+Non-private baselines are subclasses with `private = False` (no noise, privacy model "none").
+
+Rounds: with B users per round every user of the round sees the same published state; the server folds the
+round's summed messages in one step (for gradient methods: one step with the summed gradient estimates,
+followed by one projection; with B = 1 this is exactly the paper's sequential algorithm).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ldpfed.algorithms.base import Algorithm, clip_abs
+from ldpfed.envs.base import unit_sphere
+from ldpfed.errors import ConfigError
+from ldpfed.mechanisms import GaussianMechanism
+
+MAB_ENVS = ("bernoulli", "piecewise-bernoulli")
+
+
+# ---- option checks ------------------------------------------------------------------------------
+def _choice(params: dict, name: str, allowed: tuple) -> str:
+    value = params[name]
+    if value not in allowed:
+        raise ConfigError(f"params.{name}", value, f"must be one of {list(allowed)}")
+    return value
+
+
+def _positive(params: dict, name: str) -> float:
+    value = params[name]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"params.{name}", value, "must be a finite number > 0")
+    return float(value)
+
+
+def _arm_sums(messages: dict, K: int) -> dict:
+    """Per-arm pull counts and sums of the noisy rewards: post-processing of the privatized values with the
+    public arms."""
+    arms = np.asarray(messages["arm"]).astype(np.int64)
+    return {"count": np.bincount(arms, minlength=K).astype(float),
+            "reward": np.bincount(arms, weights=messages["reward"], minlength=K)}
+
+
+class _OnePointScalar(Algorithm):
+    """Shared by the reductions whose user privatizes one bounded scalar with the Gaussian mechanism of
+    Algorithm 1 (L2 sensitivity 2B, B the public bound of the scalar, the whole (eps, delta) on it)."""
+
+    privacy_model = "ldp"
+    private = True
+    private_field = "reward"
+
+    def _build_mechanism(self, bound: float) -> float:
+        """Register the mechanism of the private field; return its noise std (0 when not private)."""
+        calibration = _choice(self.params, "calibration", ("classic", "analytic"))
+        if not self.private:
+            return 0.0
+        mech = GaussianMechanism(2.0 * bound, self.eps, self.delta, calibration=calibration)
+        self.mechanisms[self.private_field] = mech
+        return mech.sigma
+
+    def _privatize(self, values: np.ndarray, bound: float, rng) -> tuple[np.ndarray, int]:
+        clipped, n_clipped = clip_abs(np.asarray(values, dtype=float), bound)
+        if self.private:
+            return self.mechanisms[self.private_field].privatize(clipped, rng), n_clipped
+        return clipped, n_clipped
+
+
+# ==== multi-armed bandits ==========================================================================
+class LdpMabUcb(_OnePointScalar):
+    """Algorithm 1 with a UCB black box (stochastic K-armed bandit).
+
+    The server's UCB chooses the arm (public); the user pulls it and sends reward + N(0, sigma^2),
+    sigma = 2 c_r sqrt(2 ln(1.25/delta))/eps (c_r = env.reward_bound, the public reward bound, so the whole
+    (eps, delta) goes to the one noisy reward). A noisy reward is sub-Gaussian with variance proxy
+    s^2 = c_r^2 + sigma^2 (bounded part + Gaussian part), and the index is the asymptotically optimal UCB of
+    Lattimore & Szepesvari (Bandit Algorithms, Alg. 6) for s-sub-Gaussian rewards:
+        mean_a + sqrt(2 s^2 log f(t) / n_a),  f(t) = 1 + t log^2 t,  t = index of the next user (1-based).
+    (The choice of UCB variant is ours: the paper only asks for a UCB-type black box.)
+    The first K users pull arms 0..K-1 once (user t pulls arm t).
+    """
+
+    name = "ldp-mab-ucb"
+    paper = "seed 002 Zheng et al. 2020, Algorithm 1 (one-point LDP reduction) with a UCB black box"
+    env_kinds = MAB_ENVS
+    default_env = "bernoulli"
+    defaults = {"calibration": "classic"}
+    public_fields = frozenset({"arm"})
+    # The paper has no MAB experiment; a reconstruction: 10 Bernoulli arms, T = 1e5, eps = 1, delta = 0.01.
+    paper_setting = {"env_params": {"K": 10}, "users": 10**5, "eps": 1.0, "delta": 0.01, "params": {}}
+
+    def setup(self):
+        self.c_r = float(self.env.reward_bound)
+        self.sigma = self._build_mechanism(self.c_r)
+        self.proxy = self.c_r ** 2 + self.sigma ** 2
+
+    def initial_state(self, rng):
+        return {"count": np.zeros(self.K), "reward": np.zeros(self.K), "t": 0, "arm": 0}
+
+    def publish(self, state):
+        return {"arm": state["arm"]}
+
+    def act(self, model, contexts, users, rng):
+        return np.where(users < self.K, users, model["arm"]).astype(np.int64)
+
+    def message_spec(self):
+        return {"arm": (), "reward": ()}
+
+    def encode(self, model, contexts, actions, rewards, users, rng):
+        noisy, n_clipped = self._privatize(rewards, self.c_r, rng)
+        return {"arm": actions, "reward": noisy}, {"clipped": n_clipped}
+
+    def aggregate(self, messages, users):
+        return _arm_sums(messages, self.K)
+
+    def update(self, state, sums, start, stop, rng):
+        count = state["count"] + sums.get("count", 0.0)
+        reward = state["reward"] + sums.get("reward", 0.0)
+        t = stop + 1
+        log_f = math.log(1.0 + t * math.log(t) ** 2)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            index = reward / count + np.sqrt(2.0 * self.proxy * log_f / count)
+        index[count == 0] = np.inf
+        return {"count": count, "reward": reward, "t": stop, "arm": int(np.argmax(index))}
+
+    def estimate(self, state):
+        return None
+
+
+class Ucb(LdpMabUcb):
+    """The non-private UCB black box of `ldp-mab-ucb` (no noise, variance proxy c_r^2)."""
+
+    name = "ucb"
+    paper = "seed 002 baseline: non-private UCB (Lattimore & Szepesvari Alg. 6)"
+    privacy_model = "none"
+    private = False
+
+
+def tsallis_inf_weights(losses: np.ndarray, eta: float) -> np.ndarray:
+    """1/2-Tsallis-INF weights (Zimmert & Seldin 2019): w_i = 4 / (eta (L_i - x))^2 with x < min L solving
+    sum w = 1. sum w(x) is convex and increasing on (-inf, min L); Newton from x0 = min L - 2/eta (where the
+    leader alone has weight 1, so sum w >= 1) decreases monotonically to the root."""
+    x = losses.min() - 2.0 / eta
+    for _ in range(50):
+        gap = losses - x
+        w = 4.0 / (eta * gap) ** 2
+        total = w.sum()
+        step = (total - 1.0) / (2.0 * (w / gap).sum())
+        x -= step
+        if total - 1.0 < 1e-12:
+            break
+    w = 4.0 / (eta * (losses - x)) ** 2
+    return w / w.sum()
+
+
+class LdpMabAdversarial(_OnePointScalar):
+    """Algorithm 1 with the Tsallis-INF black box (alpha = 1/2, importance-weighted loss estimates), the
+    algorithm of the paper's reference [44] that gives the best-of-both-worlds LDP MAB result of Appendix B.1.
+
+    The server publishes the probabilities p_t; the user samples its arm from p_t with its own randomness (so
+    the arm is independent of its data and public), pulls it and sends reward + N(0, sigma^2),
+    sigma = 2 c_r sqrt(2 ln(1.25/delta))/eps. The server turns the noisy reward into the loss
+    (c_r - r~)/(2 c_r) (losses in [0, 1] before noise, noise std sigma_l = sigma/(2 c_r)) and adds
+    loss / p_{t,a} to the pulled arm's cumulative estimate (p_t is public: the probabilities it published).
+    Learning rate: eta_t = 2 / sqrt(t) (Zimmert & Seldin, Thm 1) divided by C = sqrt(1 + sigma_l^2), the root
+    second moment of a noisy loss (a reconstruction: the stability term of the FTRL analysis grows with
+    E[loss^2] = 1 + sigma_l^2; C = 1 without noise); `eta_scale` multiplies it.
+    """
+
+    name = "ldp-mab-adversarial"
+    paper = "seed 002 Zheng et al. 2020, Algorithm 1 with a Tsallis-INF black box (Appendix B.1)"
+    env_kinds = MAB_ENVS
+    default_env = "bernoulli"
+    defaults = {"calibration": "classic", "eta_scale": 1.0}
+    public_fields = frozenset({"arm"})
+    # Reconstruction (no MAB experiment in the paper), as for ldp-mab-ucb.
+    paper_setting = {"env_params": {"K": 10}, "users": 10**5, "eps": 1.0, "delta": 0.01, "params": {}}
+
+    def setup(self):
+        self.c_r = float(self.env.reward_bound)
+        self.sigma = self._build_mechanism(self.c_r)
+        sigma_loss = self.sigma / (2.0 * self.c_r)
+        self.eta_scale = _positive(self.params, "eta_scale") / math.sqrt(1.0 + sigma_loss ** 2)
+
+    def _eta(self, t: int) -> float:
+        return 2.0 * self.eta_scale / math.sqrt(t)
+
+    def initial_state(self, rng):
+        return {"L": np.zeros(self.K), "p": np.full(self.K, 1.0 / self.K), "t": 0}
+
+    def publish(self, state):
+        return {"p": state["p"]}
+
+    def act(self, model, contexts, users, rng):
+        cdf = np.cumsum(model["p"])
+        arms = np.searchsorted(cdf, rng.random(len(users)) * cdf[-1], side="right")
+        return np.minimum(arms, self.K - 1)
+
+    def message_spec(self):
+        return {"arm": (), "reward": ()}
+
+    def encode(self, model, contexts, actions, rewards, users, rng):
+        noisy, n_clipped = self._privatize(rewards, self.c_r, rng)
+        return {"arm": actions, "reward": noisy}, {"clipped": n_clipped}
+
+    def aggregate(self, messages, users):
+        return _arm_sums(messages, self.K)
+
+    def update(self, state, sums, start, stop, rng):
+        count = sums.get("count", np.zeros(self.K))
+        reward = sums.get("reward", np.zeros(self.K))
+        loss = (self.c_r * count - reward) / (2.0 * self.c_r)     # sum of the round's losses, per arm
+        L = state["L"] + loss / state["p"]
+        p = tsallis_inf_weights(L, self._eta(stop + 1))
+        return {"L": L, "p": p, "t": stop}
+
+    def estimate(self, state):
+        return None
+
+
+class TsallisInf(LdpMabAdversarial):
+    """The non-private Tsallis-INF black box of `ldp-mab-adversarial`."""
+
+    name = "tsallis-inf"
+    paper = "seed 002 baseline: non-private Tsallis-INF (Zimmert & Seldin 2019)"
+    privacy_model = "none"
+    private = False
+
+
+# ==== bandit convex optimization ====================================================================
+class _BallBco(_OnePointScalar):
+    """Projected gradient descent on a ball domain (env "convex", X = R * unit ball, r = R) from sphere-sampled
+    gradient estimates. State: the centre y. Messages: the public direction u and one private scalar; the
+    aggregate is sum_i scalar_i * u_i (post-processing with public vectors)."""
+
+    env_kinds = ("convex",)
+    default_env = "convex"
+    public_fields = frozenset({"u"})
+
+    def _domain(self):
+        env = self.env
+        self.R, self.r = float(env.radius), float(env.inner_radius)
+        self.B, self.G = float(env.reward_bound), float(env.lipschitz)
+
+    def _set_steps(self, eta: float, rho: float):
+        if not 0 < rho < self.r:
+            raise ConfigError("params.rho_scale", self.params["rho_scale"],
+                              f"gives rho = {rho:.4g}, which must be in (0, r = {self.r})")
+        self.eta, self.rho = eta, rho
+        self.xi = rho / self.r
+        self.proj_radius = (1.0 - self.xi) * self.R           # y stays in (1 - xi) X, so y + rho u stays in X
+
+    def initial_state(self, rng):
+        return {"y": np.zeros(self.d)}
+
+    def publish(self, state):
+        return {"y": state["y"]}
+
+    def estimate(self, state):
+        return state["y"]
+
+    def aggregate(self, messages, users):
+        return {"grad": messages[self.private_field] @ messages["u"]}
+
+    def _descend(self, state, grad_sum: np.ndarray, scale: float):
+        y = state["y"] - self.eta * scale * grad_sum
+        norm = float(np.sqrt(y @ y))
+        if norm > self.proj_radius:
+            y *= self.proj_radius / norm
+        return {"y": y}
+
+
+class LdpBcoOnePoint(_BallBco):
+    """Algorithm 1 with one-point BCO: FKM (Flaxman, Kalai, McMahan 2005), the black box of the paper's
+    convex case [16].
+
+    User t plays x_t = y_t + rho u_t (u_t uniform on the sphere, drawn by the user, public), suffers f_t(x_t)
+    and sends f_t(x_t) + Z_t, Z_t ~ N(0, sigma^2), sigma = 2B sqrt(2 ln(1.25/delta))/eps. Server:
+    y_{t+1} = Proj_{(1-xi) X}(y_t - eta (d/rho) (f_t(x_t) + Z_t) u_t).
+    Parameters: FKM Theorem 3.3 (Lipschitz case) with the loss bound C replaced by the root second moment of
+    the noisy loss C = sqrt(B^2 + sigma^2) (the quantity the gradient-descent analysis needs,
+    E||g||^2 <= (d/rho)^2 C^2): nu = R/(C sqrt T), rho = T^{-1/4} sqrt(R d C r / (3 (G r + C))), xi = rho/r,
+    and FKM's step nu on f u is the step eta = nu rho / d on the estimate (d/rho) f u. The paper leaves these
+    to the black box; `eta_scale`, `rho_scale` multiply them (reconstruction).
+    """
+
+    name = "ldp-bco-one-point"
+    paper = "seed 002 Zheng et al. 2020, Algorithm 1 with one-point BCO (FKM sphere-sampling estimator)"
+    defaults = {"calibration": "classic", "eta_scale": 1.0, "rho_scale": 1.0}
+    private_field = "loss"
+    # The paper has no BCO experiment; a reconstruction on the default "convex" env.
+    paper_setting = {"env_params": {"d": 2}, "users": 10**5, "eps": 1.0, "delta": 0.01, "params": {}}
+
+    def setup(self):
+        self._domain()
+        self.sigma = self._build_mechanism(self.B)
+        C = math.sqrt(self.B ** 2 + self.sigma ** 2)
+        T, d, R, r, G = self.T, self.d, self.R, self.r, self.G
+        nu = R / (C * math.sqrt(T))
+        rho = _positive(self.params, "rho_scale") * T ** -0.25 * math.sqrt(R * d * C * r / (3.0 * (G * r + C)))
+        self._set_steps(_positive(self.params, "eta_scale") * nu * rho / d, rho)
+
+    def act(self, model, contexts, users, rng):
+        return model["y"] + self.rho * unit_sphere(rng, len(users), self.d)
+
+    def message_spec(self):
+        return {"u": (self.d,), "loss": ()}
+
+    def encode(self, model, contexts, actions, rewards, users, rng):
+        u = actions - model["y"]
+        u /= np.linalg.norm(u, axis=1, keepdims=True)
+        noisy, n_clipped = self._privatize(rewards, self.B, rng)
+        return {"u": u, "loss": noisy}, {"clipped": n_clipped}
+
+    def update(self, state, sums, start, stop, rng):
+        if "grad" not in sums:
+            return state
+        return self._descend(state, sums["grad"], self.d / self.rho)
+
+
+class BcoOnePoint(LdpBcoOnePoint):
+    """Non-private FKM (C = B)."""
+
+    name = "bco-one-point"
+    paper = "seed 002 baseline: non-private one-point BCO (Flaxman, Kalai, McMahan 2005)"
+    privacy_model = "none"
+    private = False
+
+
+class LdpBcoTwoPoint(_BallBco):
+    """Algorithm 2: two-point BCO with LDP (black box: Agarwal, Dekel, Xiao 2010, the paper's Algorithm 4).
+
+    User t plays x_{t,1} = y_t + rho u_t and x_{t,2} = y_t - rho u_t (actions of shape (n, 2, d)) and sends
+    D_t = f_t(x_{t,1}) - f_t(x_{t,2}) + n_t^T (x_{t,1} - x_{t,2}), n_t ~ N(0, sigma^2 I_d),
+    sigma = 2G sqrt(2 ln(1.25/delta))/eps. Since x_{t,1} - x_{t,2} = 2 rho u_t with ||u_t|| = 1, the noise
+    n_t^T (x_{t,1} - x_{t,2}) is exactly N(0, (2 rho sigma)^2): it is drawn as the Gaussian mechanism on the
+    difference, whose range is [-2 rho G, 2 rho G] (G-Lipschitz loss), i.e. L2 sensitivity 4 rho G, and
+    whose noise std 4 rho G sqrt(2 ln(1.25/delta))/eps = 2 rho sigma. The client clips the difference to
+    2 rho G (counted). Server: g_t = (d / (2 rho)) D_t u_t, y_{t+1} = Proj_{(1-xi) X}(y_t - eta g_t).
+    Parameters (paper, Algorithm 2): eta = 1/sqrt(T), rho = log T / T, xi = rho/r; `eta_scale`, `rho_scale`
+    multiply eta and rho (1 = the paper).
+    The paper's eta = 1/sqrt(T) is not scale-free: the online-gradient-descent bound behind it,
+    D^2/(2 eta) + eta T E||g||^2 / 2 with D = 2R the diameter of X and E||g_t||^2 <= d^2 (G^2 + sigma^2), is
+    minimized by eta = D / (d sqrt(G^2 + sigma^2) sqrt(T)), which at eps = 1 is about 15 times smaller than
+    1/sqrt(T) on the default "convex" env (G ~ 1, R = 1, d = 2): with the paper's step the private iterate is
+    dominated by the noise for T up to about 1e6. `step="scaled"` uses that minimizer (times eta_scale;
+    a reconstruction, not the paper's text); the default `step="paper"` is the paper's.
+    """
+
+    name = "ldp-bco-two-point"
+    paper = "seed 002 Zheng et al. 2020, Algorithm 2 (two-point feedback LDP BCO)"
+    defaults = {"calibration": "classic", "eta_scale": 1.0, "rho_scale": 1.0, "step": "paper"}
+    private_field = "diff"
+    # Reconstruction (the paper has no BCO experiment).
+    paper_setting = {"env_params": {"d": 2}, "users": 10**5, "eps": 1.0, "delta": 0.01, "params": {}}
+
+    def setup(self):
+        self._domain()
+        T = self.T
+        rho = _positive(self.params, "rho_scale") * math.log(max(T, 3)) / T
+        step = _choice(self.params, "step", ("paper", "scaled"))
+        self._set_steps(_positive(self.params, "eta_scale") / math.sqrt(T), rho)
+        self.diff_bound = 2.0 * self.rho * self.G
+        self.mech_sigma = self._build_mechanism(self.diff_bound)   # = 2 rho sigma
+        self.sigma = self.mech_sigma / (2.0 * self.rho)              # the paper's sigma (0 when not private)
+        if step == "scaled":
+            self.eta *= 2.0 * self.R / (self.d * math.sqrt(self.G ** 2 + self.sigma ** 2))
+
+    def act(self, model, contexts, users, rng):
+        offset = self.rho * unit_sphere(rng, len(users), self.d)
+        y = model["y"]
+        return np.stack([y + offset, y - offset], axis=1)
+
+    def message_spec(self):
+        return {"u": (self.d,), "diff": ()}
+
+    def encode(self, model, contexts, actions, rewards, users, rng):
+        u = actions[:, 0, :] - actions[:, 1, :]
+        u /= np.linalg.norm(u, axis=1, keepdims=True)
+        noisy, n_clipped = self._privatize(rewards[:, 0] - rewards[:, 1], self.diff_bound, rng)
+        return {"u": u, "diff": noisy}, {"clipped": n_clipped}
+
+    def update(self, state, sums, start, stop, rng):
+        if "grad" not in sums:
+            return state
+        return self._descend(state, sums["grad"], self.d / (2.0 * self.rho))
+
+
+class BcoTwoPoint(LdpBcoTwoPoint):
+    """Non-private two-point BCO (Agarwal, Dekel, Xiao 2010) with the same eta, rho, xi."""
+
+    name = "bco-two-point"
+    paper = "seed 002 baseline: non-private two-point BCO (Agarwal, Dekel, Xiao 2010)"
+    privacy_model = "none"
+    private = False
+
+
+ALGORITHMS = [LdpMabUcb, Ucb, LdpMabAdversarial, TsallisInf, LdpBcoOnePoint, BcoOnePoint, LdpBcoTwoPoint,
+              BcoTwoPoint]

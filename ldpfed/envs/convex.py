@@ -1,3 +1,99 @@
-"""Convex losses for bandit convex optimization (seed 002). Owner: seed-002 work."""
+"""Bandit convex optimization on a Euclidean ball (seed 002, Section 3). Owner: seed-002 work.
 
-ENVS = {}
+Env "convex": the decision set is X = R * (unit ball of R^d) (so r = R in the paper's r B within X within R B).
+User t holds a private convex loss
+
+    f_t(x) = s * ||x - c_t||^2,   c_t = x* + spread * w_t,   w_t uniform in the unit ball (drawn per user),
+
+with x* = target_norm * R * (a random unit vector) drawn once from the env generator. The scale s is chosen
+so that the loss is bounded by B = loss_bound on the whole domain: with D = R + ||x*|| + spread (the largest
+possible distance between a point of X and a centre c_t), s = B / D^2, so 0 <= f_t <= B, and f_t is
+G-Lipschitz on X with G = 2 s D = 2 B / D. B and G are public (`reward_bound`, `lipschitz`): the clients clip to
+them before privatizing. spread = 0 gives one fixed function for every user (the oblivious adversary of the
+paper with f_t = f); spread > 0 is stochastic BCO with a per-user function.
+
+Actions: one point per user, shape (n, d), or two points per user, shape (n, 2, d) (two-point feedback).
+Rewards: the loss values f_t(x), shape (n,) or (n, 2) (they are LOSSES: the algorithms minimize them).
+Pseudo-regret of a user: F(x) - F(x*) with F = E f_t, i.e. s * ||x - x*||^2 (the mean of the c_t is x*).
+A two-point user's regret is the AVERAGE of its two plays, (F(x_1) + F(x_2))/2 - F(x*), as in the paper's
+multi-point regret (eq. 2, 1/K times the sum over the K queried points), so a two-point user and a one-point
+user each count as one unit of the horizon.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ldpfed.envs.base import Env, nonneg_float, positive_int, unit_sphere
+from ldpfed.errors import ConfigError
+
+
+def uniform_ball(rng: np.random.Generator, n: int, d: int, radius: float = 1.0) -> np.ndarray:
+    """n points uniform in the ball of radius `radius` of R^d, shape (n, d)."""
+    directions = unit_sphere(rng, n, d)
+    return directions * (radius * rng.random((n, 1)) ** (1.0 / d))
+
+
+class ConvexBall(Env):
+    name = "convex"
+    defaults = {"d": 2, "radius": 1.0, "target_norm": 0.5, "spread": 0.25, "loss_bound": 1.0}
+
+    def __init__(self, rng, users, **params):
+        super().__init__(rng, users, **params)
+        self.d = positive_int("env_params.d", self.params["d"])
+        self.K = 0
+        self.radius = nonneg_float("env_params.radius", self.params["radius"])
+        if self.radius <= 0:
+            raise ConfigError("env_params.radius", self.params["radius"], "must be > 0")
+        target = nonneg_float("env_params.target_norm", self.params["target_norm"])
+        if target > 1:
+            raise ConfigError("env_params.target_norm", target, "must be in [0, 1] (x* lies in the domain)")
+        self.spread = nonneg_float("env_params.spread", self.params["spread"])
+        self.loss_bound = nonneg_float("env_params.loss_bound", self.params["loss_bound"])
+        if self.loss_bound <= 0:
+            raise ConfigError("env_params.loss_bound", self.params["loss_bound"], "must be > 0")
+        self.x_star = target * self.radius * unit_sphere(rng, 1, self.d)[0]
+        diameter = self.radius + float(np.linalg.norm(self.x_star)) + self.spread
+        self.scale = self.loss_bound / diameter ** 2
+        self.lipschitz = 2.0 * self.scale * diameter        # G, public
+        self.reward_bound = self.loss_bound                  # B, public: 0 <= f_t <= B on the domain
+        self.inner_radius = self.radius                      # r of the paper (X is a ball: r = R)
+        self._tolerance = self.radius * (1.0 + 1e-9)
+
+    def pseudo_regret(self, points: np.ndarray) -> np.ndarray:
+        """F(x) - F(x*) = s ||x - x*||^2 for points of shape (..., d)."""
+        diff = points - self.x_star
+        return self.scale * np.einsum("...i,...i->...", diff, diff)
+
+    def step(self, contexts, actions, users, rng):
+        points = np.asarray(actions, dtype=float)
+        n = len(users)
+        if points.shape not in ((n, self.d), (n, 2, self.d)):
+            raise ValueError(f"convex env: actions must have shape ({n}, {self.d}) or ({n}, 2, {self.d}), "
+                             f"got {points.shape}")
+        if np.any(np.einsum("...i,...i->...", points, points) > self._tolerance ** 2):
+            raise ValueError("convex env: an action lies outside the domain ball")
+        centres = self.x_star + self.spread * uniform_ball(rng, n, self.d)   # the users' private functions
+        if points.ndim == 3:
+            diff = points - centres[:, None, :]
+            regret = self.pseudo_regret(points).mean(axis=1)
+        else:
+            diff = points - centres
+            regret = self.pseudo_regret(points)
+        losses = self.scale * np.einsum("...i,...i->...", diff, diff)
+        return losses, regret
+
+    def estimation_error(self, estimate):
+        if estimate is None:
+            return None
+        return float(np.linalg.norm(np.asarray(estimate) - self.x_star))
+
+    def uniform_regret(self) -> float:
+        """Expected per-user regret of a point drawn uniformly in the domain (E||U||^2 = R^2 d/(d+2))."""
+        return self.scale * (self.radius ** 2 * self.d / (self.d + 2) + float(self.x_star @ self.x_star))
+
+    def describe(self):
+        return {**super().describe(), "lipschitz": self.lipschitz, "scale": self.scale,
+                "x_star": self.x_star.tolist()}
+
+
+ENVS = {"convex": ConvexBall}
