@@ -170,9 +170,9 @@ def test_lasso_bandit_beats_uniform_and_finds_the_support(uniform_regret):
 
 def test_private_lasso_recovers_the_support(uniform_regret):
     """At eps = 1e4 (T = 8192): the paper's budget split gives each episode's sparse vector pass
-    eps1 = eps / (2 E ln(1/delta2)) ~ eps / 150, and with Delta_n = c / n the noisy threshold's margin is
-    ~ 1.6e7 / (n eps) (about 1 at n = 4000 when eps = 1e4; ~ 4000 at eps = 1). Support recovery in d = 1000
-    needs n eps >~ 2e7, so eps = 1 would need ~2e7 users."""
+    eps1 = eps / (2 E ln(1/delta2)) ~ eps / 145, and with Delta_n = c / n the noisy threshold's margin is
+    ~2.2e6 / (n eps) (0.06 at n = 4000 when eps = 1e4; 550 at eps = 1). With coefficients of 0.2-0.5, support
+    recovery needs n eps >~ 1e7: at eps = 1, about 1e7 users."""
     cfg = config("private-lasso", 8192, eps=1e4)
     result = run_local(cfg)
     env = make_env(cfg)

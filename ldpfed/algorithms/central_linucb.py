@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from ldpfed.algorithms.base import Algorithm, clip_abs, clip_norm
+from ldpfed.algorithms.base import Algorithm
 from ldpfed.errors import ConfigError
 from ldpfed.mechanisms import Guarantee, TreeMechanism, TreeNoise, gaussian_sigma, tree_depth
 
@@ -68,16 +68,23 @@ class CentralRows:
 
     def encode(self, model, contexts, actions, rewards, users, rng):
         n = len(users)
-        x = contexts[np.arange(n), actions]
-        if self.context_norm == "l2":
-            x, clipped_x = clip_norm(x, self.L)
-        else:
-            x, clipped_x = clip_abs(x, self.L)
-            clipped_x = int(np.any(np.abs(contexts[np.arange(n), actions]) > self.L, axis=1).sum())
-        r, clipped_r = clip_abs(np.asarray(rewards, dtype=float), self.R)
         z = np.empty((n, self.d + 1))
-        z[:, :self.d] = x
-        z[:, self.d] = r
+        x = z[:, :self.d]
+        x[...] = contexts[np.arange(n), actions]
+        if self.context_norm == "l2":
+            over = np.einsum("ij,ij->i", x, x) > self.L ** 2
+            clipped_x = int(over.sum())
+            if clipped_x:
+                x[over] *= self.L / np.linalg.norm(x[over], axis=1, keepdims=True)
+        else:
+            clipped_x = int(np.any(np.abs(x) > self.L, axis=1).sum())   # users with a coordinate out of bounds
+            if clipped_x:
+                np.clip(x, -self.L, self.L, out=x)
+        z[:, self.d] = rewards
+        r = z[:, self.d]
+        clipped_r = int((np.abs(r) > self.R).sum())
+        if clipped_r:
+            np.clip(r, -self.R, self.R, out=r)
         return {"z": z}, {"clipped": clipped_x + clipped_r}
 
     def aggregate(self, messages, users):
@@ -85,6 +92,8 @@ class CentralRows:
         if "z" not in messages:
             return {}
         B = self.config.round_size
+        if B == 1:
+            return {"Z": messages["z"]}
         rows = np.zeros((B, self.d + 1))
         rows[np.asarray(users) % B] = messages["z"]
         return {"Z": rows}

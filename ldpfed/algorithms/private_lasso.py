@@ -270,37 +270,34 @@ class PrivateThresholdLasso(CentralRows, Algorithm):
             state["episode"], state["theta_S"] = None, np.zeros(0)
             return
         cols = np.append(support, self.d)
-        ep = {"cols": cols, "j": 0, "clean": [], "noisy": [],
+        ep = {"cols": cols, "j": 0, "clean": [], "noisy": [], "prefix": np.zeros((len(cols), len(cols))),
               "mech": self._wishart(len(support)) if self.private else None}
         state["episode"] = ep
         self._tree_add(state, state["gram"][np.ix_(cols, cols)], rng)   # the history element
 
     def _tree_add(self, state, element, rng):
-        """Binary mechanism with Wishart nodes: append one element, return nothing (the prefix is kept)."""
+        """Binary mechanism with Wishart nodes: append one element (a fresh array, used in place), update the
+        released prefix (the noisy nodes of the set bits of j) and the support least squares."""
         ep = state["episode"]
         ep["j"] += 1
         j = ep["j"]
         level = (j & -j).bit_length() - 1
-        while len(ep["clean"]) <= level:
-            ep["clean"].append(None)
-            ep["noisy"].append(None)
-        block = element.copy()
-        for i in range(level):            # the node of `level` covers the element and the lower closed nodes
-            block += ep["clean"][i]
-            ep["clean"][i] = None
-            ep["noisy"][i] = None
-        ep["clean"][level] = block
-        noisy = block
+        clean, noisy, prefix = ep["clean"], ep["noisy"], ep["prefix"]
+        while len(clean) <= level:
+            clean.append(None)
+            noisy.append(None)
+        block = element
+        for i in range(level):   # the node of `level` covers the element and the nodes below it, which close
+            block += clean[i]
+            prefix -= noisy[i]
+            clean[i] = noisy[i] = None
+        node = block
         if self.private:
-            noisy = block + wishart_bartlett(ep["mech"], rng)
+            node = block + wishart_bartlett(ep["mech"], rng)
             if self.debias:
-                noisy[np.diag_indices(len(noisy))] -= ep["mech"].k * ep["mech"].sensitivity ** 2
-        ep["noisy"][level] = noisy
-        prefix = np.zeros_like(block)
-        for i in range(len(ep["noisy"])):
-            if (j >> i) & 1:
-                prefix += ep["noisy"][i]
-        ep["prefix"] = prefix
+                node[np.diag_indices(len(node))] -= ep["mech"].k * ep["mech"].sensitivity ** 2
+        clean[level], noisy[level] = block, node
+        prefix += node
         s = len(ep["cols"]) - 1
         A = prefix[:s, :s].copy()
         A[np.diag_indices(s)] += self.ridge
