@@ -131,6 +131,7 @@ def main(argv=None) -> int:
                 sweep.log_result(result)
             else:
                 failures.append((config, error))
+                sweep.log_failure(config, error)
                 print(f"\nFAILED {config.algorithm} eps={config.eps} seed={config.seed}: {error}", file=sys.stderr)
             progress(done_users)
 
