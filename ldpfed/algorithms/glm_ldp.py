@@ -44,7 +44,7 @@ from ldpfed.errors import ConfigError
 from ldpfed.mechanisms import GaussianMechanism, L2BallMechanism, SymmetricGaussianMechanism
 
 SINGLE_ENVS = ("linear", "logistic", "poisson")
-MULTI_ENVS = ("linear-multi", "logistic-multi", "poisson-multi")
+MULTI_ENVS = ("linear-multi", "logistic-multi", "poisson-multi", "classification")
 PAPER = "seed 000 Han et al. 2021"
 # Largest linear predictor fed to exp() in the Poisson link: e^50 already exceeds any public reward bound by far,
 # so the clipped gradient is unchanged for any context of norm > R / e^50; it only prevents overflow.
