@@ -241,7 +241,9 @@ class LinUCBDGS(LinUCB):
     Privacy model of the paper: neighbouring sequences differ in ONE REWARD; the arm sequence is the output.
     A_t is a function of the pulled contexts only, which the paper treats as public, so A^{-1} is published
     as is; only theta carries noise. Delta_e rests on the paper's Assumption 1 (lambda_min E[x x^T] >=
-    lambda_0, i.i.d. contexts) and holds with probability 1 - delta: the ledger records (eps, delta).
+    lambda_0, i.i.d. contexts) and holds with probability 1 - delta: the ledger records (eps, delta) (the
+    Gaussian variant is calibrated at (eps, delta) on top of that event, so it is (eps, 2 delta)-DP by the same
+    argument; the paper's Laplace variant is the default).
     Delta_e bounds the L2 change of theta; the paper uses it as the Laplace (L1) sensitivity. An L1 bound is
     sqrt(d) larger: `l1_sensitivity=True` applies it (not the paper's calibration, so off by default).
 
