@@ -34,7 +34,10 @@ import sys
 import time
 from pathlib import Path
 
-HOST = "127.0.0.1"
+HOST = "127.0.0.1"        # dashboard and jobs API
+# The nodes' address: loopback, but not 127.0.0.1, which `ray start` replaces with the machine's outward address
+# (services.resolve_ip_for_localhost, for real multi-machine clusters); 127.0.0.2 is loopback and kept as is.
+NODE_IP = os.environ.get("LDPFED_NODE_IP", "127.0.0.2")
 DEFAULT_DIR = Path(os.environ.get("LDPFED_CLUSTER_DIR", "/tmp/ldpfed-cluster"))
 
 
@@ -45,7 +48,7 @@ def ray_bin() -> str:
 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
+        sock.bind(("", 0))
         return sock.getsockname()[1]
 
 
@@ -107,6 +110,39 @@ def alive(pid: int) -> bool:
         return False
 
 
+def descendants(pid: int) -> set[int]:
+    """pid and all its descendants (from /proc), alive now."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        if p not in found and alive(p):
+            found.add(p)
+            todo.extend(children.get(p, []))
+    return found
+
+
+def signal_group(pgid: int, sig) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def signal_pid(pid: int, sig) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def count_nodes(address: str, env: dict, timeout: float) -> int:
     """Alive nodes of the cluster, as seen by a driver that connects with the token."""
     code = ("import ray, sys; ray.init(address=sys.argv[1], logging_level='ERROR', log_to_driver=False); "
@@ -126,10 +162,10 @@ def start(args) -> int:
     directory.mkdir(parents=True, exist_ok=True)
     env = auth_env(args.no_auth)
     port, dashboard_port = port_or_free(args.port), port_or_free(args.dashboard_port)
-    address = f"{HOST}:{port}"
+    address = f"{NODE_IP}:{port}"
     record = {"address": address, "dashboard": f"http://{HOST}:{dashboard_port}", "auth": env["RAY_AUTH_MODE"],
               "nodes": []}
-    head_args = ["--head", "--node-ip-address", HOST, "--port", str(port), "--dashboard-host", HOST,
+    head_args = ["--head", "--node-ip-address", NODE_IP, "--port", str(port), "--dashboard-host", HOST,
                  "--dashboard-port", str(dashboard_port), "--ray-client-server-port", str(free_port()),
                  "--num-cpus", str(args.cpus_per_node), "--resources", json.dumps({"ldpfed_head": 1}),
                  *node_ports()]
@@ -147,7 +183,7 @@ def start(args) -> int:
         time.sleep(1)
     for i in range(1, args.workers + 1):
         name = f"worker{i}"
-        worker_args = ["--address", address, "--node-ip-address", HOST, "--num-cpus", str(args.cpus_per_node),
+        worker_args = ["--address", address, "--node-ip-address", NODE_IP, "--num-cpus", str(args.cpus_per_node),
                        "--resources", json.dumps({f"ldpfed_{name}": 1}), *node_ports()]
         record["nodes"].append({"name": name, "pid": spawn(name, worker_args, env, directory)})
         (directory / "cluster.json").write_text(json.dumps(record, indent=2))
@@ -175,20 +211,26 @@ def stop(args) -> int:
         return 0
     record = json.loads(path.read_text())
     nodes = list(reversed(record["nodes"]))   # workers first, the head last
+    # Every process this script started, by id: each node's process group, plus descendants that left the group
+    # (Ray's worker processes start their own sessions).
+    pids = set()
     for node in nodes:
-        if alive(node["pid"]):
-            try:
-                os.killpg(node["pid"], signal.SIGTERM)   # the process group this script created for the node
-            except ProcessLookupError:
-                pass
+        pids |= descendants(node["pid"])
+    for node in nodes:
+        signal_group(node["pid"], signal.SIGTERM)
+    for pid in pids:
+        signal_pid(pid, signal.SIGTERM)
     deadline = time.monotonic() + args.grace
-    while any(alive(n["pid"]) for n in nodes) and time.monotonic() < deadline:
+    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.2)
     for node in nodes:
-        try:
-            os.killpg(node["pid"], signal.SIGKILL)   # whatever is left of that group
-        except (ProcessLookupError, PermissionError):
-            pass
+        signal_group(node["pid"], signal.SIGKILL)
+    for pid in pids:
+        if alive(pid):
+            signal_pid(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
     path.unlink()
     (directory / "env.sh").unlink(missing_ok=True)
     # `ray start --head` left the address where a plain `ray.init()` looks for "the" local cluster; `ray stop`

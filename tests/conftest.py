@@ -14,8 +14,11 @@ def ray_session():
         yield ray
         return
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
-    ray.init(address=os.environ.get("RAY_ADDRESS") or "local", num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
-             object_store_memory=512 * 1024**2)
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init(log_to_driver=False, logging_level="ERROR")
+    else:   # a new local instance on loopback (127.0.0.1 would be replaced by the machine's outward address)
+        ray.init(address="local", _node_ip_address="127.0.0.2", num_cpus=2, include_dashboard=False,
+                 log_to_driver=False, logging_level="ERROR", object_store_memory=512 * 1024**2)
     try:
         yield ray
     finally:

@@ -124,6 +124,9 @@ def _check_int(name, value, low=1):
     return int(value)
 
 
+LOOPBACK_NODE_IP = "127.0.0.2"
+
+
 def cluster_nodes() -> list[str]:
     """Alive nodes that have CPUs, head first then by id: where actors are placed, round robin."""
     nodes = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]
@@ -181,8 +184,10 @@ def ensure_ray(address=None, **init_kwargs) -> bool:
         kwargs.pop("include_dashboard", None)
         kwargs.pop("num_cpus", None)
     else:
-        # a new local instance; never attach silently to whatever `ray start` cluster this machine runs
+        # a new local instance (never attach silently to whatever `ray start` cluster this machine runs), on
+        # loopback: Ray would replace 127.0.0.1 by the machine's outward address, not 127.0.0.2
         address = "local"
+        kwargs.setdefault("_node_ip_address", LOOPBACK_NODE_IP)
     ray.init(address=address, **kwargs)
     return True
 
