@@ -2,8 +2,8 @@
 """Stress the server's aggregation path: many populations send PER-USER messages as fast as they can to S shards.
 
     python jobs/stress_server.py [--algorithm ldp-ols] [--d 10] [--K 10] [--shards 1,2,4] [--populations 32]
-                                 [--users-per-message 50] [--rounds 60] [--senders 2] [--batch 4]
-                                 [--max-in-flight 8] [--inject 8] [--max-seconds 300]
+                                 [--users-per-message 50] [--rounds 150] [--senders 2] [--batch 8]
+                                 [--max-in-flight 8] [--inject 8] [--max-seconds 300] [--layout population]
 
 The messages are real: each sender actor runs the algorithm's client half (`simulate_population`, with the
 per-user privatized messages of `algo.encode`) for its populations, from the run's derived seeds, BEFORE the
@@ -129,7 +129,8 @@ def recompute(config) -> list[dict]:
 
 
 def run_stress(algorithm="ldp-ols", d=10, K=10, shard_counts=(1, 2, 4), populations=32, users_per_message=50,
-               rounds=60, senders=2, batch=4, max_in_flight=8, inject=8, max_seconds=300.0, seed=0, log=print):
+               rounds=150, senders=2, batch=8, max_in_flight=8, inject=8, max_seconds=300.0, seed=0, log=print,
+               layout="population"):
     """Run the stress test; returns (ok, report rows)."""
     config = RunConfig(algorithm, env="linear", users=rounds * populations * users_per_message,
                        round_size=populations * users_per_message, populations=populations, seed=seed,
@@ -145,7 +146,7 @@ def run_stress(algorithm="ldp-ols", d=10, K=10, shard_counts=(1, 2, 4), populati
     try:
         ray.get([h.__ray_ready__.remote() for h in hosts], timeout=max(deadline - time.monotonic(), 1))
         for S in shard_counts:
-            plan = make_plan(algo, config, S, "per-user")
+            plan = make_plan(algo, config, S, "per-user", layout)
             shards = [RemoteShard.options(num_cpus=0).remote(config, plan, s, max_open_rounds=config.rounds)
                       for s in range(S)]
             try:
@@ -235,9 +236,11 @@ def main(argv=None) -> int:
     parser.add_argument("--shards", default="1,2,4", help="comma-separated shard counts")
     parser.add_argument("--populations", type=int, default=32)
     parser.add_argument("--users-per-message", type=int, default=50, help="users per (population, round) message")
-    parser.add_argument("--rounds", type=int, default=60)
+    parser.add_argument("--rounds", type=int, default=150)
     parser.add_argument("--senders", type=int, default=2, help="sender (population) actors")
-    parser.add_argument("--batch", type=int, default=4, help="messages per fold call")
+    parser.add_argument("--batch", type=int, default=8, help="messages per fold call")
+    parser.add_argument("--layout", default="population", choices=["population", "block"],
+                        help="population: whole messages to shard p %% S; block: every message cut by key ranges")
     parser.add_argument("--max-in-flight", type=int, default=8, help="fold calls outstanding per sender")
     parser.add_argument("--inject", type=int, default=8, help="duplicates and corrupted messages per sender")
     parser.add_argument("--max-seconds", type=float, default=300)
@@ -253,7 +256,8 @@ def main(argv=None) -> int:
               f"{args.senders} senders, batch {args.batch}, {args.max_in_flight} calls in flight each", flush=True)
         ok, rows = run_stress(args.algorithm, args.d, args.K, shard_counts, args.populations, args.users_per_message,
                               args.rounds, args.senders, args.batch, args.max_in_flight, args.inject,
-                              args.max_seconds, args.seed, log=lambda line: print(line, flush=True))
+                              args.max_seconds, args.seed, log=lambda line: print(line, flush=True),
+                              layout=args.layout)
     finally:
         if started:
             ray.shutdown()

@@ -36,9 +36,10 @@ def test_equals_single_process_for_any_shards_actors_and_mode(ray_session, algor
 
     config = small(algorithm)
     local = run_local(config)
-    for actors, shards, mode in [(2, 1, "pre-aggregated"), (2, 4, "pre-aggregated"), (3, 4, "per-user"),
-                                 (1, 1, "per-user")]:
-        remote = run_ray(config, actors=actors, shards=shards, mode=mode)
+    for actors, shards, mode, layout in [(2, 1, "pre-aggregated", None), (2, 4, "pre-aggregated", None),
+                                         (3, 4, "per-user", None), (1, 1, "per-user", None),
+                                         (2, 3, "per-user", "block")]:
+        remote = run_ray(config, actors=actors, shards=shards, mode=mode, layout=layout)
         assert_same(local, remote)
         s = remote.summary
         assert (s["engine"], s["actors"], s["shards"], s["mode"]) == ("ray", actors, shards, mode)
@@ -86,13 +87,13 @@ def test_max_in_flight_bounds_calls_and_keeps_the_result(ray_session):
 
 # ---- malformed and duplicate messages ---------------------------------------------------------------------
 
-def shard_setup(mode, shards=2, algorithm=None):
+def shard_setup(mode, shards=2, algorithm=None, layout=None):
     algorithm = algorithm or (LDP[0] if LDP else None)
     if algorithm is None:
         pytest.skip("no LDP algorithm registered yet")
-    config = small(algorithm, users=40, round_size=20, populations=2)
+    config = small(algorithm, users=40, round_size=20, populations=4)
     algo = make_algorithm(make_env(config), config)
-    plan = make_plan(algo, config, shards, mode)
+    plan = make_plan(algo, config, shards, mode, layout)
     return config, algo, plan
 
 
@@ -133,16 +134,22 @@ def malformed_variants(config, plan, good):
     }
 
 
-@pytest.mark.parametrize("mode,shards", [("pre-aggregated", 2), ("per-user", 1)])
-def test_shard_rejects_and_counts_malformed_and_duplicates_state_unchanged(mode, shards):
-    config, algo, plan = shard_setup(mode, shards)
+@pytest.mark.parametrize("mode,shards,layout", [("pre-aggregated", 2, None), ("per-user", 2, "population"),
+                                               ("per-user", 3, "block")])
+def test_shard_rejects_and_counts_malformed_and_duplicates_state_unchanged(mode, shards, layout):
+    config, algo, plan = shard_setup(mode, shards, layout=layout)
     shard = 0
+    mine = plan.populations_of(0, shard)          # the populations that send to this shard in round 0
+    assert len(mine) >= 2
     core = ShardCore(plan, shard, algo)
-    good = good_messages(config, algo, plan, 0, 0, shard)
+    good = good_messages(config, algo, plan, 0, mine[0], shard)
     assert core.fold([good]) == (1, 0)
     before = core.peek(0)
-    bad = malformed_variants(config, plan, good_messages(config, algo, plan, 0, 1, shard))
+    bad = malformed_variants(config, plan, good_messages(config, algo, plan, 0, mine[1], shard))
     bad["duplicate"] = good
+    if plan.layout == "population":   # a population that belongs to another shard
+        other = next(p for p in range(config.populations) if not plan.sends_to(p, shard))
+        bad["population of another shard"] = good_messages(config, algo, plan, 0, other, other % shards)
     for name, message in bad.items():
         assert core.fold([message]) == (0, 1), name
         after = core.peek(0)
@@ -152,17 +159,20 @@ def test_shard_rejects_and_counts_malformed_and_duplicates_state_unchanged(mode,
     assert core.rejected == len(bad) and core.accepted == 1
     assert core.rejected_by_reason["duplicate"] == 1
     assert core.rejected_by_reason["non-finite"] == 2 and core.rejected_by_reason["wrong dtype"] == 2
-    # the genuine message of population 1 is still accepted after all that, and the round completes
-    assert core.fold([good_messages(config, algo, plan, 0, 1, shard)]) == (1, 0)
+    # the genuine messages are still accepted after all that, and the round completes
+    assert core.fold([good_messages(config, algo, plan, 0, p, shard) for p in mine[1:]]) == (len(mine) - 1, 0)
     totals = core.collect(0)
-    assert set(totals) == {seg.field for seg in plan.segments[shard]} or plan.layout == "population"
+    if plan.layout == "population":
+        assert [p for p, _ in totals["populations"]] == mine
+    else:
+        assert set(totals) == {seg.field for seg in plan.segments[shard]}
     # a late copy of a collected round is rejected too
     assert core.fold([good]) == (0, 1) and core.rejected_by_reason["closed round"] == 1
 
 
 def test_shard_folds_in_population_order_whatever_the_arrival_order():
     config, algo, plan = shard_setup("pre-aggregated", shards=1)
-    config = config.replace(populations=5)
+    config = config.replace(populations=5, round_size=20)
     plan = make_plan(algo, config, 1, "pre-aggregated")
     messages = [good_messages(config, algo, plan, 0, p, 0) for p in range(5)]
     in_order, shuffled = ShardCore(plan, 0), ShardCore(plan, 0)
@@ -179,6 +189,8 @@ def test_shard_actor_rejects_over_ray(ray_session):
     from ldpfed.engine.ray_engine import RemoteShard
 
     config, algo, plan = shard_setup("per-user", shards=1)
+    config = config.replace(populations=2)
+    plan = make_plan(algo, config, 1, "per-user")
     actor = RemoteShard.options(num_cpus=0).remote(config, plan, 0)
     ray = ray_session
     good = good_messages(config, algo, plan, 0, 0, 0)

@@ -6,10 +6,12 @@ One round:
    (`simulate_population`, vectorized), and returns one object per server shard (the messages for that shard's
    keys, see `ray_shard`) plus the simulation metrics (regret, counters) as a separate object: metrics never go
    to the server.
-3. As each actor's call completes, the coordinator hands the object references (not the data) to the shards'
-   `fold`; shards validate and fold (idempotent per (population, round), in population order).
-4. The coordinator collects the shards' totals, reassembles the aggregate, runs `algo.update` (the server half),
+3. Right away, the coordinator hands the object references (not the data) to each shard's `fold_round`; Ray
+   moves each object from its actor to the shard when it is ready, and the shard validates and folds the messages
+   (idempotent per (population, round), in population order) and returns the round's totals for its keys.
+4. The coordinator reassembles the aggregate from the shards' totals, runs `algo.update` (the server half),
    records the round (`RoundRecorder`) and reports progress.
+Per round: one `ray.put`, one call per population actor, one call per shard; the driver never touches messages.
 
 The result equals `run_local`'s for the same config, whatever the number of actors, shards or nodes: the same
 derived random streams are used per (population, round), regret and metrics are added in population order, and
@@ -107,6 +109,11 @@ class ShardActor:
     def collect(self, round_index: int) -> dict:
         return self.core.collect(round_index)
 
+    def fold_round(self, round_index: int, *batches):
+        """Fold one round's batches (one per population actor) and close it: (totals, accepted, rejected)."""
+        accepted, rejected = self.fold(*batches)
+        return self.core.collect(round_index), accepted, rejected
+
     def peek(self, round_index: int) -> dict:
         return self.core.peek(round_index)
 
@@ -193,7 +200,7 @@ def ensure_ray(address=None, **init_kwargs) -> bool:
 
 
 def run_ray(config, *, actors: int = 2, shards: int = 1, mode: str = "pre-aggregated", max_in_flight: int | None = None,
-            progress=None, address: str | None = None):
+            progress=None, address: str | None = None, layout: str | None = None):
     """Run `config` on Ray; returns the same RunResult as `run_local(config)` plus Ray figures in the summary.
 
     actors: population actors (each hosts the populations p with p % actors == its index; at most
@@ -201,11 +208,14 @@ def run_ray(config, *, actors: int = 2, shards: int = 1, mode: str = "pre-aggreg
     sums) or "per-user" (every privatized user message goes to the shards, which aggregate). max_in_flight:
     population calls in flight at once (default: all actors). progress: a callable (users_done, regret), or True
     for the standard display. address: an existing cluster (default: RAY_ADDRESS, else a new local Ray).
+    layout: per-user mode only, "population" (default) or "block" (see `ray_shard.make_plan`).
     """
     actors = _check_int("actors", actors)
     shards = _check_int("shards", shards)
     if mode not in MODES:
         raise ConfigError("mode", mode, f"choose from {list(MODES)}")
+    if layout not in (None, "block", "population"):
+        raise ConfigError("layout", layout, "choose from ['block', 'population']")
     actors = min(actors, config.populations)
     max_in_flight = actors if max_in_flight is None else _check_int("max_in_flight", max_in_flight)
     if progress is True:
@@ -216,7 +226,7 @@ def run_ray(config, *, actors: int = 2, shards: int = 1, mode: str = "pre-aggreg
     taken: list = []    # (class, node, handle) of this run
     ok = False
     try:
-        result = _coordinate(config, actors, shards, mode, max_in_flight, progress, taken)
+        result = _coordinate(config, actors, shards, mode, max_in_flight, progress, taken, layout)
         ok = True
         return result
     finally:
@@ -230,10 +240,10 @@ def run_ray(config, *, actors: int = 2, shards: int = 1, mode: str = "pre-aggreg
             ray.shutdown()
 
 
-def _coordinate(config, actors, shards, mode, max_in_flight, progress, taken):
+def _coordinate(config, actors, shards, mode, max_in_flight, progress, taken, layout=None):
     env = make_env(config)
     algo = make_algorithm(env, config)
-    plan = make_plan(algo, config, shards, mode)
+    plan = make_plan(algo, config, shards, mode, layout)
     P, B = config.populations, config.round_size
 
     nodes = cluster_nodes()
@@ -257,33 +267,27 @@ def _coordinate(config, actors, shards, mode, max_in_flight, progress, taken):
     for r in range(config.rounds):
         start, stop = r * B, min(config.users, (r + 1) * B)
         model_ref = ray.put(algo.publish(state))
-        pending: dict = {}
-        fold_refs = []
-        round_metrics = []
-
-        def finish(ref):
-            nonlocal fold_calls
-            a, refs = pending.pop(ref)
-            round_metrics.extend(ray.get(ref))
-            for s in active:
-                fold_refs.append(shard_actors[s].fold.remote(refs[s]))
-                fold_calls += 1
-
+        metric_refs, shard_refs = [], [[] for _ in range(shards)]
         for a in range(actors):
-            while len(pending) >= max_in_flight:
-                ready, _ = ray.wait(list(pending), num_returns=1)
-                finish(ready[0])
+            if len(metric_refs) >= max_in_flight:      # bound the population calls in flight
+                _, running = ray.wait(metric_refs, num_returns=len(metric_refs), timeout=0)
+                while len(running) >= max_in_flight:
+                    _, running = ray.wait(running, num_returns=1)
             refs = pop_actors[a].run_round.options(num_returns=shards + 1).remote(model_ref, r, start, stop)
-            pending[refs[shards]] = (a, refs)
-        while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1)
-            finish(ready[0])
-        collect_refs = [shard_actors[s].collect.remote(r) for s in range(shards)]
-        folded = ray.get(fold_refs)
-        if any(rejected for _, rejected in folded):
-            raise RuntimeError(f"round {r}: the shards rejected {sum(x for _, x in folded)} of the engine's messages")
-        totals = ray.get(collect_refs)
-        del model_ref
+            metric_refs.append(refs[shards])
+            for s in range(shards):
+                shard_refs[s].append(refs[s])
+        # Each shard gets the references (Ray moves the data from the actors to it when they are ready, without
+        # the driver), folds them in population order and returns the round's totals for its keys.
+        round_refs = {s: shard_actors[s].fold_round.remote(r, *shard_refs[s]) for s in active}
+        fold_calls += len(round_refs)
+        round_metrics = [m for batch in ray.get(metric_refs) for m in batch]
+        folded = dict(zip(round_refs, ray.get(list(round_refs.values()))))
+        rejected = sum(result[2] for result in folded.values())
+        if rejected:
+            raise RuntimeError(f"round {r}: the shards rejected {rejected} of the engine's messages")
+        totals = [folded[s][0] if s in folded else {} for s in range(shards)]
+        del model_ref, shard_refs
 
         regret, metrics, sending = 0.0, {}, 0
         for _, pop_regret, pop_metrics, pop_sending in sorted(round_metrics, key=lambda m: m[0]):

@@ -12,11 +12,12 @@ Messages. A message is the tuple (algorithm, round, population, payload); payloa
 to float64 values: the population's sum slice, shape (hi - lo,), in "pre-aggregated" mode, or every user's
 privatized message slice, shape (n_users, hi - lo), in "per-user" mode, where the shard applies `algo.aggregate`
 itself (users are public: the shard derives them from (round, population)).
-Per-user mode needs `aggregate` to give bit-identical sums on column slices (true of plain and weighted numpy
-sums; checked at start by a probe). If it does not (e.g. a BLAS product whose rounding depends on the width),
-the plan switches to layout "population": population p sends its whole messages to shard p % shards, which
-validates and aggregates them into the population's sums (the heavy part); the coordinator then adds the
-populations' sums in population order, so the result is still bit-identical to run_local's.
+Per-user mode uses layout "population" by default: population p sends its whole messages to shard p % shards,
+which validates and aggregates them into the population's sums (the heavy part); the coordinator then adds the
+populations' sums in population order, so the result is bit-identical to run_local's. Layout "block" (key
+ranges, as in pre-aggregated mode) is used in per-user mode only when asked for and when `aggregate` gives
+bit-identical sums on column slices (checked at start by a probe; not true of e.g. a BLAS product whose rounding
+depends on the width); each user's message is then cut into one slice per shard.
 
 A message is REJECTED and COUNTED, the shard's state unchanged, when: it is not a 4-tuple; the algorithm is not
 the run's; the round is not open (closed, or beyond the window of open rounds); the population has no users in
@@ -163,10 +164,17 @@ def _cut(sum_spec: dict, shards: int) -> tuple:
     return tuple(segments)
 
 
-def make_plan(algo, config, shards: int, mode: str) -> ShardPlan:
-    """Probe the algorithm's message spec and aggregate, and cut the aggregate into `shards` key ranges."""
+def make_plan(algo, config, shards: int, mode: str, layout: str | None = None) -> ShardPlan:
+    """Probe the algorithm's message spec and aggregate, and split the server's work among `shards`.
+
+    pre-aggregated: layout "block" (key ranges). per-user: layout "population" by default (population p's messages
+    go whole to shard p % shards: one message per population and round, whatever the number of shards), or
+    "block" if asked for and `aggregate` is bit-identical on column slices (else "population").
+    """
     if mode not in MODES:
         raise ValueError(f"mode={mode!r}: choose from {list(MODES)}")
+    if layout not in (None, "block", "population"):
+        raise ValueError(f"layout={layout!r}: choose from ['block', 'population']")
     spec = {str(f): _shape(shape) for f, shape in sorted(algo.message_spec().items())}
     rng = np.random.default_rng(12345)
     n = 257
@@ -175,9 +183,9 @@ def make_plan(algo, config, shards: int, mode: str) -> ShardPlan:
     full = algo.aggregate(probe, users) if spec else {}
     sum_spec = {str(f): np.shape(v) for f, v in sorted(full.items())}
     segments = _cut(sum_spec, shards)
-    layout = "block"
+    chosen = "block"
     if mode == "per-user" and spec:
-        exact = set(sum_spec) == set(spec) and all(sum_spec[f] == spec[f] for f in spec)
+        exact = layout == "block" and set(sum_spec) == set(spec) and all(sum_spec[f] == spec[f] for f in spec)
         for segs in segments if exact else ():
             try:
                 part = algo.aggregate({s.field: np.ascontiguousarray(probe[s.field].reshape(n, -1)[:, s.lo:s.hi])
@@ -189,9 +197,10 @@ def make_plan(algo, config, shards: int, mode: str) -> ShardPlan:
             if not exact:
                 break
         if not exact:
-            layout = "population"
+            chosen = "population"
             whole = tuple(Segment(f, 0, int(np.prod(shape, dtype=np.int64))) for f, shape in sum_spec.items())
             segments = (whole,) * shards
+    layout = chosen
     return ShardPlan(algorithm=config.algorithm, mode=mode, shards=shards, users=config.users,
                      round_size=config.round_size, populations=config.populations, message_spec=spec,
                      sum_spec=sum_spec, segments=segments, layout=layout)
