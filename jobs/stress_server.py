@@ -12,8 +12,10 @@ clock starts; then, per shard count S, it sends them (split by the shard plan of
 `--inject` messages it already sent (duplicates) and `--inject` corrupted ones (a NaN), which must be rejected.
 
 Reported per S: sustained per-user messages per second (from the first send until every fold is done), fold
-latency p50/p99 (time a shard spends validating and folding one message) and delivery latency p50/p99 (send to
-folded, queueing included), peak RSS of the shards, senders and driver. Then the proof: every round's aggregate
+latency p50/p99 (time a shard spends validating and folding one (population, round) message of
+--users-per-message users), delivery latency p50/p99 (send to folded, queueing included), how busy the busiest
+shard was (fold time / wall time: near 100% means the shards are the bottleneck, low means the senders and
+transport are), peak RSS of the shards, senders and driver. Then the proof: every round's aggregate
 collected from the shards must equal an independent single-process recomputation from the same seeds (population
 sums added in population order, exactly as run_local does), every (population, round) must be counted once, and
 exactly the injected messages must be rejected. Exit status 1 if any check fails or the time bound is exceeded.
@@ -173,6 +175,7 @@ def run_stress(algorithm="ldp-ols", d=10, K=10, shard_counts=(1, 2, 4), populati
                     "calls": sum(x["calls"] for x in sent),
                     "fold_p50_ms": latency.quantile(0.5) * 1e3, "fold_p99_ms": latency.quantile(0.99) * 1e3,
                     "delivery_p50_ms": delivery.quantile(0.5) * 1e3, "delivery_p99_ms": delivery.quantile(0.99) * 1e3,
+                    "shard_busy": max(st["busy_s"] for st in stats) / elapsed,
                     "peak_rss_shards_mb": max(st["peak_rss"] for st in stats) / 2**20,
                     "peak_rss_senders_mb": max(x["peak_rss"] for x in sent) / 2**20,
                     "peak_rss_driver_mb": peak_rss_bytes() / 2**20,
@@ -182,6 +185,7 @@ def run_stress(algorithm="ldp-ols", d=10, K=10, shard_counts=(1, 2, 4), populati
                     f"({row['population_messages_per_s']:,.0f} population messages/s, {row['calls']} calls) "
                     f"fold p50 {row['fold_p50_ms']:.3f} ms p99 {row['fold_p99_ms']:.3f} ms, "
                     f"delivery p50 {row['delivery_p50_ms']:.1f} ms p99 {row['delivery_p99_ms']:.1f} ms, "
+                    f"busiest shard folding {100 * row['shard_busy']:.0f}% of the time, "
                     f"peak RSS shards {row['peak_rss_shards_mb']:.0f} MB senders {row['peak_rss_senders_mb']:.0f} MB "
                     f"driver {row['peak_rss_driver_mb']:.0f} MB; {row['user_messages']:,} user messages folded once, "
                     f"{row['rejected']} rejected of {injected} injected: {'OK' if not errors else 'FAIL'}")
