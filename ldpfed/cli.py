@@ -62,7 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--shards", type=_positive_int, default=1, help="server shard actors (ray engine)")
     run.add_argument("--out", type=Path, default=None, help="write the results table (Parquet) and summary here")
     run.add_argument("--quiet", action="store_true", help="no progress display")
-    sub.add_parser("list", help="every algorithm with its paper, privacy model and envs")
+    listing = sub.add_parser("list", help="every algorithm with its paper, privacy model and envs")
+    listing.add_argument("--markdown", action="store_true", help="as a Markdown table (the README's)")
     return parser
 
 
@@ -74,10 +75,16 @@ def _option_name(field: str) -> str:
     return OPTION_OF_FIELD.get(field, field)
 
 
-def cmd_list() -> int:
+def cmd_list(markdown: bool = False) -> int:
     from ldpfed.algorithms import REGISTRY
 
     rows = [cls.describe() for cls in REGISTRY.values()]
+    if markdown:
+        print("| algorithm | privacy | paper | envs (default first) |\n|---|---|---|---|")
+        for r in sorted(rows, key=lambda r: (r["paper"], r["algorithm"])):
+            envs = [r["default_env"]] + [e for e in r["envs"] if e != r["default_env"]]
+            print(f"| `{r['algorithm']}` | {r['privacy_model']} | {r['paper']} | {', '.join(envs)} |")
+        return 0
     width = max(len(r["algorithm"]) for r in rows)
     for r in sorted(rows, key=lambda r: (r["paper"], r["algorithm"])):
         print(f"{r['algorithm']:<{width}}  {r['privacy_model']:<7}  {r['paper']}\n"
@@ -116,6 +123,6 @@ def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return cmd_list() if args.command == "list" else cmd_run(args)
+        return cmd_list(args.markdown) if args.command == "list" else cmd_run(args)
     except ConfigError as error:
         parser.exit(2, f"{parser.prog}: error: {_option_name(error.field)}: {error.value!r}: {error.reason}\n")
