@@ -55,6 +55,16 @@ def test_equals_single_process_for_any_shards_actors_and_mode(ray_session, algor
     np.testing.assert_array_equal(algo.estimate(local.state), algo.estimate(remote.state))
 
 
+@pytest.mark.parametrize("algorithm", sorted(REGISTRY))
+def test_every_registered_algorithm_equals_single_process_in_both_modes(ray_session, algorithm):
+    from ldpfed.engine.ray_engine import run_ray
+
+    config = RunConfig(algorithm, users=150, round_size=30, populations=3, seed=2, delta=0.05)
+    local = run_local(config)
+    for mode in ("pre-aggregated", "per-user"):
+        assert_same(local, run_ray(config, actors=2, shards=2, mode=mode))
+
+
 def test_last_round_smaller_than_populations_and_no_message_algorithm(ray_session):
     from ldpfed.engine.ray_engine import run_ray
 

@@ -9,9 +9,10 @@ population sums, until the ones before them are folded), which is the order `run
 are bit-identical whatever the number of actors, shards or nodes.
 
 Messages. A message is the tuple (algorithm, round, population, payload); payload maps each field the shard owns
-to float64 values: the population's sum slice, shape (hi - lo,), in "pre-aggregated" mode, or every user's
-privatized message slice, shape (n_users, hi - lo), in "per-user" mode, where the shard applies `algo.aggregate`
-itself (users are public: the shard derives them from (round, population)).
+to an array: the population's sum slice, float64 (as run_local adds sums), shape (hi - lo,), in "pre-aggregated"
+mode; in "per-user" mode every user's privatized message (or its slice), in the dtype `encode` produces (probed
+once at start on real messages), where the shard applies `algo.aggregate` itself (users are public: the shard
+derives them from (round, population)).
 Per-user mode uses layout "population" by default: population p sends its whole messages to shard p % shards,
 which validates and aggregates them into the population's sums (the heavy part); the coordinator then adds the
 populations' sums in population order, so the result is bit-identical to run_local's. Layout "block" (key
@@ -22,7 +23,7 @@ depends on the width); each user's message is then cut into one slice per shard.
 A message is REJECTED and COUNTED, the shard's state unchanged, when: it is not a 4-tuple; the algorithm is not
 the run's; the round is not open (closed, or beyond the window of open rounds); the population has no users in
 that round; the (population, round) was already received; the payload's fields, dtype (float64) or shapes do not
-match the plan (derived from `algo.message_spec()`); a value is not finite; or aggregating it fails.
+match the plan (derived from `algo.message_spec()` and the probe); a value is not finite; or aggregating it fails.
 """
 from __future__ import annotations
 
@@ -62,6 +63,7 @@ class ShardPlan:
     sum_spec: dict               # field -> shape of the aggregated field
     segments: tuple              # per shard: tuple of Segment
     layout: str                  # "block" (key ranges) or "population" (per-user mode, whole messages by population)
+    message_dtypes: dict = None  # field -> dtype of the per-user messages `encode` produces (per-user wire format)
 
     # ---- what a round looks like ---------------------------------------------------------------
     def round_bounds(self, round_index: int) -> tuple[int, int]:
@@ -102,10 +104,10 @@ class ShardPlan:
                 parts.append({seg.field: np.ascontiguousarray(
                     np.asarray(payload[seg.field], dtype=FLOAT).reshape(-1)[seg.lo:seg.hi]) for seg in segs})
             elif self.layout == "block":
-                parts.append({seg.field: np.ascontiguousarray(
-                    np.asarray(payload[seg.field], dtype=FLOAT).reshape(n_users, -1)[:, seg.lo:seg.hi]) for seg in segs})
+                parts.append({seg.field: np.ascontiguousarray(np.asarray(payload[seg.field], dtype=self.dtype_of(
+                    seg.field)).reshape(n_users, -1)[:, seg.lo:seg.hi]) for seg in segs})
             else:   # population layout: the whole messages
-                parts.append({f: np.ascontiguousarray(payload[f], dtype=FLOAT) for f in self.message_spec})
+                parts.append({f: np.ascontiguousarray(payload[f], dtype=self.dtype_of(f)) for f in self.message_spec})
         return parts
 
     # ---- coordinator side ----------------------------------------------------------------------
@@ -133,6 +135,12 @@ class ShardPlan:
             flat = parts[0][1] if len(parts) == 1 else np.concatenate([v for _, v in parts])
             sums[field] = np.array(flat, dtype=FLOAT).reshape(self.sum_spec[field])
         return sums
+
+    def dtype_of(self, field: str) -> np.dtype:
+        """The wire dtype of a field: float64 for sums (as run_local adds them); per-user, what `encode` makes."""
+        if self.mode == "pre-aggregated" or not self.message_dtypes:
+            return FLOAT
+        return np.dtype(self.message_dtypes.get(field, FLOAT))
 
     def expected_shapes(self, shard: int, n_users: int) -> dict:
         segs = self.segments[shard]
@@ -176,10 +184,24 @@ def make_plan(algo, config, shards: int, mode: str, layout: str | None = None) -
     if layout not in (None, "block", "population"):
         raise ValueError(f"layout={layout!r}: choose from ['block', 'population']")
     spec = {str(f): _shape(shape) for f, shape in sorted(algo.message_spec().items())}
-    rng = np.random.default_rng(12345)
-    n = 257
-    users = np.arange(1000, 1000 + n, dtype=np.int64)
-    probe = {f: rng.standard_normal((n, *shape)) for f, shape in spec.items()}
+    # Real messages of a few users, from a separate instance of the algorithm (the client half must not disturb
+    # the server half of the run): their dtypes are the per-user wire format, and `aggregate` is probed on them.
+    from ldpfed.algorithms import make_algorithm
+    from ldpfed.engine.core import simulate_population
+    from ldpfed.envs import make_env
+    from ldpfed.rng import derive
+
+    env = make_env(config)
+    client = make_algorithm(env, config)
+    users = np.arange(min(config.users, 64), dtype=np.int64)
+    model = client.publish(client.initial_state(derive(config.seed, "init")))
+    probe, _, _ = simulate_population(client, env, model, config.seed, 0, 0, users, pre_aggregate=False)
+    probe = {str(f): np.asarray(v) for f, v in probe.items()}
+    if set(probe) != set(spec) or any(probe[f].shape != (len(users), *spec[f]) for f in spec):
+        raise ValueError(f"{config.algorithm}: messages {({f: v.shape for f, v in probe.items()})} do not match "
+                         f"message_spec() {spec} (per user)")
+    dtypes = {f: probe[f].dtype.str for f in spec}
+    n = len(users)
     full = algo.aggregate(probe, users) if spec else {}
     sum_spec = {str(f): np.shape(v) for f, v in sorted(full.items())}
     segments = _cut(sum_spec, shards)
@@ -190,6 +212,7 @@ def make_plan(algo, config, shards: int, mode: str, layout: str | None = None) -
             try:
                 part = algo.aggregate({s.field: np.ascontiguousarray(probe[s.field].reshape(n, -1)[:, s.lo:s.hi])
                                        for s in segs}, users)
+                part = {f: np.asarray(v) for f, v in part.items()}
                 exact = all(np.array_equal(np.asarray(part[s.field], dtype=FLOAT).reshape(-1),
                                            np.asarray(full[s.field], dtype=FLOAT).reshape(-1)[s.lo:s.hi]) for s in segs)
             except Exception:   # an aggregate that needs whole messages
@@ -203,7 +226,7 @@ def make_plan(algo, config, shards: int, mode: str, layout: str | None = None) -
     layout = chosen
     return ShardPlan(algorithm=config.algorithm, mode=mode, shards=shards, users=config.users,
                      round_size=config.round_size, populations=config.populations, message_spec=spec,
-                     sum_spec=sum_spec, segments=segments, layout=layout)
+                     sum_spec=sum_spec, segments=segments, layout=layout, message_dtypes=dtypes)
 
 
 class LatencyHistogram:
@@ -331,7 +354,7 @@ class ShardCore:
             return "wrong fields"
         for field, shape in expected.items():
             value = payload[field]
-            if not isinstance(value, np.ndarray) or value.dtype != FLOAT:
+            if not isinstance(value, np.ndarray) or value.dtype != plan.dtype_of(field):
                 return "wrong dtype"
             if value.shape != shape:
                 return "wrong shape"
