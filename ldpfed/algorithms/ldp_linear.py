@@ -40,7 +40,7 @@ import math
 import numpy as np
 from scipy.special import expit
 
-from ldpfed.algorithms.base import Algorithm, clip_abs, clip_norm
+from ldpfed.algorithms.base import Algorithm, clip_norm
 from ldpfed.errors import ConfigError
 from ldpfed.mechanisms import GaussianMechanism, SymmetricGaussianMechanism
 
@@ -66,11 +66,18 @@ def _option(params: dict, name: str, low: float = 0.0, high: float = math.inf, o
 def _clip_contexts(x: np.ndarray) -> tuple[np.ndarray, int]:
     """Rows scaled to norm <= 1 (the public context bound C_B = 1); counts only rows beyond rounding error
     (the env's unit contexts have norms 1 +- 1e-16, which are rescaled but not counted)."""
-    norms = np.sqrt(np.einsum("ni,ni->n", x, x))
-    over = norms > 1.0
-    if over.any():
-        x = np.where(over[:, None], x / np.maximum(norms, 1e-300)[:, None], x)
-    return x, int((norms > 1.0 + 1e-9).sum())
+    sq = np.einsum("ni,ni->n", x, x)
+    over = sq > 1.0
+    if not over.any():
+        return x, 0
+    x = np.where(over[:, None], x / np.sqrt(np.maximum(sq, 1e-300))[:, None], x)
+    return x, int(np.count_nonzero(sq > 1.0 + 2e-9))
+
+
+def _clip(v: np.ndarray, bound: float) -> tuple[np.ndarray, int]:
+    """Values clipped to [-bound, bound] and how many were changed."""
+    c = np.clip(v, -bound, bound)
+    return c, int(np.count_nonzero(c != v))
 
 
 def _calibration(params: dict) -> str:
@@ -156,7 +163,7 @@ class LdpUcb(Algorithm):
 
     def encode(self, model, contexts, actions, rewards, users, rng):
         x, n_x = _clip_contexts(contexts[np.arange(len(actions)), actions])
-        r, n_r = clip_abs(rewards, self.c_r)
+        r, n_r = _clip(rewards, self.c_r)
         messages = {"M": self._gram_messages(x, rng), "u": self.mechanisms["u"].privatize(r[:, None] * x, rng)}
         return messages, {"clipped": n_x + n_r}
 
@@ -220,8 +227,8 @@ class LdpGloc(LdpUcb):
 
     def encode(self, model, contexts, actions, rewards, users, rng):
         x, n_x = _clip_contexts(contexts[np.arange(len(actions)), actions])
-        y, n_y = clip_abs(rewards, self.c_r)
-        z, n_z = clip_abs(x @ model["theta_hat"], self.S)   # |z| <= S already when theta^ is in W
+        y, n_y = _clip(rewards, self.c_r)
+        z, n_z = _clip(x @ model["theta_hat"], self.S)   # |z| <= S already when theta^ is in W
         grad, n_g = clip_norm((self.g(z) - y)[:, None] * x, self.grad_bound)
         messages = {"M": self._gram_messages(x, rng),
                     "u": self.mechanisms["u"].privatize(z[:, None] * x, rng),

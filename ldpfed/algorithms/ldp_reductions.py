@@ -28,7 +28,7 @@ import math
 
 import numpy as np
 
-from ldpfed.algorithms.base import Algorithm, clip_abs
+from ldpfed.algorithms.base import Algorithm
 from ldpfed.envs.base import unit_sphere
 from ldpfed.errors import ConfigError
 from ldpfed.mechanisms import GaussianMechanism
@@ -77,7 +77,9 @@ class _OnePointScalar(Algorithm):
         return mech.sigma
 
     def _privatize(self, values: np.ndarray, bound: float, rng) -> tuple[np.ndarray, int]:
-        clipped, n_clipped = clip_abs(np.asarray(values, dtype=float), bound)
+        values = np.asarray(values, dtype=float)
+        clipped = np.clip(values, -bound, bound)
+        n_clipped = int(np.count_nonzero(clipped != values))
         if self.private:
             return self.mechanisms[self.private_field].privatize(clipped, rng), n_clipped
         return clipped, n_clipped
@@ -135,9 +137,10 @@ class LdpMabUcb(_OnePointScalar):
         reward = state["reward"] + sums.get("reward", 0.0)
         t = stop + 1
         log_f = math.log(1.0 + t * math.log(t) ** 2)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            index = reward / count + np.sqrt(2.0 * self.proxy * log_f / count)
-        index[count == 0] = np.inf
+        pulled = np.maximum(count, 1.0)
+        index = reward / pulled + np.sqrt((2.0 * self.proxy * log_f) / pulled)
+        if not count.all():
+            index[count == 0] = np.inf
         return {"count": count, "reward": reward, "t": stop, "arm": int(np.argmax(index))}
 
     def estimate(self, state):
@@ -325,7 +328,7 @@ class LdpBcoOnePoint(_BallBco):
 
     def encode(self, model, contexts, actions, rewards, users, rng):
         u = actions - model["y"]
-        u /= np.linalg.norm(u, axis=1, keepdims=True)
+        u /= np.sqrt(np.einsum("ni,ni->n", u, u))[:, None]
         noisy, n_clipped = self._privatize(rewards, self.B, rng)
         return {"u": u, "loss": noisy}, {"clipped": n_clipped}
 
@@ -393,7 +396,7 @@ class LdpBcoTwoPoint(_BallBco):
 
     def encode(self, model, contexts, actions, rewards, users, rng):
         u = actions[:, 0, :] - actions[:, 1, :]
-        u /= np.linalg.norm(u, axis=1, keepdims=True)
+        u /= np.sqrt(np.einsum("ni,ni->n", u, u))[:, None]
         noisy, n_clipped = self._privatize(rewards[:, 0] - rewards[:, 1], self.diff_bound, rng)
         return {"u": u, "diff": noisy}, {"clipped": n_clipped}
 
