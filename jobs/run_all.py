@@ -26,7 +26,7 @@ from ldpfed.tracking import Tracker, TrackingUnavailable
 
 PRESETS = {
     # users=None: the algorithm's paper_setting decides.
-    "quick": {"users": 20_000, "round_size": 200, "seeds": 2, "eps": [0.5, 2.0], "engine": "ray", "populations": 4},
+    "quick": {"users": 10_000, "round_size": 500, "seeds": 2, "eps": [0.5, 2.0], "engine": "ray", "populations": 4},
     "paper": {"users": None, "round_size": 10, "seeds": 10, "eps": [0.5, 1.0, 2.0], "engine": "local",
               "populations": 1},
 }

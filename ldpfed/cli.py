@@ -60,6 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--engine", choices=["local", "ray"], default="local")
     run.add_argument("--actors", type=_positive_int, default=2, help="population actors (ray engine)")
     run.add_argument("--shards", type=_positive_int, default=1, help="server shard actors (ray engine)")
+    run.add_argument("--mode", choices=["pre-aggregated", "per-user"], default="pre-aggregated",
+                     help="ray engine: populations send their sums, or every user's message")
     run.add_argument("--out", type=Path, default=None, help="write the results table (Parquet) and summary here")
     run.add_argument("--quiet", action="store_true", help="no progress display")
     listing = sub.add_parser("list", help="every algorithm with its paper, privacy model and envs")
@@ -102,7 +104,7 @@ def cmd_run(args) -> int:
     progress = None if args.quiet else Progress(config.users, label=config.algorithm)
     from ldpfed.engine import run
 
-    options = {"actors": args.actors, "shards": args.shards} if args.engine == "ray" else {}
+    options = {"actors": args.actors, "shards": args.shards, "mode": args.mode} if args.engine == "ray" else {}
     result = run(config, engine=args.engine, progress=progress, **options)
     s = result.summary
     if args.out is not None:
