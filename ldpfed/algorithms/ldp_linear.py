@@ -170,8 +170,8 @@ class LdpUcb(Algorithm):
 
 class LdpGloc(LdpUcb):
     """Algorithm 3: LDP generalized linear bandits (GLOC with noisy online gradient descent).
-    See the module docstring. zeta = zeta_scale / sqrt(T) (the paper: zeta = Theta(1/sqrt T); the public
-    reference code used d K / sqrt(T)); S = radius of W (the paper: 1)."""
+    See the module docstring. zeta = zeta_scale * 2S / (C_g sqrt(1 + d sigma^2) sqrt(T)) (the paper:
+    zeta = Theta(1/sqrt T); the constant is a reconstruction, see _setup_fields); S = radius of W (paper: 1)."""
 
     name = "ldp-gloc"
     paper = "seed 002 Zheng et al. 2020, Algorithm 3: LDP-GLOC for generalized linear bandits"
