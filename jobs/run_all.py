@@ -20,6 +20,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from ldpfed.algorithms import REGISTRY
 from ldpfed.config import RunConfig
 from ldpfed.engine import ENGINES, run
+from ldpfed.envs import ENVS
 from ldpfed.errors import ConfigError
 from ldpfed.progress import Progress
 from ldpfed.tracking import Tracker, TrackingUnavailable
@@ -33,18 +34,27 @@ PRESETS = {
 
 
 def configs_for(preset: dict, algorithms: list[str]) -> list[RunConfig]:
-    """One RunConfig per (algorithm, eps, seed), on each algorithm's paper setting."""
-    configs = []
+    """One RunConfig per (algorithm, eps, seed), on each algorithm's paper setting; plus uniform play on every
+    (env, env_params, users) those settings use that has arms, the reference each algorithm must beat."""
+    settings = []
     for name in algorithms:
         setting = dict(REGISTRY[name].paper_setting)
-        users = preset["users"] or setting.get("users", 100_000)
+        settings.append((name, REGISTRY[name].default_env, setting.get("env_params", {}),
+                         preset["users"] or setting.get("users", 100_000), setting.get("delta", 0.01),
+                         setting.get("params", {})))
+    if "uniform" in algorithms:
+        worlds = {(env, repr(sorted({**ENVS[env].defaults, **env_params}.items())), users): (env, env_params, users)
+                  for _, env, env_params, users, _, _ in settings if env in REGISTRY["uniform"].env_kinds}
+        settings = [s for s in settings if s[0] != "uniform"]
+        settings += [("uniform", env, env_params, users, 0.01, {}) for env, env_params, users in worlds.values()]
+    configs = []
+    for name, env, env_params, users, delta, params in settings:
         for eps in preset["eps"]:
             for seed in range(preset["seeds"]):
                 configs.append(RunConfig(
-                    algorithm=name, env=REGISTRY[name].default_env, users=users,
-                    round_size=min(preset["round_size"], users), populations=preset["populations"],
-                    eps=eps, delta=setting.get("delta", 0.01), seed=seed,
-                    env_params=setting.get("env_params", {}), params=setting.get("params", {})))
+                    algorithm=name, env=env, users=users, round_size=min(preset["round_size"], users),
+                    populations=preset["populations"], eps=eps, delta=delta, seed=seed,
+                    env_params=env_params, params=params))
     return configs
 
 
