@@ -243,9 +243,10 @@ class LinUCBDGS(LinUCB):
     as is; only theta carries noise. Delta_e rests on the paper's Assumption 1 (lambda_min E[x x^T] >=
     lambda_0, i.i.d. contexts) and holds with probability 1 - delta: the ledger records (eps, delta) (the
     Gaussian variant is calibrated at (eps, delta) on top of that event, so it is (eps, 2 delta)-DP by the same
-    argument; the paper's Laplace variant is the default).
-    Delta_e bounds the L2 change of theta; the paper uses it as the Laplace (L1) sensitivity. An L1 bound is
-    sqrt(d) larger: `l1_sensitivity=True` applies it (not the paper's calibration, so off by default).
+    argument; the Gaussian variant is the default: it is correctly calibrated by the L2 bound Delta_e as it stands).
+    Delta_e bounds the L2 change of theta; the paper uses it as the Laplace (L1) sensitivity, which under-noises by
+    up to sqrt(d) (a privacy bug: the release is then not eps-DP). An L1 bound is sqrt(d) larger:
+    `l1_sensitivity=True` (the default) applies it; False reproduces the paper's calibration, for comparison only.
 
     The node scales are kept: state["node_scale"][r] (scale of the node closing at round r),
     state["noise_std"][r] (per-coordinate std of n_t, from the scales of the nodes covering t) and
@@ -259,9 +260,10 @@ class LinUCBDGS(LinUCB):
         **LinUCB.defaults,
         "lambda_0": None,            # lower bound of lambda_min E[x x^T]; None: the env's (1/d for isotropic)
         "S": 1.0,                    # bound on ||theta*||
-        "noise": "laplace",          # "laplace" (the paper) or "gaussian" (the paper's "or Gaussian")
+        "noise": "gaussian",         # the paper's "or Gaussian": Delta_e is an L2 bound, which is what it needs;
+                                     # "laplace" (the paper's main text) then needs the sqrt(d) L1 factor
         "calibration": "classic",    # Gaussian variant only
-        "l1_sensitivity": False,     # reconstruction: scale Laplace by sqrt(d) (a true L1 bound); see docstring
+        "l1_sensitivity": True,      # scale Laplace by sqrt(d), a true L1 bound (the paper's is not); see docstring
     }
 
     def setup(self):
