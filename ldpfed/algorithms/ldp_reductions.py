@@ -86,7 +86,21 @@ class _OnePointScalar(Algorithm):
 
 
 # ==== multi-armed bandits ==========================================================================
-class LdpMabUcb(_OnePointScalar):
+class _OnePointMab(_OnePointScalar):
+    """Multi-armed bandit message: the public arm and the privatized reward; the server keeps per-arm sums."""
+
+    def message_spec(self):
+        return {"arm": (), "reward": ()}
+
+    def encode(self, model, contexts, actions, rewards, users, rng):
+        noisy, n_clipped = self._privatize(rewards, self.c_r, rng)
+        return {"arm": actions, "reward": noisy}, {"clipped": n_clipped}
+
+    def aggregate(self, messages, users):
+        return _arm_sums(messages, self.K)
+
+
+class LdpMabUcb(_OnePointMab):
     """Algorithm 1 with a UCB black box (stochastic K-armed bandit).
 
     The server's UCB chooses the arm (public); the user pulls it and sends reward + N(0, sigma^2),
@@ -121,16 +135,6 @@ class LdpMabUcb(_OnePointScalar):
 
     def act(self, model, contexts, users, rng):
         return np.where(users < self.K, users, model["arm"]).astype(np.int64)
-
-    def message_spec(self):
-        return {"arm": (), "reward": ()}
-
-    def encode(self, model, contexts, actions, rewards, users, rng):
-        noisy, n_clipped = self._privatize(rewards, self.c_r, rng)
-        return {"arm": actions, "reward": noisy}, {"clipped": n_clipped}
-
-    def aggregate(self, messages, users):
-        return _arm_sums(messages, self.K)
 
     def update(self, state, sums, start, stop, rng):
         count = state["count"] + sums.get("count", 0.0)
@@ -173,7 +177,7 @@ def tsallis_inf_weights(losses: np.ndarray, eta: float) -> np.ndarray:
     return w / w.sum()
 
 
-class LdpMabAdversarial(_OnePointScalar):
+class LdpMabAdversarial(_OnePointMab):
     """Algorithm 1 with the Tsallis-INF black box (alpha = 1/2, importance-weighted loss estimates), the
     algorithm of the paper's reference [44] that gives the best-of-both-worlds LDP MAB result of Appendix B.1.
 
@@ -215,16 +219,6 @@ class LdpMabAdversarial(_OnePointScalar):
         cdf = np.cumsum(model["p"])
         arms = np.searchsorted(cdf, rng.random(len(users)) * cdf[-1], side="right")
         return np.minimum(arms, self.K - 1)
-
-    def message_spec(self):
-        return {"arm": (), "reward": ()}
-
-    def encode(self, model, contexts, actions, rewards, users, rng):
-        noisy, n_clipped = self._privatize(rewards, self.c_r, rng)
-        return {"arm": actions, "reward": noisy}, {"clipped": n_clipped}
-
-    def aggregate(self, messages, users):
-        return _arm_sums(messages, self.K)
 
     def update(self, state, sums, start, stop, rng):
         count = sums.get("count", np.zeros(self.K))

@@ -82,10 +82,10 @@ class GaussianMechanism:
 
     def __repr__(self):
         g = self.guarantee
-        return f"GaussianMechanism(sigma={self.sigma:.6g}, eps={g.eps}, delta={g.delta}, {self.calibration})"
+        return f"{type(self).__name__}(sigma={self.sigma:.6g}, eps={g.eps}, delta={g.delta}, {self.calibration})"
 
 
-class SymmetricGaussianMechanism:
+class SymmetricGaussianMechanism(GaussianMechanism):
     """Symmetric matrix noise for Gram-type messages: the upper triangle INCLUDING the diagonal is i.i.d.
     N(0, sigma^2) and mirrored, so every entry (diagonal and off-diagonal) has variance sigma^2.
     (G + G^T)/2 is a different, weaker distribution (off-diagonal variance sigma^2/2) and is not used.
@@ -94,18 +94,6 @@ class SymmetricGaussianMechanism:
     d(d+1)/2 entries; the noise is exactly a Gaussian mechanism on that vector."""
 
     mechanism_name = "symmetric-gaussian"
-
-    def __init__(self, sensitivity, eps, delta, *, model="ldp", calibration="classic"):
-        self.sigma = gaussian_sigma(sensitivity, eps, delta, calibration)
-        self.calibration = calibration
-        self.guarantee = Guarantee(
-            mechanism=self.mechanism_name,
-            model=V.model(model),
-            eps=float(eps),
-            delta=float(delta),
-            sensitivity=float(sensitivity),
-            norm="l2",
-        )
 
     def noise(self, shape_prefix, d, rng: np.random.Generator) -> np.ndarray:
         """The symmetric noise alone, shape (*shape_prefix, d, d)."""
@@ -130,6 +118,3 @@ class SymmetricGaussianMechanism:
         out += m
         return out
 
-    def __repr__(self):
-        g = self.guarantee
-        return f"SymmetricGaussianMechanism(sigma={self.sigma:.6g}, eps={g.eps}, delta={g.delta}, {self.calibration})"
