@@ -26,10 +26,18 @@ GRID_POINTS = 400
 
 
 def colors(algorithms) -> dict:
-    """One color per algorithm, the same in every plot of a sweep (pass the sweep's sorted algorithm names)."""
+    """One color per algorithm, the same in every plot of a sweep (pass the sweep's sorted algorithm names).
+    Uniform play, the reference every learner is read against, is always black; up to 40 others stay distinct."""
     algorithms = sorted(algorithms)
-    cmap = plt.get_cmap("tab10" if len(algorithms) <= 10 else "tab20")
-    return {name: cmap(i % cmap.N) for i, name in enumerate(algorithms)}
+    learners = [name for name in algorithms if name != "uniform"]
+    if len(learners) <= 10:
+        palette = list(plt.get_cmap("tab10").colors)
+    else:
+        palette = list(plt.get_cmap("tab20").colors) + list(plt.get_cmap("tab20b").colors)
+    chosen = {name: palette[i % len(palette)] for i, name in enumerate(learners)}
+    if "uniform" in algorithms:
+        chosen["uniform"] = (0.0, 0.0, 0.0, 1.0)
+    return chosen
 
 
 def _grid(count: int, width: float = 5.2, height: float = 3.8):
