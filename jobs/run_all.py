@@ -58,10 +58,6 @@ def configs_for(preset: dict, algorithms: list[str]) -> list[RunConfig]:
     return configs
 
 
-def _run_one(config, engine, options):
-    return run(config, engine=engine, **options)
-
-
 def regret_table(summaries: pd.DataFrame) -> str:
     """Markdown: median and spread (25-75% quantiles) of the final regret over seeds, per algorithm and eps."""
     rows = ["| algorithm | env | eps | T | seeds | median final regret | 25%-75% | per user | users/s |",
@@ -132,7 +128,7 @@ def main(argv=None) -> int:
           flush=True)
     progress = Progress(total_users, label="run_all")
     done_users, failures, started = 0, [], time.perf_counter()
-    params = {"preset": args.preset, **{k: v for k, v in preset.items()}, "algorithms": ",".join(names)}
+    params = {"preset": args.preset, **preset, "algorithms": ",".join(names)}
     with tracker.sweep(args.preset, params=params, tags={"job": "run_all", "engine": engine}) as sweep:
         def finish(config, result=None, error=None):
             nonlocal done_users
@@ -147,7 +143,7 @@ def main(argv=None) -> int:
 
         if engine == "local" and args.workers > 1:
             with ProcessPoolExecutor(args.workers) as pool:
-                futures = {pool.submit(_run_one, c, engine, options): c for c in configs}
+                futures = {pool.submit(run, c, engine=engine, **options): c for c in configs}
                 for future in as_completed(futures):
                     try:
                         finish(futures[future], future.result())
@@ -156,7 +152,7 @@ def main(argv=None) -> int:
         else:
             for config in configs:
                 try:
-                    finish(config, _run_one(config, engine, options))
+                    finish(config, run(config, engine=engine, **options))
                 except Exception as error:
                     traceback.print_exc()
                     finish(config, error=repr(error))

@@ -33,6 +33,19 @@ def simulate_population(algo, env, model, seed: int, round_index: int, populatio
     return payload, float(regret.sum()), metrics
 
 
+def combine_populations(rows) -> tuple[float, dict, int]:
+    """A round's (regret, metric counters, users that sent messages) from per-population rows
+    (population, regret, metrics, sending), added in population order: both engines add in this one order, which
+    keeps their results bit-identical."""
+    regret, metrics, sending = 0.0, {}, 0
+    for _, pop_regret, pop_metrics, pop_sending in sorted(rows, key=lambda row: row[0]):
+        regret += pop_regret
+        sending += pop_sending
+        for key, value in pop_metrics.items():
+            metrics[key] = metrics.get(key, 0) + value
+    return regret, metrics, sending
+
+
 def add_sums(total: dict | None, part: dict) -> dict:
     """Field-wise sum of aggregated messages (shapes must agree field by field)."""
     if total is None:

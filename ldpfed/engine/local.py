@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ldpfed.algorithms import make_algorithm
-from ldpfed.engine.core import RoundRecorder, add_sums, population_users, simulate_population
+from ldpfed.engine.core import RoundRecorder, add_sums, combine_populations, population_users, simulate_population
 from ldpfed.envs import make_env
 from ldpfed.rng import derive
 
@@ -17,17 +17,15 @@ def run_local(config, progress=None):
     for r in range(config.rounds):
         start, stop = r * B, min(config.users, (r + 1) * B)
         model = algo.publish(state)
-        sums, regret, metrics, sending = None, 0.0, {}, 0
+        sums, rows = None, []
         for p in range(P):
             users = population_users(start, stop, p, P)
             if len(users) == 0:
                 continue
             payload, pop_regret, pop_metrics = simulate_population(algo, env, model, config.seed, r, p, users)
             sums = add_sums(sums, payload)
-            regret += pop_regret
-            sending += len(users) if payload else 0
-            for key, value in pop_metrics.items():
-                metrics[key] = metrics.get(key, 0) + value
+            rows.append((p, pop_regret, pop_metrics, len(users) if payload else 0))
+        regret, metrics, sending = combine_populations(rows)
         state = algo.update(state, sums or {}, start, stop, derive(config.seed, "server", r))
         recorder.record(r, stop, regret, metrics, state, sending)
         if progress is not None:

@@ -30,7 +30,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ldpfed.algorithms import make_algorithm
-from ldpfed.engine.core import RoundRecorder, population_users, simulate_population
+from ldpfed.engine.core import RoundRecorder, combine_populations, population_users, simulate_population
 from ldpfed.engine.ray_shard import MODES, LatencyHistogram, ShardCore, current_rss_bytes, make_plan, peak_rss_bytes
 from ldpfed.envs import make_env
 from ldpfed.errors import ConfigError
@@ -289,12 +289,7 @@ def _coordinate(config, actors, shards, mode, max_in_flight, progress, taken, la
         totals = [folded[s][0] if s in folded else {} for s in range(shards)]
         del model_ref, shard_refs
 
-        regret, metrics, sending = 0.0, {}, 0
-        for _, pop_regret, pop_metrics, pop_sending in sorted(round_metrics, key=lambda m: m[0]):
-            regret += pop_regret
-            sending += pop_sending
-            for key, value in pop_metrics.items():
-                metrics[key] = metrics.get(key, 0) + value
+        regret, metrics, sending = combine_populations(round_metrics)
         sums = plan.assemble(totals)
         state = algo.update(state, sums, start, stop, derive(config.seed, "server", r))
         recorder.record(r, stop, regret, metrics, state, sending)
