@@ -18,7 +18,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 
 
 from ldpfed.algorithms import REGISTRY
-from ldpfed.config import RunConfig
+from ldpfed.config import PROFILES, RunConfig
 from ldpfed.engine import ENGINES, run
 from ldpfed.envs import ENVS
 from ldpfed.errors import ConfigError
@@ -33,7 +33,7 @@ PRESETS = {
 }
 
 
-def configs_for(preset: dict, algorithms: list[str]) -> list[RunConfig]:
+def configs_for(preset: dict, algorithms: list[str], profile: str = "paper") -> list[RunConfig]:
     """One RunConfig per (algorithm, eps, seed), on each algorithm's paper setting; plus uniform play on every
     (env, env_params, users) those settings use that has arms, the reference each algorithm must beat."""
     settings = []
@@ -54,7 +54,7 @@ def configs_for(preset: dict, algorithms: list[str]) -> list[RunConfig]:
                 configs.append(RunConfig(
                     algorithm=name, env=env, users=users, round_size=min(preset["round_size"], users),
                     populations=preset["populations"], eps=eps, delta=delta, seed=seed,
-                    env_params=env_params, params=params))
+                    env_params=env_params, params=params, profile=profile))
     return configs
 
 
@@ -81,6 +81,8 @@ def parse_args(argv=None):
     parser.add_argument("--seeds", type=int, default=None)
     parser.add_argument("--eps", default=None, help="comma-separated eps values")
     parser.add_argument("--engine", choices=ENGINES, default=None)
+    parser.add_argument("--profile", choices=PROFILES, default="paper",
+                        help="paper (default) or authors-code: the public reference code's choices")
     parser.add_argument("--actors", type=int, default=2, help="population actors per run (ray)")
     parser.add_argument("--shards", type=int, default=2, help="server shard actors per run (ray)")
     parser.add_argument("--address", default=None, help="Ray cluster address (default: a local Ray instance)")
@@ -105,7 +107,7 @@ def main(argv=None) -> int:
         for name in names:
             if name not in REGISTRY:
                 raise ConfigError("--algorithms", name, f"unknown; choose from {sorted(REGISTRY)}")
-        configs = configs_for(preset, names)
+        configs = configs_for(preset, names, args.profile)
     except (ValueError, ConfigError) as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
 
@@ -128,7 +130,7 @@ def main(argv=None) -> int:
           flush=True)
     progress = Progress(total_users, label="run_all")
     done_users, failures, started = 0, [], time.perf_counter()
-    params = {"preset": args.preset, **preset, "algorithms": ",".join(names)}
+    params = {"preset": args.preset, **preset, "algorithms": ",".join(names), "profile": args.profile}
     with tracker.sweep(args.preset, params=params, tags={"job": "run_all", "engine": engine}) as sweep:
         def finish(config, result=None, error=None):
             nonlocal done_users

@@ -6,11 +6,13 @@ import json
 import sys
 from pathlib import Path
 
+from ldpfed.config import PROFILES
 from ldpfed.errors import ConfigError
 
 # Where a RunConfig field comes from on the command line, so an error names the option the user typed.
 OPTION_OF_FIELD = {"algorithm": "ALGORITHM", "env": "--env", "users": "--users", "round_size": "--round-size",
-                   "populations": "--populations", "eps": "--eps", "delta": "--delta", "seed": "--seed"}
+                   "populations": "--populations", "eps": "--eps", "delta": "--delta", "seed": "--seed",
+                   "profile": "--profile"}
 
 
 def _key_value(text: str):
@@ -53,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--eps", type=_float, default=1.0)
     run.add_argument("--delta", type=_float, default=0.01)
     run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--profile", choices=PROFILES, default="paper",
+                     help="paper: the papers' text (default); authors-code: the public reference code's choices")
     run.add_argument("--param", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
                      help="algorithm option (repeatable)")
     run.add_argument("--env-param", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
@@ -100,7 +104,7 @@ def cmd_run(args) -> int:
 
     config = RunConfig(algorithm=args.algorithm, env=args.env, users=args.users, round_size=args.round_size,
                        populations=args.populations, eps=args.eps, delta=args.delta, seed=args.seed,
-                       params=dict(args.param), env_params=dict(args.env_param))
+                       params=dict(args.param), env_params=dict(args.env_param), profile=args.profile)
     progress = None if args.quiet else Progress(config.users, label=config.algorithm)
     from ldpfed.engine import run
 
@@ -113,7 +117,7 @@ def cmd_run(args) -> int:
         (args.out / "summary.json").write_text(json.dumps({**s, "ledger": result.ledger}, indent=2, default=str))
     error = s.get("final_estimation_error")
     print(f"{config.algorithm} on {config.env}: T={config.users:,} B={config.round_size} eps={config.eps} "
-          f"delta={config.delta} seed={config.seed}")
+          f"delta={config.delta} seed={config.seed} profile={config.profile}")
     print(f"final cumulative regret: {s['final_regret']:.2f}  ({s['final_regret'] / config.users:.4f} per user)")
     if error is not None:
         print(f"final estimation error: {error:.4f}")

@@ -6,6 +6,11 @@ from dataclasses import asdict, dataclass, field
 
 from ldpfed.errors import ConfigError
 
+# "paper": the papers' text, privacy-correct (the default). "authors-code": the choices of the authors' public code
+# where it differs from the text (rewards, clip rules, steps, initialisation, estimators, contexts); algorithms and
+# envs without such differences run identically under both. See the README's profile table.
+PROFILES = ("paper", "authors-code")
+
 
 @dataclass(frozen=True)
 class RunConfig:
@@ -19,6 +24,7 @@ class RunConfig:
     seed: int = 0
     env_params: dict = field(default_factory=dict)
     params: dict = field(default_factory=dict)   # algorithm options, validated by the algorithm
+    profile: str = "paper"            # one of PROFILES: sets the defaults of env_params and params
 
     def __post_init__(self):
         from ldpfed.algorithms import REGISTRY
@@ -45,6 +51,8 @@ class RunConfig:
             raise ConfigError("delta", self.delta, "must be in (0, 1)")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ConfigError("seed", self.seed, "must be an integer >= 0")
+        if self.profile not in PROFILES:
+            raise ConfigError("profile", self.profile, f"unknown; choose from {list(PROFILES)}")
         for name in ("env_params", "params"):
             if not isinstance(getattr(self, name), dict):
                 raise ConfigError(name, getattr(self, name), "must be a mapping")

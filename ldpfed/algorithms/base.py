@@ -27,6 +27,9 @@ class Algorithm:
     # The paper's experiment, for jobs/: RunConfig fields, e.g. {"env_params": {...}, "users": 10**5, "eps": 1.0,
     # "delta": 0.01, "params": {...}}; the env is `default_env`.
     paper_setting: dict = {}
+    # Options whose default differs under RunConfig.profile="authors-code" (the public code's choices), e.g.
+    # {"authors-code": {"step": 5.0}}; every key must be in `defaults`. No entry: identical under both profiles.
+    profile_defaults: dict = {}
 
     def __init__(self, env, config):
         unknown = set(config.params) - set(self.defaults)
@@ -36,7 +39,8 @@ class Algorithm:
                               f"unknown option of {self.name}; known: {sorted(self.defaults)}")
         self.env = env
         self.config = config
-        self.params = {**self.defaults, **config.params}
+        self.profile = config.profile
+        self.params = {**self.defaults, **self.profile_defaults.get(self.profile, {}), **config.params}
         self.eps, self.delta, self.T = float(config.eps), float(config.delta), int(config.users)
         self.d, self.K = env.d, env.K
         self.mechanisms: dict = {}   # message field (or release) -> mechanism; the ledger is built from these

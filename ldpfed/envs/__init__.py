@@ -9,8 +9,10 @@ for _module in (glm, mab, convex, sparse, classification):
 
 
 def make_env(config) -> Env:
-    """The world of a run; its ground truth depends only on the run's seed."""
-    return ENVS[config.env](derive(config.seed, "env"), config.users, **config.env_params)
+    """The world of a run; its ground truth depends only on the run's seed. The profile sets option defaults."""
+    cls = ENVS[config.env]
+    params = {**cls.profile_defaults.get(config.profile, {}), **config.env_params}
+    return cls(derive(config.seed, "env"), config.users, **params)
 
 
 __all__ = ["ENVS", "Env", "make_env"]

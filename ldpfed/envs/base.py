@@ -14,6 +14,8 @@ from ldpfed.errors import ConfigError
 class Env:
     name: str = ""
     defaults: dict = {}
+    # Options whose default differs under RunConfig.profile="authors-code" (make_env applies them); keys of `defaults`.
+    profile_defaults: dict = {}
     d: int = 0          # context (or action) dimension; 0 for context-free worlds
     K: int = 0          # number of arms; 0 for continuous actions
     multi: bool = False  # contexts (n, d) with one parameter per arm, instead of (n, K, d)

@@ -3,12 +3,19 @@
 Single parameter: each user sees K contexts x_{t,a} (uniform on the unit sphere) and one theta*.
 Multi parameter: each user has one context x_t and arm a has its own theta*_a.
 Mean reward mu(x^T theta) with mu the identity, logistic or exponential link.
+
+Options: d, K, noise_std (of the identity link's Gaussian reward noise), contexts ("sphere": uniform on the unit
+sphere, the paper; "gaussian": N(0, I_d) unnormalised, ||x|| ~ sqrt(d), as the authors' multi-parameter code, which
+breaks the public context bound C_B = 1 the algorithms' noise is calibrated for).
+Profile "authors-code" (seed 000's public code): noiseless rewards on the single-parameter envs; reward noise 0.05
+and N(0, I_d) contexts on the multi-parameter envs.
 """
 from __future__ import annotations
 
 import numpy as np
 from scipy.special import expit
 
+from ldpfed.errors import ConfigError
 from ldpfed.envs.base import Env, nonneg_float, positive_int, unit_sphere
 
 LINKS = {
@@ -20,13 +27,16 @@ LINKS = {
 
 class GLMContextual(Env):
     link = "identity"
-    defaults = {"d": 2, "K": 10, "noise_std": 0.1}
+    defaults = {"d": 2, "K": 10, "noise_std": 0.1, "contexts": "sphere"}
 
     def __init__(self, rng, users, **params):
         super().__init__(rng, users, **params)
         self.d = positive_int("env_params.d", self.params["d"])
         self.K = positive_int("env_params.K", self.params["K"], 2)
         self.noise_std = nonneg_float("env_params.noise_std", self.params["noise_std"])
+        if self.params["contexts"] not in ("sphere", "gaussian"):
+            raise ConfigError("env_params.contexts", self.params["contexts"], "must be 'sphere' or 'gaussian'")
+        self.gaussian_contexts = self.params["contexts"] == "gaussian"
         self.mu = LINKS[self.link]
         shape = (self.K,) if self.multi else ()
         self.theta = unit_sphere(rng, shape, self.d) if self.multi else unit_sphere(rng, 1, self.d)[0]
@@ -36,6 +46,8 @@ class GLMContextual(Env):
 
     def contexts(self, users, rng):
         n = len(users)
+        if self.gaussian_contexts:
+            return rng.standard_normal((n, self.d) if self.multi else (n, self.K, self.d))
         return unit_sphere(rng, n, self.d) if self.multi else unit_sphere(rng, (n, self.K), self.d)
 
     def means(self, contexts):
@@ -64,11 +76,15 @@ class GLMContextual(Env):
 
 
 def _variant(name: str, link: str, multi: bool, defaults: dict):
-    return type(f"GLM_{name}", (GLMContextual,), {"name": name, "link": link, "multi": multi, "defaults": defaults})
+    profile = {"authors-code": AUTHORS_MULTI if multi else AUTHORS_SINGLE}
+    return type(f"GLM_{name}", (GLMContextual,), {"name": name, "link": link, "multi": multi, "defaults": defaults,
+                                                  "profile_defaults": profile})
 
 
-SINGLE = {"d": 2, "K": 10, "noise_std": 0.1}
-MULTI = {"d": 20, "K": 3, "noise_std": 0.1}
+SINGLE = {"d": 2, "K": 10, "noise_std": 0.1, "contexts": "sphere"}
+MULTI = {"d": 20, "K": 3, "noise_std": 0.1, "contexts": "sphere"}
+AUTHORS_SINGLE = {"noise_std": 0.0}                            # Scheme1/envs: rewards are the means
+AUTHORS_MULTI = {"noise_std": 0.05, "contexts": "gaussian"}    # Scheme1/instances/multiparam.py
 GLM_ENVS = {
     "linear": _variant("linear", "identity", False, SINGLE),
     "logistic": _variant("logistic", "logistic", False, SINGLE),
