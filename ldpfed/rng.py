@@ -14,6 +14,8 @@ PURPOSES = {
     "privatize": 4,  # local randomizer
     "server": 5,     # server-side noise (central DP) and server randomness
     "init": 6,       # initial model
+    "sequential-world": 7,   # the sequential engine: contexts and reward noise of a chunk of users
+    "sequential-client": 8,  # the sequential engine: the local randomizers' draws for a chunk of users
 }
 
 

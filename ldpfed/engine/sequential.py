@@ -1,0 +1,268 @@
+"""The sequential engine: round size 1, one population, users one at a time in a compiled loop (kernels.py).
+
+The papers' algorithms are sequential (B = 1); the generic engine runs them with a round per user (publish,
+derive two Generators, act, encode, aggregate, update: ~0.2 ms of Python per user). This engine runs the same
+algorithm with the same maths, the same mechanisms and calibrations (read from the algorithm instance), the same
+clipping and the same ledger, but:
+
+* the randomness that does not depend on the model is drawn in chunks of CHUNK users: contexts and reward noise
+  from one "sequential-world" Generator per chunk (the env's own `contexts` draws them), the mechanisms' standard
+  normals and uniforms from one "sequential-client" Generator per chunk, in the order the mechanisms draw them;
+* the model-dependent part (act, reward, clip, privatize, update) is one compiled loop per algorithm.
+
+Streams: the generic engine draws user t's randomness from Generators derived per (population, round); those
+cost ~20 us each to build, so this engine uses per-chunk Generators instead. Each user's draws have the same
+distribution as in the generic engine and are independent across users in both, so a run is a draw from the same
+distribution of results, not the same bits (tests/test_sequential.py: a two-sample test over seeds). With
+`streams="generic"` it draws user t's randomness from the generic engine's own Generators (slow, for tests):
+the run then reproduces run_local at round size 1 up to floating-point rounding (also tested).
+Determinism: the same config gives the same result, bit for bit (CHUNK is a constant, not a tuning knob).
+
+`engine.run(config)` uses this engine when `sequential_unsupported(config)` is None (round size 1, one population,
+an algorithm with a kernel, its env and options all supported) unless `fast=False`; otherwise run_local.
+Anything a kernel does not know (an unknown algorithm option or env parameter, another link) falls back.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pandas as pd
+
+from ldpfed.algorithms import make_algorithm
+from ldpfed.engine import kernels as kn
+from ldpfed.engine.core import RunResult, checkpoint_rounds
+from ldpfed.envs import make_env
+from ldpfed.errors import ConfigError
+from ldpfed.mechanisms._validate import sym_gather_index
+from ldpfed.rng import derive
+
+CHUNK = 4096   # users per block of pre-drawn randomness (part of the stream definition: changing it changes results)
+ENGINE_NAME = "sequential"
+
+GLM_SINGLE_ENVS = ("linear", "logistic")
+GLM_ENV_KEYS = frozenset({"d", "K", "noise_std"})
+LINK_CODES = {"identity": kn.IDENTITY, "logistic": kn.LOGISTIC}
+
+
+class Kernel:
+    """One algorithm on the sequential engine: checks support, holds the state as arrays, draws, runs."""
+
+    algorithms: tuple = ()           # algorithm names
+    envs: tuple = ()                 # env names
+    env_keys: frozenset = frozenset()
+    options: frozenset = frozenset()  # algorithm option keys the kernel knows (any value: constants are read)
+    metrics: tuple = ()              # the algorithm's metric counters, in the order its encode returns them
+
+    @classmethod
+    def unsupported(cls, algo, env) -> str | None:
+        if env.name not in cls.envs:
+            return f"env {env.name} (kernel supports {list(cls.envs)})"
+        extra = set(env.params) - cls.env_keys
+        if extra:
+            return f"env parameter(s) {sorted(extra)} unknown to the sequential kernel"
+        extra = set(algo.params) - cls.options
+        if extra:
+            return f"algorithm option(s) {sorted(extra)} unknown to the sequential kernel"
+        return cls.more_unsupported(algo, env)
+
+    @classmethod
+    def more_unsupported(cls, algo, env) -> str | None:
+        return None
+
+    def __init__(self, algo, env, state):
+        self.algo, self.env = algo, env
+        self.load(state)
+
+    # world randomness, drawn from the run's world Generator exactly as the env draws it in `contexts` and `step`
+    def draw_world(self, users, rng):
+        contexts = self.env.contexts(users, rng)
+        noise = rng.standard_normal(len(users)) if self.env.link == "identity" else rng.random(len(users))
+        return contexts, noise
+
+    def estimate_shape(self):
+        return None if self.algo.estimate(self.state()) is None else np.shape(self.algo.estimate(self.state()))
+
+
+class _GLMSingle(Kernel):
+    envs = GLM_SINGLE_ENVS
+    env_keys = GLM_ENV_KEYS
+
+    @classmethod
+    def more_unsupported(cls, algo, env):
+        if env.link not in LINK_CODES:
+            return f"link {env.link}"
+        return None
+
+    def env_args(self):
+        env = self.env
+        return env.theta, LINK_CODES[env.link], float(env.noise_std)
+
+
+class LdpSgdKernel(_GLMSingle):
+    algorithms = ("ldp-sgd",)
+    options = frozenset({"step", "step_offset", "context_bound"})
+    metrics = ("clipped_context", "clipped_reward", "clipped")
+
+    def load(self, state):
+        self.theta = np.array(state["theta"], dtype=float)
+
+    def state(self):
+        return {"theta": self.theta.copy()}
+
+    def draw_client(self, n, rng):
+        # L2BallMechanism: the directions' normals, then the half-space uniforms
+        return rng.standard_normal((n, self.algo.d)), rng.random(n)
+
+    def run(self, t0, world, client, snap_at, snaps, regret, counts):
+        a, mech = self.algo, self.algo.mech
+        kn.ldp_sgd(self.theta, t0, world[0], world[1], *self.env_args(), LINK_CODES[self.env.link], a.C_B, a.c_r,
+                   a.R, mech.B, mech._tanh, a.step, a.step_offset, _clip_rtol(), client[0], client[1], snap_at,
+                   snaps, regret, counts)
+
+
+class LdpOlsKernel(_GLMSingle):
+    algorithms = ("ldp-ols", "ols")
+    options = frozenset({"alpha", "calibration", "context_bound", "ridge"})
+    metrics = ("clipped_context", "clipped_reward")
+
+    def load(self, state):
+        self.V = np.array(state["V"], dtype=float)
+        self.U = np.array(state["U"], dtype=float)
+        self.theta = np.array(state["theta"], dtype=float)
+        self.t = int(state["t"])
+        self.upper = sym_gather_index(self.algo.d).reshape(self.algo.d, self.algo.d).astype(np.int64)
+
+    def state(self):
+        return {"V": self.V.copy(), "U": self.U.copy(), "t": self.t, "theta": self.theta.copy()}
+
+    def draw_client(self, n, rng):
+        d = self.algo.d
+        if not self.algo.private:
+            return np.zeros((n, 1)), np.zeros((n, 1))
+        # SymmetricGaussianMechanism (upper triangle), then GaussianMechanism
+        return rng.standard_normal((n, d * (d + 1) // 2)), rng.standard_normal((n, d))
+
+    def run(self, t0, world, client, snap_at, snaps, regret, counts):
+        a = self.algo
+        n = len(regret)
+        shifts = np.array([a.shift(t) for t in range(t0 + 1, t0 + n + 1)], dtype=float)
+        sigma_M = a.mech_M.sigma if a.private else 0.0
+        sigma_u = a.mech_u.sigma if a.private else 0.0
+        kn.ldp_ols(self.V, self.U, self.theta, world[0], world[1], *self.env_args(), a.C_B, a.c_r, sigma_M, sigma_u,
+                   self.upper, shifts, _clip_rtol(), client[0], client[1], bool(a.private), snap_at, snaps, regret,
+                   counts)
+        self.t = t0 + n
+
+
+def _clip_rtol():
+    from ldpfed.algorithms.glm_ldp import CLIP_RTOL
+
+    return CLIP_RTOL
+
+
+KERNELS = {name: cls for cls in (LdpSgdKernel, LdpOlsKernel) for name in cls.algorithms}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+def _plan(config):
+    """(kernel class, env, algo) or a reason string."""
+    if config.round_size != 1:
+        return f"round size {config.round_size} (the sequential engine runs round size 1)"
+    if config.populations != 1:
+        return f"{config.populations} populations (the sequential engine runs one)"
+    cls = KERNELS.get(config.algorithm)
+    if cls is None:
+        return f"no sequential kernel for {config.algorithm}"
+    env = make_env(config)
+    algo = make_algorithm(env, config)
+    reason = cls.unsupported(algo, env)
+    return reason if reason else (cls, env, algo)
+
+
+def sequential_unsupported(config) -> str | None:
+    """None when the sequential engine can run `config`, else why not (engine.run then uses run_local)."""
+    plan = _plan(config)
+    return plan if isinstance(plan, str) else None
+
+
+def _draws(kernel, config, start, stop, streams):
+    users = np.arange(start, stop)
+    if streams == "block":
+        chunk = start // CHUNK
+        world = kernel.draw_world(users, derive(config.seed, "sequential-world", chunk))
+        client = kernel.draw_client(len(users), derive(config.seed, "sequential-client", chunk))
+        return world, client
+    # the generic engine's own Generators: population 0, round t (slow; tests)
+    parts_w, parts_c = [], []
+    for t in users:
+        parts_w.append(kernel.draw_world(np.array([t]), derive(config.seed, "context", 0, int(t))))
+        parts_c.append(kernel.draw_client(1, derive(config.seed, "privatize", 0, int(t))))
+    join = lambda parts: tuple(None if p[0] is None else np.concatenate(p) for p in zip(*parts))  # noqa: E731
+    return join(parts_w), join(parts_c)
+
+
+def _load(kernel, config, snaps):
+    """Run the kernel on zero users, so it is loaded from numba's disk cache (or compiled) before the clock starts."""
+    world, client = _draws(kernel, config, 0, 0, "block")
+    empty = np.zeros(0, dtype=np.int64)
+    kernel.run(0, world, client, empty, snaps, np.zeros(0), np.zeros((0, len(kernel.metrics)), np.int64))
+
+
+def run_sequential(config, progress=None, streams: str = "block") -> RunResult:
+    """Run `config` (round size 1, one population) on its algorithm's compiled kernel; see the module doc."""
+    if streams not in ("block", "generic"):
+        raise ConfigError("streams", streams, "must be 'block' or 'generic'")
+    plan = _plan(config)
+    if isinstance(plan, str):
+        raise ConfigError("engine", ENGINE_NAME, f"cannot run this config: {plan}")
+    cls, env, algo = plan
+    kernel = cls(algo, env, algo.initial_state(derive(config.seed, "init")))
+    T = config.users
+    regret = np.empty(T)
+    counts = np.zeros((T, len(cls.metrics)), dtype=np.int64)
+    checkpoints = np.array(sorted(checkpoint_rounds(T)), dtype=np.int64)
+    snap_at = np.full(T, -1, dtype=np.int64)
+    snap_at[checkpoints] = np.arange(len(checkpoints))
+    shape = kernel.estimate_shape()
+    snaps = np.zeros((len(checkpoints), *(shape or (1,))))
+    _load(kernel, config, snaps)
+    started = time.perf_counter()   # after the one-off kernel load (or compile): run_local has none
+    cumulative = 0.0
+    for start in range(0, T, CHUNK):
+        stop = min(T, start + CHUNK)
+        world, client = _draws(kernel, config, start, stop, streams)
+        kernel.run(start, world, client, snap_at[start:stop], snaps, regret[start:stop], counts[start:stop])
+        cumulative += float(np.sum(regret[start:stop]))
+        if progress is not None:
+            progress(stop, cumulative)
+    state = kernel.state()
+    errors = np.full(T, np.nan)
+    if shape is not None:
+        for slot, r in enumerate(checkpoints):
+            value = env.estimation_error(snaps[slot].reshape(shape))
+            errors[r] = np.nan if value is None else value
+    return _result(config, algo, env, cls.metrics, regret, counts, errors, state, started)
+
+
+def _result(config, algo, env, metric_names, regret, counts, errors, state, started) -> RunResult:
+    """The RunResult run_local would build (same table columns and summary keys; core.RoundRecorder.result)."""
+    elapsed = time.perf_counter() - started
+    T = config.users
+    rounds = np.arange(T, dtype=np.int64)
+    table = pd.DataFrame({"round": rounds, "users": rounds + 1, "regret": regret,
+                          "cumulative_regret": np.cumsum(regret), "estimation_error": errors})
+    for j, name in enumerate(metric_names):
+        table[name] = counts[:, j]
+    finite = errors[~np.isnan(errors)]
+    summary = {
+        "algorithm": config.algorithm, "env": config.env, "eps": config.eps, "delta": config.delta,
+        "seed": config.seed, "users": T, "round_size": config.round_size, "engine": ENGINE_NAME,
+        "final_regret": float(table["cumulative_regret"].iloc[-1]),
+        "final_estimation_error": float(finite[-1]) if len(finite) else None,
+        "elapsed_s": elapsed, "users_per_s": T / elapsed if elapsed > 0 else float("inf"),
+        **{f"total_{name}": float(counts[:, j].sum()) for j, name in enumerate(metric_names)},
+    }
+    ledger = [{**row, "users_sending": T} for row in algo.ledger()]
+    return RunResult(config, table, ledger, summary, env.describe(), state)
