@@ -20,6 +20,7 @@ from ldpfed.engine.sequential import KERNELS, run_sequential, sequential_unsuppo
 CASES = [
     ("ldp-sgd", "linear", {}), ("ldp-sgd", "logistic", {"d": 3, "K": 4}),
     ("ldp-ols", "linear", {}), ("ldp-ols", "logistic", {"d": 3, "K": 4}), ("ols", "linear", {}),
+    ("ldp-ols", "linear", {"contexts": "gaussian", "noise_std": 0.0}),   # unnormalised contexts: clipping matters
 ]
 
 
@@ -47,6 +48,8 @@ def assert_same_run(a, b, rtol=1e-9):
 @pytest.mark.parametrize("algorithm,env,env_params", CASES)
 def test_kernel_reproduces_the_generic_engine_on_its_draws(algorithm, env, env_params):
     config = RunConfig(algorithm, env=env, users=160, seed=5, env_params=env_params)
+    if env_params.get("contexts") == "gaussian":
+        assert run_local(config).table["clipped_context"].sum() > 0
     generic = run_local(config)
     kernel = run_sequential(config, streams="generic")
     assert kernel.summary["engine"] == "sequential" and generic.summary["engine"] == "single-process"

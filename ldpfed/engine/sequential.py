@@ -42,7 +42,7 @@ CHUNK = 4096   # users per block of pre-drawn randomness (part of the stream def
 ENGINE_NAME = "sequential"
 
 GLM_SINGLE_ENVS = ("linear", "logistic")
-GLM_ENV_KEYS = frozenset({"d", "K", "noise_std"})
+GLM_ENV_KEYS = frozenset({"d", "K", "noise_std", "contexts"})  # contexts: drawn by env.contexts
 LINK_CODES = {"identity": kn.IDENTITY, "logistic": kn.LOGISTIC}
 
 
