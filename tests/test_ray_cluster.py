@@ -1,7 +1,8 @@
 """Clusters of their own, each in a subprocess (never the session's Ray instance):
 * a 2-node ray.cluster_utils.Cluster: populations are placed on BOTH nodes and the result equals run_local's;
 * `ray job submit` of a small job to a local cluster started on free loopback ports by cluster/local_cluster.py,
-  with token authentication on (a wrong token is refused), then stopped by process group."""
+  with token authentication on (a wrong token is refused), private files, no token warning, then stopped by
+  process group."""
 import json
 import os
 import subprocess
@@ -85,6 +86,7 @@ def local_cluster(tmp_path):
         stop = subprocess.run([sys.executable, str(ROOT / "cluster" / "local_cluster.py"), "stop", "--dir",
                                str(directory), "--grace", "5"], capture_output=True, text=True, env=env, timeout=120)
         assert stop.returncode == 0, stop.stdout + stop.stderr
+        assert "waiting up to 5 s" in stop.stdout and "stopped 1 nodes" in stop.stdout, stop.stdout
     for node in record["nodes"]:
         assert not Path(f"/proc/{node['pid']}").exists() or \
             Path(f"/proc/{node['pid']}/stat").read_text().split(")")[-1].split()[0] == "Z"
@@ -95,6 +97,10 @@ def test_ray_job_submit_to_a_local_cluster_with_token_auth(local_cluster):
     dashboard = record["dashboard"]
     assert dashboard.startswith("http://127.0.0.1:") and record["address"].startswith("127.0.0.2:")  # loopback
     assert record["auth"] == "token"
+    # private: the directory, its files and the token are readable by their owner only
+    directory = Path(env["RAY_AUTH_TOKEN_PATH"]).parent / "cluster"
+    for path in [directory, *directory.iterdir(), Path(env["RAY_AUTH_TOKEN_PATH"])]:
+        assert path.stat().st_mode & 0o077 == 0, path
     job_env = dict(env, RAY_ADDRESS=dashboard, RAY_AUTH_MODE="token")
     entry = [sys.executable, "-m", "ldpfed", "run", ALGORITHM, "--env", "linear", "--env-param", "d=3",
              "--env-param", "K=4", "--users", "300", "--round-size", "50", "--populations", "4", "--engine", "ray",
@@ -106,6 +112,7 @@ def test_ray_job_submit_to_a_local_cluster_with_token_auth(local_cluster):
     assert "succeeded" in output
     assert f"{ALGORITHM} on linear: T=300 B=50" in output
     assert "users/s (ray)" in output and "final cumulative regret" in output
+    assert "Token authentication" not in output          # the token is set up: Ray has nothing to warn about
 
     # the same request with a wrong token is refused
     wrong = dict(job_env, RAY_AUTH_TOKEN="not-the-cluster-token")

@@ -31,6 +31,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ldpfed.algorithms import make_algorithm
 from ldpfed.engine.core import RoundRecorder, combine_populations, population_users, simulate_population
+from ldpfed.engine.ray_security import disable_metrics_export, enable_token_auth
 from ldpfed.engine.ray_shard import MODES, LatencyHistogram, ShardCore, current_rss_bytes, make_plan, peak_rss_bytes
 from ldpfed.envs import make_env
 from ldpfed.errors import ConfigError
@@ -195,6 +196,10 @@ def ensure_ray(address=None, **init_kwargs) -> bool:
         # loopback: Ray would replace 127.0.0.1 by the machine's outward address, not 127.0.0.2
         address = "local"
         kwargs.setdefault("_node_ip_address", LOOPBACK_NODE_IP)
+        # token auth on with a private (0600) token, so Ray neither writes a world-readable one nor warns; no
+        # metrics exporter on all interfaces (see ray_security)
+        enable_token_auth()
+        disable_metrics_export()
     ray.init(address=address, **kwargs)
     return True
 
