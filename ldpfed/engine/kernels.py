@@ -174,3 +174,324 @@ def ldp_ols(V, U, theta, ctx, wnoise, theta_star, env_link, noise_std, C_B, c_r,
         theta[:] = np.linalg.solve(A, U)
         if snap_at[i] >= 0:
             snaps[snap_at[i], :] = theta
+
+
+# ------------------------------------------------------------------------------------------------------------
+# seed 002: LDP-UCB (Algorithm 5) and LDP-GLOC (Algorithm 3), single parameter
+# ------------------------------------------------------------------------------------------------------------
+@njit(cache=True)
+def ldp_ucb(M, u, theta, V_inv, theta_hat, ctx, wnoise, theta_star, env_link, noise_std, c_r, sigma_M, sigma_u,
+            sigma_g, upper, shifts, betas, gloc, S, grad_bound, zeta, gauss_M, gauss_u, gauss_g, snap_at, snaps,
+            regret, counts):
+    """LdpUcb (gloc False) / LdpGloc (gloc True): counts column (clipped,). betas[i] is the beta user i sees
+    (betas[0] the published one, betas[i + 1] = algo._beta(t0 + i + 1)); shifts[i] = c_t after user i."""
+    n, K, d = ctx.shape
+    x = np.empty(d)
+    g = np.empty(d)
+    V = np.empty((d, d))
+    for i in range(n):
+        beta = betas[i]
+        best, a = -np.inf, 0
+        for k in range(K):
+            width = 0.0
+            for j in range(d):
+                width += _dot(ctx[i, k], V_inv[:, j]) * ctx[i, k, j]
+            s = _dot(ctx[i, k], theta) + beta * math.sqrt(max(width, 0.0))
+            if s > best or k == 0:
+                best, a = s, k
+        reward, regret[i] = _env_glm(ctx[i], a, theta_star, env_link, noise_std, wnoise[i])
+        for j in range(d):
+            x[j] = ctx[i, a, j]
+        clipped = 0
+        sq = _dot(x, x)
+        if sq > 1.0:
+            root = math.sqrt(max(sq, 1e-300))
+            for j in range(d):
+                x[j] = x[j] / root
+            if sq > 1.0 + 2e-9:
+                clipped += 1
+        y = min(max(reward, -c_r), c_r)
+        if y != reward:
+            clipped += 1
+        coef = y
+        if gloc:
+            z = _dot(x, theta_hat)
+            zc = min(max(z, -S), S)
+            if zc != z:
+                clipped += 1
+            coef = zc
+            gcoef = _link(env_link, zc) - y
+            for j in range(d):
+                g[j] = gcoef * x[j]
+            gnorm = math.sqrt(_dot(g, g))
+            if gnorm > grad_bound:
+                scale = grad_bound / max(gnorm, 1e-300)
+                for j in range(d):
+                    g[j] = g[j] * scale
+                clipped += 1
+            for j in range(d):
+                g[j] = sigma_g * gauss_g[i, j] + g[j]
+        counts[i, 0] = clipped
+        for j in range(d):
+            for k in range(d):
+                M[j, k] = M[j, k] + (sigma_M * gauss_M[i, upper[j, k]] + x[j] * x[k])
+            u[j] = u[j] + (sigma_u * gauss_u[i, j] + coef * x[j])
+        for j in range(d):
+            for k in range(d):
+                V[j, k] = M[j, k]
+            V[j, j] = M[j, j] + shifts[i]
+        V_inv[:, :] = np.linalg.inv(V)
+        theta[:] = V_inv @ u
+        if gloc:
+            for j in range(d):
+                theta_hat[j] = theta_hat[j] - zeta * g[j]
+            norm = math.sqrt(_dot(theta_hat, theta_hat))
+            if norm > S:
+                for j in range(d):
+                    theta_hat[j] *= S / norm
+        if snap_at[i] >= 0:
+            snaps[snap_at[i], :] = theta
+
+
+# ------------------------------------------------------------------------------------------------------------
+# seed 002: LDP-MAB-UCB (Algorithm 1 with a UCB black box) on Bernoulli arms
+# ------------------------------------------------------------------------------------------------------------
+@njit(cache=True)
+def mab_ucb(count, total, arm, t0, segment, segment_means, wnoise, gauss, c_r, sigma, private, proxy, regret, counts):
+    """LdpMabUcb / Ucb: arm[0] is the published arm; counts column (clipped,)."""
+    n = wnoise.shape[0]
+    K = count.shape[0]
+    for i in range(n):
+        t = t0 + i
+        a = t if t < K else arm[0]
+        means = segment_means[segment[i]]
+        best = -np.inf
+        for k in range(K):
+            if means[k] > best:
+                best = means[k]
+        reward = 1.0 if wnoise[i] < means[a] else 0.0
+        regret[i] = best - means[a]
+        r = min(max(reward, -c_r), c_r)
+        counts[i, 0] = 1 if r != reward else 0
+        if private:
+            r = sigma * gauss[i] + r
+        count[a] = count[a] + 1.0
+        total[a] = total[a] + r
+        tt = t + 2.0                                   # update(stop = t + 1): t = stop + 1
+        log_f = math.log(1.0 + tt * math.log(tt) ** 2)
+        best, arm[0] = -np.inf, 0
+        for k in range(K):
+            if count[k] == 0.0:
+                index = np.inf
+            else:
+                pulled = max(count[k], 1.0)
+                index = total[k] / pulled + math.sqrt((2.0 * proxy * log_f) / pulled)
+            if index > best or k == 0:
+                best, arm[0] = index, k
+
+
+# ------------------------------------------------------------------------------------------------------------
+# seed 000, multi parameter (Algorithm 2): warm-up, elimination, a message for every arm slot
+# ------------------------------------------------------------------------------------------------------------
+@njit(cache=True)
+def _env_glm_multi(x, a, theta_star, env_link, noise_std, wnoise):
+    best = -np.inf
+    chosen = 0.0
+    for k in range(theta_star.shape[0]):
+        m = _link(env_link, _dot(x, theta_star[k]))
+        if m > best:
+            best = m
+        if k == a:
+            chosen = m
+    if env_link == IDENTITY:
+        reward = chosen + noise_std * wnoise
+    else:
+        reward = 1.0 if wnoise < chosen else 0.0
+    return reward, best - chosen
+
+
+@njit(cache=True)
+def _act_multi(x, t, warm, h, theta, theta_warm):
+    """_MultiBase.act for one user: round-robin during warm-up, then eq. (7) elimination and a greedy pull."""
+    K = theta.shape[0]
+    if t < warm:
+        return t % K
+    top = -np.inf
+    for k in range(K):
+        top = max(top, _dot(x, theta_warm[k]))
+    best, a = -np.inf, 0
+    for k in range(K):
+        s = _dot(x, theta[k]) if _dot(x, theta_warm[k]) > top - h / 2 else -np.inf
+        if s > best or k == 0:
+            best, a = s, k
+    return a
+
+
+@njit(cache=True)
+def ldp_sgd_multi(theta, theta_warm, n_msgs, frozen, t0, ctx, wnoise, theta_star, env_link, noise_std, alg_link,
+                  C_B, c_r, R, ball_B, tanh_half, warm, h, rtol, sent, eta, gauss, unif, snap_at, snaps, regret,
+                  counts):
+    """LdpSgdMulti: counts (clipped_context, clipped_reward, clipped); sent[i, k] and eta[i, k] are the public
+    slot mask and step sizes (from the algorithm's _slots and message_counts); frozen[0]: theta_warm is set."""
+    n, d = ctx.shape
+    K = theta.shape[0]
+    x = np.empty(d)
+    g = np.empty(d)
+    zero = np.zeros(d)
+    z = np.empty(d)
+    for i in range(n):
+        t = t0 + i
+        a = _act_multi(ctx[i], t, warm, h, theta, theta_warm if frozen[0] else theta)
+        reward, regret[i] = _env_glm_multi(ctx[i], a, theta_star, env_link, noise_std, wnoise[i])
+        x[:] = ctx[i]
+        counts[i, 0] = _clip_rows(x, C_B, rtol)
+        r, counts[i, 1] = _clip_value(reward, c_r)
+        coef = _link(alg_link, _dot(x, theta[a])) - r
+        for j in range(d):
+            g[j] = coef * x[j]
+        counts[i, 2] = _clip_rows(g, R, rtol)
+        for k in range(K):
+            _l2_ball(g if k == a else zero, R, ball_B, tanh_half, gauss[i * K + k], unif[i * K + k], z)
+            for j in range(d):
+                theta[k, j] = theta[k, j] - eta[i, k] * (z[j] * sent[i, k])
+            n_msgs[k] = n_msgs[k] + sent[i, k]
+        if not frozen[0] and t + 1 >= warm:
+            theta_warm[:, :] = theta
+            frozen[0] = True
+        if snap_at[i] >= 0:
+            snaps[snap_at[i]] = theta
+
+
+@njit(cache=True)
+def ldp_ols_multi(V, U, theta, theta_warm, n_msgs, frozen, t0, ctx, wnoise, theta_star, env_link, noise_std, C_B,
+                  c_r, sigma_M, sigma_u, upper, warm, h, rtol, sent, shifts, private, gauss_M, gauss_u, snap_at,
+                  snaps, regret, counts):
+    """LdpOlsMulti / OlsMulti: counts (clipped_context, clipped_reward); shifts[i, k] = algo.shift(n_k after user
+    i), sent[i, k] the public slot mask."""
+    n, d = ctx.shape
+    K = theta.shape[0]
+    x = np.empty(d)
+    A = np.empty((d, d))
+    for i in range(n):
+        t = t0 + i
+        a = _act_multi(ctx[i], t, warm, h, theta, theta_warm if frozen[0] else theta)
+        reward, regret[i] = _env_glm_multi(ctx[i], a, theta_star, env_link, noise_std, wnoise[i])
+        x[:] = ctx[i]
+        counts[i, 0] = _clip_rows(x, C_B, rtol)
+        r, counts[i, 1] = _clip_value(reward, c_r)
+        for k in range(K):
+            pulled = 1.0 if k == a else 0.0
+            for j in range(d):
+                for l in range(d):
+                    m = pulled * (x[j] * x[l])
+                    if private:
+                        m = (sigma_M * gauss_M[i, k, upper[j, l]] + m) * sent[i, k]
+                    V[k, j, l] = V[k, j, l] + m
+                u = pulled * (r * x[j])
+                if private:
+                    u = (sigma_u * gauss_u[i, k, j] + u) * sent[i, k]
+                U[k, j] = U[k, j] + u
+            n_msgs[k] = n_msgs[k] + sent[i, k]
+            for j in range(d):
+                for l in range(d):
+                    A[j, l] = V[k, j, l]
+                A[j, j] = V[k, j, j] + shifts[i, k]
+            theta[k] = np.linalg.solve(A, U[k])
+        if not frozen[0] and t + 1 >= warm:
+            theta_warm[:, :] = theta
+            frozen[0] = True
+        if snap_at[i] >= 0:
+            snaps[snap_at[i]] = theta
+
+
+# ------------------------------------------------------------------------------------------------------------
+# seed 004: (SW-)KLUCB-CF with randomized response
+# ------------------------------------------------------------------------------------------------------------
+@njit(cache=True)
+def _xlogx(p):
+    return 0.0 if p == 0.0 else p * math.log(p)
+
+
+@njit(cache=True)
+def klucb_upper_one(p, n, f, passes):
+    """klucb.klucb_upper for one arm: max{q in [p, 1] : n kl(p, q) <= f}, n = 0 gives 1.
+
+    The same bracket and the same schedule of halvings as the vectorized version; each pass of k halvings finds
+    the last feasible point of the 2^k - 1 dyadic points by binary search (kl(p, .) increases on [p, 1], so the
+    feasible points are a prefix) instead of testing them all; NaN (0 log 0 at a degenerate bracket) is
+    infeasible."""
+    if n <= 0:
+        return 1.0
+    p = min(max(p, 0.0), 1.0)
+    bound = f / n
+    lo = p
+    width = min(1.0, p + math.sqrt(0.5 * bound)) - lo
+    q1 = 1.0 - p
+    thr = _xlogx(p) + _xlogx(q1) - bound
+    for k in passes:
+        width *= 0.5 ** k
+        first, last = 1, 2 ** k - 1       # find the largest feasible j in [first, last], or 0
+        found = 0
+        while first <= last:
+            j = (first + last) // 2
+            grid = lo + width * j
+            v = p * math.log(grid) + q1 * math.log1p(-grid)
+            if v >= thr:
+                found = j
+                first = j + 1
+            else:
+                last = j - 1
+        lo += found * width
+    return lo
+
+
+@njit(cache=True)
+def klucb_cf(n_arm, s_arm, index, seen_n, seen_s, seen_f, ring_arm, ring_rep, ring_stop, ring_pos, t0, segment,
+             segment_means, wnoise, flip_u, fs, w, windowed, private, p_keep, p_flip, tanh_half, passes, regret,
+             counts):
+    """SWKLUCBCF and its variants: fs[i] = algo.threshold(t0 + i) (the f of the index user i sees).
+    index[k] is recomputed only when arm k's (N, sum, f) changed (it is a function of them only).
+    ring_pos = [head, size]; counts column (clipped,): always 0 on Bernoulli rewards."""
+    n = wnoise.shape[0]
+    K = n_arm.shape[0]
+    cap = ring_arm.shape[0]
+    for i in range(n):
+        t = t0 + i
+        f = fs[i]
+        for k in range(K):
+            if n_arm[k] != seen_n[k] or s_arm[k] != seen_s[k] or f != seen_f[k] or seen_n[k] < 0:
+                p = s_arm[k] / max(n_arm[k], 1.0) if n_arm[k] > 0 else 0.0
+                q = klucb_upper_one(p, n_arm[k], f, passes)
+                index[k] = (q - p_flip) / tanh_half if private else q
+                seen_n[k], seen_s[k], seen_f[k] = n_arm[k], s_arm[k], f
+        if t < K:
+            a = t
+        else:
+            a, best = 0, -np.inf
+            for k in range(K):
+                if index[k] > best or k == 0:
+                    a, best = k, index[k]
+        means = segment_means[segment[i]]
+        top = -np.inf
+        for k in range(K):
+            top = max(top, means[k])
+        reward = 1.0 if wnoise[i] < means[a] else 0.0
+        regret[i] = top - means[a]
+        counts[i, 0] = 0
+        bit = 1.0 if reward > 0.5 else 0.0
+        if private and flip_u[i] >= p_keep:
+            bit = 1.0 - bit
+        n_arm[a] = n_arm[a] + 1.0
+        s_arm[a] = s_arm[a] + bit
+        if windowed:
+            head, size = ring_pos[0], ring_pos[1]
+            slot = (head + size) % cap
+            ring_arm[slot], ring_rep[slot], ring_stop[slot] = a, bit, t + 1
+            size += 1
+            oldest = t + 1 - w
+            while size > 0 and ring_stop[head] <= oldest:
+                n_arm[ring_arm[head]] -= 1.0
+                s_arm[ring_arm[head]] -= ring_rep[head]
+                head = (head + 1) % cap
+                size -= 1
+            ring_pos[0], ring_pos[1] = head, size

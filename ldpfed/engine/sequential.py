@@ -156,13 +156,225 @@ class LdpOlsKernel(_GLMSingle):
         self.t = t0 + n
 
 
+class LdpUcbKernel(_GLMSingle):
+    algorithms = ("ldp-ucb", "ldp-gloc")
+    options = frozenset({"alpha", "calibration", "zeta_scale", "S"})
+    metrics = ("clipped",)
+
+    def load(self, state):
+        self.gloc = self.algo.name == "ldp-gloc"
+        self.s = {key: (np.array(value, dtype=float) if key not in ("t", "beta") else value)
+                  for key, value in state.items()}
+        if not self.gloc:
+            self.s["theta_hat"] = np.zeros(self.algo.d)    # unused
+        self.upper = sym_gather_index(self.algo.d).reshape(self.algo.d, self.algo.d).astype(np.int64)
+
+    def state(self):
+        s = {key: (value.copy() if isinstance(value, np.ndarray) else value) for key, value in self.s.items()}
+        if not self.gloc:
+            del s["theta_hat"]
+        return s
+
+    def draw_client(self, n, rng):
+        d = self.algo.d
+        # the M, u (and gradient) Gaussian mechanisms, in encode's order
+        draws = (rng.standard_normal((n, d * (d + 1) // 2)), rng.standard_normal((n, d)))
+        return draws + ((rng.standard_normal((n, d)),) if self.gloc else (np.zeros((n, 1)),))
+
+    def run(self, t0, world, client, snap_at, snaps, regret, counts):
+        a, s = self.algo, self.s
+        n = len(regret)
+        stops = range(t0 + 1, t0 + n + 1)
+        # _ucb_state(M, u, t): c_t = 2 upsilon_unit sqrt(t), beta = algo._beta(t), t = max(stop, 1)
+        shifts = np.array([2.0 * a.upsilon_unit * math.sqrt(max(t, 1)) for t in stops], dtype=float)
+        betas = np.array([s["beta"]] + [a._beta(max(t, 1)) for t in stops], dtype=float)
+        mech = a.mechanisms
+        sigma_g = mech["grad"].sigma if self.gloc else 0.0
+        S, bound, zeta = (a.S, a.grad_bound, a.zeta) if self.gloc else (1.0, 1.0, 0.0)
+        kn.ldp_ucb(s["M"], s["u"], s["theta"], s["V_inv"], s["theta_hat"], world[0], world[1], *self.env_args(),
+                   a.c_r, mech["M"].sigma, mech["u"].sigma, sigma_g, self.upper, shifts, betas, self.gloc, S, bound,
+                   zeta, client[0], client[1], client[2], snap_at, snaps, regret, counts)
+        if n:
+            s["t"], s["beta"] = max(t0 + n, 1), float(betas[-1])
+
+
+class MabUcbKernel(Kernel):
+    algorithms = ("ldp-mab-ucb", "ucb")
+    envs = ("bernoulli", "piecewise-bernoulli")
+    env_keys = frozenset({"K", "breakpoints"})
+    options = frozenset({"calibration"})
+    metrics = ("clipped",)
+
+    def load(self, state):
+        self.count = np.array(state["count"], dtype=float)
+        self.total = np.array(state["reward"], dtype=float)
+        self.arm = np.array([state["arm"]], dtype=np.int64)
+        self.t = int(state["t"])
+
+    def state(self):
+        return {"count": self.count.copy(), "reward": self.total.copy(), "t": self.t, "arm": int(self.arm[0])}
+
+    def draw_world(self, users, rng):
+        return None, rng.random(len(users))        # PiecewiseBernoulli.step: one uniform per user
+
+    def draw_client(self, n, rng):
+        # GaussianMechanism on the (clipped) reward
+        return (rng.standard_normal(n),) if self.algo.private else (np.zeros(n),)
+
+    def run(self, t0, world, client, snap_at, snaps, regret, counts):
+        a, env = self.algo, self.env
+        n = len(regret)
+        segment = np.searchsorted(env.change_points, np.arange(t0, t0 + n), side="right").astype(np.int64)
+        sigma = a.mechanisms["reward"].sigma if a.private else 0.0
+        kn.mab_ucb(self.count, self.total, self.arm, t0, segment, env.segment_means, world[1], client[0], a.c_r,
+                   sigma, bool(a.private), a.proxy, regret, counts)
+        if n:
+            self.t = t0 + n
+
+
+class _GLMMulti(_GLMSingle):
+    envs = ("linear-multi", "logistic-multi")
+
+    def load(self, state):
+        self.theta = np.array(state["theta"], dtype=float)
+        self.frozen = np.array([state["theta_warm"] is not None])
+        self.theta_warm = np.array(state["theta"] if state["theta_warm"] is None else state["theta_warm"], float)
+        self.n_msgs = np.array(state["n"], dtype=float)
+        self.upper = sym_gather_index(self.algo.d).reshape(self.algo.d, self.algo.d).astype(np.int64)
+        self.load_more(state)
+
+    def load_more(self, state):
+        pass
+
+    def common_state(self):
+        return {"theta": self.theta.copy(), "theta_warm": self.theta_warm.copy() if self.frozen[0] else None}
+
+    def schedule(self, t0, n):
+        """The public slot mask of users [t0, t0 + n) (the algorithm's _slots: the warm-up arm is users % K, public)
+        and every slot's message count after each of them."""
+        users = np.arange(t0, t0 + n)
+        sent, _ = self.algo._slots(users, users % self.algo.K)
+        return sent, self.n_msgs + np.cumsum(sent, axis=0)
+
+
+class LdpSgdMultiKernel(_GLMMulti):
+    algorithms = ("ldp-sgd-multi",)
+    options = frozenset({"s0", "h", "step", "step_offset", "context_bound"})
+    metrics = ("clipped_context", "clipped_reward", "clipped")
+
+    def state(self):
+        return {**self.common_state(), "n": self.n_msgs.copy()}
+
+    def draw_client(self, n, rng):
+        K, d = self.algo.K, self.algo.d
+        return rng.standard_normal((n * K, d)), rng.random(n * K)   # L2BallMechanism on the n K slots
+
+    def run(self, t0, world, client, snap_at, snaps, regret, counts):
+        a, mech = self.algo, self.algo.mech
+        n = len(regret)
+        sent, _ = self.schedule(t0, n)
+        eta = a.step / (a.message_counts(np.arange(t0, t0 + n)) + a.step_offset)   # LdpSgdMulti.aggregate
+        kn.ldp_sgd_multi(self.theta, self.theta_warm, self.n_msgs, self.frozen, t0, world[0], world[1],
+                         *self.env_args(), LINK_CODES[self.env.link], a.C_B, a.c_r, a.R, mech.B, mech._tanh,
+                         a.warm, a.h, _clip_rtol(), sent, eta, client[0], client[1], snap_at, snaps, regret, counts)
+
+
+class LdpOlsMultiKernel(_GLMMulti):
+    algorithms = ("ldp-ols-multi", "ols-multi")
+    options = frozenset({"s0", "h", "alpha", "calibration", "context_bound", "ridge"})
+    metrics = ("clipped_context", "clipped_reward")
+
+    def load_more(self, state):
+        self.V = np.array(state["V"], dtype=float)
+        self.U = np.array(state["U"], dtype=float)
+
+    def state(self):
+        return {"V": self.V.copy(), "U": self.U.copy(), "n": self.n_msgs.copy(), **self.common_state()}
+
+    def draw_client(self, n, rng):
+        K, d = self.algo.K, self.algo.d
+        if not self.algo.private:
+            return np.zeros((n, 1, 1)), np.zeros((n, 1, 1))
+        return rng.standard_normal((n, K, d * (d + 1) // 2)), rng.standard_normal((n, K, d))
+
+    def run(self, t0, world, client, snap_at, snaps, regret, counts):
+        a = self.algo
+        sent, n_after = self.schedule(t0, len(regret))
+        private = bool(a.private)
+        sigma_M, sigma_u = (a.mech_M.sigma, a.mech_u.sigma) if private else (0.0, 0.0)
+        kn.ldp_ols_multi(self.V, self.U, self.theta, self.theta_warm, self.n_msgs, self.frozen, t0, world[0],
+                         world[1], *self.env_args(), a.C_B, a.c_r, sigma_M, sigma_u, self.upper, a.warm, a.h,
+                         _clip_rtol(), sent, np.asarray(a.shift(n_after), dtype=float), private, client[0],
+                         client[1], snap_at, snaps, regret, counts)
+
+
+class KlucbKernel(Kernel):
+    algorithms = ("sw-klucb-cf", "klucb-cf", "sw-klucb", "klucb")
+    envs = ("bernoulli", "piecewise-bernoulli")
+    env_keys = frozenset({"K", "breakpoints"})
+    options = frozenset({"L_T", "window"})
+    metrics = ("clipped",)
+
+    def load(self, state):
+        a, K = self.algo, self.algo.K
+        self.t = int(state["t"])
+        self.n_arm = np.array(state["n"], dtype=float)
+        self.s_arm = np.array(state["s"], dtype=float)
+        self.index = np.zeros(K)
+        self.seen = (np.full(K, -1.0), np.zeros(K), np.zeros(K))   # (N, sum, f) each arm's index was solved at
+        cap = a.capacity if a.windowed else 1
+        self.ring_arm = np.full(cap, -1, dtype=np.int64)
+        self.ring_rep = np.zeros(cap)
+        self.ring_stop = np.zeros(cap, dtype=np.int64)
+        self.ring_pos = np.zeros(2, dtype=np.int64)
+        if a.windowed:
+            if state["size"]:
+                raise ConfigError("engine", ENGINE_NAME, "the sequential kernel starts from an empty window")
+            self.ring_pos[0] = state["head"]
+        from ldpfed.algorithms.klucb import _PASSES
+
+        self.passes = np.array(_PASSES, dtype=np.int64)
+
+    def state(self):
+        a = self.algo
+        state = {"t": self.t, "n": self.n_arm.copy(), "s": self.s_arm.copy()}
+        if a.windowed:   # the generic ring buffer: one-hot pulls and feedback per slot
+            written = self.ring_arm >= 0
+            ring_n = np.zeros((a.capacity, a.K))
+            ring_n[np.flatnonzero(written), self.ring_arm[written]] = 1.0
+            state.update(ring_n=ring_n, ring_s=ring_n * self.ring_rep[:, None], ring_stop=self.ring_stop.copy(),
+                         head=int(self.ring_pos[0]), size=int(self.ring_pos[1]))
+        return state
+
+    def draw_world(self, users, rng):
+        return None, rng.random(len(users))        # PiecewiseBernoulli.step: one uniform per user
+
+    def draw_client(self, n, rng):
+        return (rng.random(n),) if self.algo.private else (np.zeros(n),)   # RandomizedResponse: one uniform
+
+    def run(self, t0, world, client, snap_at, snaps, regret, counts):
+        a, env = self.algo, self.env
+        n = len(regret)
+        segment = np.searchsorted(env.change_points, np.arange(t0, t0 + n), side="right").astype(np.int64)
+        fs = np.array([a.threshold(t) for t in range(t0, t0 + n)], dtype=float)
+        rr = a.rr
+        p_keep, p_flip, tanh_half = (rr.p_keep, rr._p_flip, rr._tanh) if a.private else (1.0, 0.0, 1.0)
+        kn.klucb_cf(self.n_arm, self.s_arm, self.index, *self.seen, self.ring_arm, self.ring_rep, self.ring_stop,
+                    self.ring_pos, t0, segment, env.segment_means, world[1], client[0], fs,
+                    int(a.w) if a.windowed else 0, bool(a.windowed), bool(a.private), p_keep, p_flip, tanh_half,
+                    self.passes, regret, counts)
+        if n:
+            self.t = t0 + n
+
+
 def _clip_rtol():
     from ldpfed.algorithms.glm_ldp import CLIP_RTOL
 
     return CLIP_RTOL
 
 
-KERNELS = {name: cls for cls in (LdpSgdKernel, LdpOlsKernel) for name in cls.algorithms}
+KERNELS = {name: cls for cls in (LdpSgdKernel, LdpOlsKernel, LdpUcbKernel, MabUcbKernel, LdpSgdMultiKernel,
+                                  LdpOlsMultiKernel, KlucbKernel) for name in cls.algorithms}
 
 
 # ---------------------------------------------------------------------------------------------------------------
