@@ -7,7 +7,16 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ldpfed.algorithms import make_algorithm
+from ldpfed.envs import make_env
 from ldpfed.rng import derive
+
+
+def round_bounds(round_index: int, round_size: int, users: int) -> tuple[int, int]:
+    """The users [start, stop) of round `round_index`: rounds of `round_size`, the last one possibly shorter.
+    The one place round bounds are computed (engines, shard plans, jobs)."""
+    start = round_index * round_size
+    return start, min(users, start + round_size)
 
 
 def population_users(start: int, stop: int, population: int, populations: int) -> np.ndarray:
@@ -33,6 +42,17 @@ def simulate_population(algo, env, model, seed: int, round_index: int, populatio
     return payload, float(regret.sum()), metrics
 
 
+def sample_messages(config, n_users: int) -> tuple[np.ndarray, dict]:
+    """(users, per-user messages) of the first `n_users` users of round 0 in population 0, from a separate
+    instance of the algorithm (a probe must not disturb the run's server half): what plans are built from."""
+    env = make_env(config)
+    client = make_algorithm(env, config)
+    users = np.arange(min(config.users, n_users), dtype=np.int64)
+    model = client.publish(client.initial_state(derive(config.seed, "init")))
+    messages, _, _ = simulate_population(client, env, model, config.seed, 0, 0, users, pre_aggregate=False)
+    return users, messages
+
+
 def combine_populations(rows) -> tuple[float, dict, int]:
     """A round's (regret, metric counters, users that sent messages) from per-population rows
     (population, regret, metrics, sending), added in population order: both engines add in this one order, which
@@ -47,7 +67,9 @@ def combine_populations(rows) -> tuple[float, dict, int]:
 
 
 def add_sums(total: dict | None, part: dict) -> dict:
-    """Field-wise sum of aggregated messages (shapes must agree field by field)."""
+    """Field-wise sum of aggregated messages (shapes must agree field by field): `total` (None: nothing yet) plus
+    `part`, in place, as float64. The one place two message dicts are added (engines, shards, jobs), so every
+    sum is taken in the same order with the same dtype, which keeps the engines bit-identical."""
     if total is None:
         return {key: np.array(value, dtype=float, copy=True) for key, value in part.items()}
     for key, value in part.items():
@@ -94,6 +116,23 @@ class RoundRecorder:
             error = np.nan if value is None else value
         self.rows.append((round_index, stop, regret, self.cumulative, error))
         self.metric_rows.append(metrics)
+
+    def snapshot(self) -> dict:
+        """What a checkpoint keeps to continue the table bit for bit: the rows as columns, the metric counters
+        (plain Python numbers, which build the same table), the running sums."""
+        columns = list(zip(*self.rows)) if self.rows else [()] * 5
+        table = {name: np.asarray(values, dtype=dtype) for name, values, dtype in zip(
+            ("round", "users", "regret", "cumulative_regret", "estimation_error"), columns,
+            (np.int64, np.int64, np.float64, np.float64, np.float64))}
+        plain = [{k: (v.item() if isinstance(v, np.generic) else v) for k, v in m.items()} for m in self.metric_rows]
+        return {"table": table, "metric_rows": plain, "cumulative": self.cumulative, "messages": self.messages}
+
+    def restore(self, snapshot: dict) -> None:
+        table = snapshot["table"]
+        self.rows = list(zip(*(table[c].tolist() for c in ("round", "users", "regret", "cumulative_regret",
+                                                             "estimation_error"))))
+        self.metric_rows = list(snapshot["metric_rows"])
+        self.cumulative, self.messages = float(snapshot["cumulative"]), int(snapshot["messages"])
 
     def result(self, state, engine: str, extra: dict | None = None) -> RunResult:
         elapsed = time.perf_counter() - self.started

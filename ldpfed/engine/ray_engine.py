@@ -22,6 +22,7 @@ keep one round's totals.
 """
 from __future__ import annotations
 
+import collections
 import os
 import time
 
@@ -30,12 +31,12 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ldpfed.algorithms import make_algorithm
-from ldpfed.engine.core import RoundRecorder, combine_populations, population_users, simulate_population
+from ldpfed.engine.core import population_users, simulate_population
+from ldpfed.engine.driver import Backend, drive
 from ldpfed.engine.ray_security import disable_metrics_export, enable_token_auth
 from ldpfed.engine.ray_shard import MODES, LatencyHistogram, ShardCore, current_rss_bytes, make_plan, peak_rss_bytes
 from ldpfed.envs import make_env
 from ldpfed.errors import ConfigError
-from ldpfed.rng import derive
 
 
 class PopulationActor:
@@ -49,13 +50,14 @@ class PopulationActor:
         if config is not None:
             self.configure(config, populations, plan)
 
-    def configure(self, config, populations: list[int], plan) -> str:
+    def configure(self, config, populations: list[int], plan) -> tuple[str, int]:
+        """(node id, pid) of this actor once it is ready for the run."""
         self.config, self.populations, self.plan = config, list(populations), plan
         self.env = make_env(config)
         self.algo = make_algorithm(self.env, config)
         self.pre_aggregate = plan.mode == "pre-aggregated"
         self.shards = plan.shards
-        return self.node()
+        return self.node(), os.getpid()
 
     def node(self) -> str:
         return ray.get_runtime_context().get_node_id()
@@ -85,16 +87,17 @@ class PopulationActor:
 class ShardActor:
     """A server shard: keeps the aggregates of its keys (see `ray_shard.ShardCore`)."""
 
-    def __init__(self, config=None, plan=None, shard: int = 0, max_open_rounds: int = 1):
+    def __init__(self, config=None, plan=None, shard: int = 0, max_open_rounds: int = 1, first_round: int = 0):
         if config is not None:
-            self.configure(config, plan, shard, max_open_rounds)
+            self.configure(config, plan, shard, max_open_rounds, first_round)
 
-    def configure(self, config, plan, shard: int, max_open_rounds: int = 1) -> str:
+    def configure(self, config, plan, shard: int, max_open_rounds: int = 1, first_round: int = 0) -> tuple[str, int]:
+        """(node id, pid) of this shard once it is ready to fold from round `first_round` on."""
         algo = None
         if plan.mode == "per-user" and plan.segments[shard]:
             algo = make_algorithm(make_env(config), config)   # for its `aggregate` (public per-user weights)
-        self.core = ShardCore(plan, shard, algo, max_open_rounds=max_open_rounds)
-        return self.node()
+        self.core = ShardCore(plan, shard, algo, max_open_rounds=max_open_rounds, first_round=first_round)
+        return self.node(), os.getpid()
 
     def node(self) -> str:
         return ray.get_runtime_context().get_node_id()
@@ -114,6 +117,9 @@ class ShardActor:
         """Fold one round's batches (one per population actor) and close it: (totals, accepted, rejected)."""
         accepted, rejected = self.fold(*batches)
         return self.core.collect(round_index), accepted, rejected
+
+    def rewind(self, round_index: int) -> None:
+        self.core.rewind(round_index)
 
     def peek(self, round_index: int) -> dict:
         return self.core.peek(round_index)
@@ -178,7 +184,7 @@ POOL = ActorPool()
 
 def _kill(handle) -> None:
     try:
-        ray.kill(handle)
+        ray.kill(handle, no_restart=True)
     except Exception:
         pass
 
@@ -204,8 +210,287 @@ def ensure_ray(address=None, **init_kwargs) -> bool:
     return True
 
 
+class RoundTimeout(Exception):
+    """A round that did not complete within its timeout (a frozen actor, a partitioned node): handled as a death."""
+
+
+class RunFault(RuntimeError):
+    """A run the Ray engine could not recover (too many faults in a row, or an actor that cannot be recreated)."""
+
+
+# Errors that mean "a worker or its objects are gone", not "the code is wrong": the round is redone.
+FAULTS = (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError, ray.exceptions.WorkerCrashedError,
+          ray.exceptions.GetTimeoutError, RoundTimeout)
+
+
+class RayBackend(Backend):
+    """The rounds of a run on population and shard actors, with recovery.
+
+    Recovery: when a round fails with a dead actor, lost objects, or a timeout (round_timeout seconds, or by
+    default `timeout_factor` x the slowest of the last 20 rounds, at least `min_round_timeout`;
+    `first_round_timeout` until a round has been measured), every actor is probed (`probe_timeout` seconds,
+    population actors first: a shard waits for their objects); a dead or unresponsive one is killed and
+    recreated on its node (another alive node if its node is gone), the surviving shards forget the round
+    (`ShardCore.rewind`), and the whole round is simulated again from its derived streams: the result is the
+    undisturbed one, bit for bit. Each recovery is recorded (round, actor, cause, old pid and node, time from
+    the round's start to the fault's detection, time to recover); after `max_recoveries` in one run, RunFault.
+    """
+
+    name = "ray"
+
+    def __init__(self, actors: int = 2, shards: int = 1, mode: str = "pre-aggregated",
+                 max_in_flight: int | None = None, layout: str | None = None, round_timeout: float | None = None,
+                 timeout_factor: float = 10.0, min_round_timeout: float = 5.0, first_round_timeout: float = 120.0,
+                 probe_timeout: float = 2.0, max_recoveries: int = 10):
+        self.actors = _check_int("actors", actors)
+        self.shards = _check_int("shards", shards)
+        if mode not in MODES:
+            raise ConfigError("mode", mode, f"choose from {list(MODES)}")
+        if layout not in (None, "block", "population"):
+            raise ConfigError("layout", layout, "choose from ['block', 'population']")
+        self.mode, self.layout = mode, layout
+        self.max_in_flight = None if max_in_flight is None else _check_int("max_in_flight", max_in_flight)
+        for name, value in (("round_timeout", round_timeout), ("timeout_factor", timeout_factor),
+                            ("min_round_timeout", min_round_timeout), ("first_round_timeout", first_round_timeout),
+                            ("probe_timeout", probe_timeout)):
+            if value is not None and not (isinstance(value, (int, float)) and not isinstance(value, bool)
+                                          and value > 0):
+                raise ConfigError(name, value, "must be a number of seconds > 0")
+        self.round_timeout, self.timeout_factor = round_timeout, float(timeout_factor)
+        self.min_round_timeout, self.first_round_timeout = float(min_round_timeout), float(first_round_timeout)
+        self.probe_timeout = float(probe_timeout)
+        self.max_recoveries = _check_int("max_recoveries", max_recoveries, low=0)
+        self.handles: dict = {}      # (kind, index) -> actor handle of this run
+        self.where: dict = {}        # (kind, index) -> (node id, pid)
+        self.recoveries: list[dict] = []
+        self.round_times = collections.deque(maxlen=20)
+        self.fold_calls = 0
+        self.in_flight: list = []    # the current round's calls
+
+    # ---- actors ---------------------------------------------------------------------------------
+    CLASSES = {"population": RemotePopulation, "shard": RemoteShard}
+
+    def _start(self, kind: str, index: int, first_round: int, node: str | None = None):
+        """A (reused or new) actor for (kind, index) on `node` (default: its node if alive, else round robin);
+        returns the ref of its `configure` call."""
+        nodes = cluster_nodes()
+        if node is None or node not in nodes:
+            node = nodes[index % len(nodes)]
+        handle = POOL.take(self.CLASSES[kind], node)
+        self.handles[(kind, index)] = handle
+        self.where[(kind, index)] = (node, None)
+        if kind == "population":
+            return handle.configure.remote(self.config, self.populations[index], self.plan)
+        return handle.configure.remote(self.config, self.plan, index, 1, first_round)
+
+    def _configured(self, keys, refs) -> None:
+        try:
+            placed = ray.get(refs, timeout=self.first_round_timeout)
+        except ray.exceptions.GetTimeoutError:
+            raise RunFault(f"actors {keys} were not ready within {self.first_round_timeout:.0f} s "
+                           f"(first_round_timeout)") from None
+        for key, (node, pid) in zip(keys, placed):
+            self.where[key] = (node, pid)
+
+    def pids(self) -> dict:
+        """The pids of this run's actors now: {"population": [...], "shard": [...]} (for fault drills)."""
+        return {kind: [self.where[(kind, i)][1] for i in range(n)]
+                for kind, n in (("population", self.actors), ("shard", self.shards))}
+
+    def open(self, config, algo, env, first_round):
+        self.config = config
+        self.actors = min(self.actors, config.populations)
+        self.max_in_flight = self.actors if self.max_in_flight is None else self.max_in_flight
+        self.plan = make_plan(algo, config, self.shards, self.mode, self.layout)
+        self.populations = [[p for p in range(config.populations) if p % self.actors == a] for a in range(self.actors)]
+        self.active = self.plan.active_shards()
+        keys = [("population", a) for a in range(self.actors)] + [("shard", s) for s in range(self.shards)]
+        nodes = cluster_nodes()   # population actor a on node a % N, shard s on node s % N
+        self._configured(keys, [self._start(kind, i, first_round, nodes[i % len(nodes)]) for kind, i in keys])
+
+    # ---- one round ------------------------------------------------------------------------------
+    def timeout(self) -> float:
+        if self.round_timeout is not None:
+            return float(self.round_timeout)
+        if not self.round_times:
+            return self.first_round_timeout
+        return max(self.min_round_timeout, self.timeout_factor * max(self.round_times))
+
+    def simulate(self, model, round_index, start, stop):
+        while True:
+            began = time.perf_counter()
+            try:
+                result = self._round(model, round_index, start, stop, began + self.timeout())
+            except FAULTS as error:
+                if len(self.recoveries) >= self.max_recoveries:
+                    raise RunFault(f"round {round_index}: {describe_error(error)}; {len(self.recoveries)} "
+                                   f"recoveries already (max_recoveries)") from error
+                self._recover(round_index, error, began)
+                continue
+            self.round_times.append(time.perf_counter() - began)
+            return result
+
+    def _round(self, model, r, start, stop, deadline):
+        shards, pops, shard_actors = self.shards, self.handles, self.handles
+        model_ref = ray.put(model)
+        metric_refs, shard_refs = [], [[] for _ in range(shards)]
+        for a in range(self.actors):
+            if len(metric_refs) >= self.max_in_flight:      # bound the population calls in flight
+                _, running = ray.wait(metric_refs, num_returns=len(metric_refs), timeout=0)
+                while len(running) >= self.max_in_flight:
+                    done, running = ray.wait(running, num_returns=1, timeout=_left(deadline))
+                    if not done:
+                        raise RoundTimeout(f"round {r}: population calls still running at the timeout")
+                    ray.get(done)      # raises at once if that actor died
+            refs = pops[("population", a)].run_round.options(num_returns=shards + 1).remote(model_ref, r, start, stop)
+            metric_refs.append(refs[shards])
+            for s in range(shards):
+                shard_refs[s].append(refs[s])
+        # Each shard gets the references (Ray moves the data from the actors to it when they are ready, without
+        # the driver), folds them in population order and returns the round's totals for its keys.
+        round_refs = {s: shard_actors[("shard", s)].fold_round.remote(r, *shard_refs[s]) for s in self.active}
+        self.fold_calls += len(round_refs)
+        self.in_flight = metric_refs + list(round_refs.values())
+        values = _gather(self.in_flight, deadline, r)
+        self.in_flight = []
+        round_metrics = [m for batch in values[:len(metric_refs)] for m in batch]
+        folded = dict(zip(round_refs, values[len(metric_refs):]))
+        rejected = sum(result[2] for result in folded.values())
+        if rejected:
+            raise RuntimeError(f"round {r}: the shards rejected {rejected} of the engine's messages")
+        totals = [folded[s][0] if s in folded else {} for s in range(shards)]
+        return self.plan.assemble(totals), round_metrics
+
+    # ---- recovery -------------------------------------------------------------------------------
+    def _settle(self) -> None:
+        """Collect the failed round's calls that have ended (their errors are expected, not news), drop the rest."""
+        ready, _ = ray.wait(self.in_flight, num_returns=len(self.in_flight), timeout=self.probe_timeout) \
+            if self.in_flight else ([], [])
+        for ref in ready:
+            try:
+                ray.get(ref)
+            except Exception:
+                pass
+        self.in_flight = []
+
+    def _probe(self, kind: str) -> dict:
+        """{(kind, index): "died" | "unresponsive"} of the actors of `kind` that fail a short call."""
+        keys = [k for k in self.handles if k[0] == kind]
+        refs = {self.handles[k].node.remote(): k for k in keys}
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=self.probe_timeout)
+        bad = {k: "unresponsive" for ref, k in refs.items() if ref not in ready}
+        for ref in ready:
+            try:
+                ray.get(ref)
+            except Exception:
+                bad[refs[ref]] = "died"
+        return bad
+
+    def _recover(self, r: int, error: BaseException, began: float) -> None:
+        detected, detected_at = time.perf_counter(), time.time()
+        bad = {}
+        for kind in ("population", "shard"):      # populations first: a shard call waits for their objects
+            found = self._probe(kind)
+            for key in found:
+                _kill(self.handles[key])
+            bad.update(found)
+        events = [{"round": r, "kind": kind, "index": i, "cause": why, "old_node": self.where[(kind, i)][0],
+                   "old_pid": self.where[(kind, i)][1]} for (kind, i), why in bad.items()]
+        self._settle()
+        refs = {key: self._start(key[0], key[1], r, self.where[key][0]) for key in bad}
+        self._configured(list(refs), list(refs.values()))
+        survivors = [s for s in self.active if ("shard", s) not in bad]
+        try:
+            ray.get([self.handles[("shard", s)].rewind.remote(r) for s in survivors], timeout=self.first_round_timeout)
+        except FAULTS as again:
+            raise RunFault(f"round {r}: a shard failed while recovering ({describe_error(again)})") from again
+        recovered = time.perf_counter()
+        self.recoveries.append({
+            "round": r, "error": describe_error(error), "actors": events,
+            "detected_at": detected_at, "detect_s": detected - began, "recover_s": recovered - detected})
+        self.round_times.clear()    # measure the recreated actors afresh (they may be slower at first)
+
+    def close(self, ok):
+        extra = {
+            "actors": self.actors, "shards": self.shards, "mode": self.mode, "max_in_flight": self.max_in_flight,
+            "shard_layout": self.plan.layout if hasattr(self, "plan") else None, "fold_calls": self.fold_calls,
+            "recoveries": len(self.recoveries), "recovery_s": sum(e["recover_s"] for e in self.recoveries),
+            "recovery_events": self.recoveries,
+        }
+        if not ok or not hasattr(self, "plan"):
+            return extra
+        try:
+            shard_stats = ray.get([self.handles[("shard", s)].stats.remote() for s in range(self.shards)],
+                                  timeout=self.first_round_timeout)
+            pop_stats = ray.get([self.handles[("population", a)].stats.remote() for a in range(self.actors)],
+                                timeout=self.first_round_timeout)
+        except FAULTS as error:   # the rounds are done; only the figures below are lost
+            return {**extra, "stats_error": describe_error(error)}
+        latency = LatencyHistogram()
+        for st in shard_stats:
+            latency.merge(st["latency_counts"])
+        p50, p99 = latency.quantile(0.5), latency.quantile(0.99)
+        pop_nodes = [self.where[("population", a)][0] for a in range(self.actors)]
+        shard_nodes = [self.where[("shard", s)][0] for s in range(self.shards)]
+        return {
+            **extra,
+            "nodes": len(set(pop_nodes) | set(shard_nodes)),
+            "population_nodes": {p: pop_nodes[p % self.actors] for p in range(self.config.populations)},
+            "shard_nodes": shard_nodes, "actor_pids": self.pids(),
+            "shard_messages": int(sum(st["accepted"] for st in shard_stats)),
+            "rejected_messages": int(sum(st["rejected"] for st in shard_stats)),
+            "fold_latency_p50_ms": None if p50 is None else p50 * 1e3,
+            "fold_latency_p99_ms": None if p99 is None else p99 * 1e3,
+            "peak_rss_driver": peak_rss_bytes(),
+            "peak_rss_populations": max(st["peak_rss"] for st in pop_stats),
+            "peak_rss_shards": max(st["peak_rss"] for st in shard_stats),
+        }
+
+    def release(self, reuse: bool) -> None:
+        """Give this run's actors back to the pool (reuse) or kill them."""
+        for (kind, _), handle in self.handles.items():
+            if reuse:
+                POOL.give_back(self.CLASSES[kind], self.where[(kind, _)][0], handle)
+            else:
+                _kill(handle)
+        self.handles = {}
+
+
+def _left(deadline: float) -> float:
+    return max(0.0, deadline - time.perf_counter())
+
+
+def _gather(refs: list, deadline: float, r: int) -> list:
+    """ray.get of `refs`, raising as soon as one fails, or RoundTimeout at the deadline."""
+    values, pending = {}, list(refs)
+    while pending:
+        ready, pending = ray.wait(pending, num_returns=1, timeout=_left(deadline))
+        if not ready:
+            raise RoundTimeout(f"round {r}: {len(pending)} of {len(refs)} calls not done at the timeout")
+        more, pending = ray.wait(pending, num_returns=len(pending), timeout=0) if pending else ([], [])
+        for ref, value in zip(ready + more, ray.get(ready + more)):
+            values[ref] = value
+    return [values[ref] for ref in refs]
+
+
+def describe_error(error: BaseException) -> str:
+    """Type, message and (for Ray) the actor or node it concerns, in one line."""
+    text = str(error).strip().splitlines()
+    where = []
+    for attr in ("actor_id", "node_ip_address", "pid"):
+        value = getattr(error, attr, None)
+        if value:
+            where.append(f"{attr}={value}")
+    message = text[0] if text else ""
+    for line in text[1:]:    # Ray's messages name the actor (class, id, pid, ip) on later lines
+        if any(key in line for key in ("actor_id", "pid", "ip", "Actor ID", "node")):
+            message += " | " + line.strip()
+    return f"{type(error).__name__}: {message}" + (f" ({', '.join(where)})" if where else "")
+
+
 def run_ray(config, *, actors: int = 2, shards: int = 1, mode: str = "pre-aggregated", max_in_flight: int | None = None,
-            progress=None, address: str | None = None, layout: str | None = None):
+            progress=None, address: str | None = None, layout: str | None = None, checkpointer=None,
+            **recovery):
     """Run `config` on Ray; returns the same RunResult as `run_local(config)` plus Ray figures in the summary.
 
     actors: population actors (each hosts the populations p with p % actors == its index; at most
@@ -213,115 +498,21 @@ def run_ray(config, *, actors: int = 2, shards: int = 1, mode: str = "pre-aggreg
     sums) or "per-user" (every privatized user message goes to the shards, which aggregate). max_in_flight:
     population calls in flight at once (default: all actors). progress: a callable (users_done, regret), or True
     for the standard display. address: an existing cluster (default: RAY_ADDRESS, else a new local Ray).
-    layout: per-user mode only, "population" (default) or "block" (see `ray_shard.make_plan`).
+    layout: per-user mode only, "population" (default) or "block" (see `ray_shard.make_plan`). checkpointer:
+    see `checkpoint.Checkpointer`. recovery: RayBackend's timeouts and max_recoveries.
     """
-    actors = _check_int("actors", actors)
-    shards = _check_int("shards", shards)
-    if mode not in MODES:
-        raise ConfigError("mode", mode, f"choose from {list(MODES)}")
-    if layout not in (None, "block", "population"):
-        raise ConfigError("layout", layout, "choose from ['block', 'population']")
-    actors = min(actors, config.populations)
-    max_in_flight = actors if max_in_flight is None else _check_int("max_in_flight", max_in_flight)
+    backend = RayBackend(actors, shards, mode, max_in_flight, layout, **recovery)
     if progress is True:
         from ldpfed.progress import Progress
         progress = Progress(config.users, label=f"{config.algorithm} (ray)")
-
     started = ensure_ray(address)
-    taken: list = []    # (class, node, handle) of this run
     ok = False
     try:
-        result = _coordinate(config, actors, shards, mode, max_in_flight, progress, taken, layout)
+        result = drive(config, backend, progress=progress, checkpointer=checkpointer)
         ok = True
         return result
     finally:
-        for cls, node, handle in taken:
-            if ok and not started:
-                POOL.give_back(cls, node, handle)
-            else:
-                _kill(handle)
+        backend.release(reuse=ok and not started)
         if started:
             POOL.idle = {}
             ray.shutdown()
-
-
-def _coordinate(config, actors, shards, mode, max_in_flight, progress, taken, layout=None):
-    env = make_env(config)
-    algo = make_algorithm(env, config)
-    plan = make_plan(algo, config, shards, mode, layout)
-    P, B = config.populations, config.round_size
-
-    nodes = cluster_nodes()
-    populations = [[p for p in range(P) if p % actors == a] for a in range(actors)]
-    pop_actors, shard_actors = [], []
-    for a in range(actors):           # population actor a on node a % N, shard s on node s % N
-        node = nodes[a % len(nodes)]
-        pop_actors.append(POOL.take(RemotePopulation, node))
-        taken.append((RemotePopulation, node, pop_actors[-1]))
-    for s in range(shards):
-        node = nodes[s % len(nodes)]
-        shard_actors.append(POOL.take(RemoteShard, node))
-        taken.append((RemoteShard, node, shard_actors[-1]))
-    pop_nodes = ray.get([pop_actors[a].configure.remote(config, populations[a], plan) for a in range(actors)])
-    shard_nodes = ray.get([shard_actors[s].configure.remote(config, plan, s) for s in range(shards)])
-    active = plan.active_shards()
-
-    state = algo.initial_state(derive(config.seed, "init"))
-    recorder = RoundRecorder(config, algo, env)
-    fold_calls = 0
-    for r in range(config.rounds):
-        start, stop = r * B, min(config.users, (r + 1) * B)
-        model_ref = ray.put(algo.publish(state))
-        metric_refs, shard_refs = [], [[] for _ in range(shards)]
-        for a in range(actors):
-            if len(metric_refs) >= max_in_flight:      # bound the population calls in flight
-                _, running = ray.wait(metric_refs, num_returns=len(metric_refs), timeout=0)
-                while len(running) >= max_in_flight:
-                    _, running = ray.wait(running, num_returns=1)
-            refs = pop_actors[a].run_round.options(num_returns=shards + 1).remote(model_ref, r, start, stop)
-            metric_refs.append(refs[shards])
-            for s in range(shards):
-                shard_refs[s].append(refs[s])
-        # Each shard gets the references (Ray moves the data from the actors to it when they are ready, without
-        # the driver), folds them in population order and returns the round's totals for its keys.
-        round_refs = {s: shard_actors[s].fold_round.remote(r, *shard_refs[s]) for s in active}
-        fold_calls += len(round_refs)
-        round_metrics = [m for batch in ray.get(metric_refs) for m in batch]
-        folded = dict(zip(round_refs, ray.get(list(round_refs.values()))))
-        rejected = sum(result[2] for result in folded.values())
-        if rejected:
-            raise RuntimeError(f"round {r}: the shards rejected {rejected} of the engine's messages")
-        totals = [folded[s][0] if s in folded else {} for s in range(shards)]
-        del model_ref, shard_refs
-
-        regret, metrics, sending = combine_populations(round_metrics)
-        sums = plan.assemble(totals)
-        state = algo.update(state, sums, start, stop, derive(config.seed, "server", r))
-        recorder.record(r, stop, regret, metrics, state, sending)
-        if progress is not None:
-            progress(stop, recorder.cumulative)
-
-    elapsed = time.perf_counter() - recorder.started
-    shard_stats = ray.get([s.stats.remote() for s in shard_actors])
-    pop_stats = ray.get([a.stats.remote() for a in pop_actors])
-    latency = LatencyHistogram()
-    for st in shard_stats:
-        latency.merge(st["latency_counts"])
-    p50, p99 = latency.quantile(0.5), latency.quantile(0.99)
-    extra = {
-        "actors": actors, "shards": shards, "mode": mode, "max_in_flight": max_in_flight,
-        "nodes": len(set(pop_nodes) | set(shard_nodes)),
-        "population_nodes": {p: pop_nodes[p % actors] for p in range(P)},
-        "shard_nodes": list(shard_nodes),
-        "shard_layout": plan.layout,
-        "messages": recorder.messages, "messages_per_s": recorder.messages / elapsed if elapsed > 0 else float("inf"),
-        "shard_messages": int(sum(st["accepted"] for st in shard_stats)),
-        "fold_calls": fold_calls,
-        "rejected_messages": int(sum(st["rejected"] for st in shard_stats)),
-        "fold_latency_p50_ms": None if p50 is None else p50 * 1e3,
-        "fold_latency_p99_ms": None if p99 is None else p99 * 1e3,
-        "peak_rss_driver": peak_rss_bytes(),
-        "peak_rss_populations": max(st["peak_rss"] for st in pop_stats),
-        "peak_rss_shards": max(st["peak_rss"] for st in shard_stats),
-    }
-    return recorder.result(state, engine="ray", extra=extra)

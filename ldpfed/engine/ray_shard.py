@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ldpfed.engine.core import population_users
+from ldpfed.engine.core import add_sums, population_users, round_bounds, sample_messages
 
 FLOAT = np.dtype(np.float64)
 MODES = ("pre-aggregated", "per-user")
@@ -67,8 +67,7 @@ class ShardPlan:
 
     # ---- what a round looks like ---------------------------------------------------------------
     def round_bounds(self, round_index: int) -> tuple[int, int]:
-        start = round_index * self.round_size
-        return start, min(self.users, start + self.round_size)
+        return round_bounds(round_index, self.round_size, self.users)
 
     @property
     def rounds(self) -> int:
@@ -117,11 +116,7 @@ class ShardPlan:
             sums: dict = {}
             for _, part in sorted((item for shard in totals for item in shard.get("populations", ())),
                                   key=lambda item: item[0]):
-                for field, value in part.items():
-                    if field in sums:
-                        sums[field] += value
-                    else:
-                        sums[field] = np.array(value, dtype=FLOAT, copy=True)
+                sums = add_sums(sums, part)
             return {f: sums[f].reshape(shape) for f, shape in self.sum_spec.items() if f in sums}
         pieces: dict[str, list] = {}
         for s, segs in enumerate(self.segments):
@@ -184,18 +179,8 @@ def make_plan(algo, config, shards: int, mode: str, layout: str | None = None) -
     if layout not in (None, "block", "population"):
         raise ValueError(f"layout={layout!r}: choose from ['block', 'population']")
     spec = {str(f): _shape(shape) for f, shape in sorted(algo.message_spec().items())}
-    # Real messages of a few users, from a separate instance of the algorithm (the client half must not disturb
-    # the server half of the run): their dtypes are the per-user wire format, and `aggregate` is probed on them.
-    from ldpfed.algorithms import make_algorithm
-    from ldpfed.engine.core import simulate_population
-    from ldpfed.envs import make_env
-    from ldpfed.rng import derive
-
-    env = make_env(config)
-    client = make_algorithm(env, config)
-    users = np.arange(min(config.users, 64), dtype=np.int64)
-    model = client.publish(client.initial_state(derive(config.seed, "init")))
-    probe, _, _ = simulate_population(client, env, model, config.seed, 0, 0, users, pre_aggregate=False)
+    # Real messages of a few users: their dtypes are the per-user wire format, and `aggregate` is probed on them.
+    users, probe = sample_messages(config, 64)
     probe = {str(f): np.asarray(v) for f, v in probe.items()}
     if set(probe) != set(spec) or any(probe[f].shape != (len(users), *spec[f]) for f in spec):
         raise ValueError(f"{config.algorithm}: messages {({f: v.shape for f, v in probe.items()})} do not match "
@@ -284,13 +269,13 @@ class _Round:
 class ShardCore:
     """One server shard: validates and folds messages for its keys; idempotent per (population, round)."""
 
-    def __init__(self, plan: ShardPlan, shard: int, algo=None, max_open_rounds: int = 1):
+    def __init__(self, plan: ShardPlan, shard: int, algo=None, max_open_rounds: int = 1, first_round: int = 0):
         if plan.mode == "per-user" and plan.segments[shard] and algo is None:
             raise ValueError("per-user mode needs the algorithm's aggregate in the shard")
         self.plan, self.shard, self.algo = plan, shard, algo
         self.segments = plan.segments[shard]
         self.max_open_rounds = max_open_rounds
-        self.next_round = 0           # rounds below are closed
+        self.next_round = first_round  # rounds below are closed (a recreated or resumed shard starts later)
         self.rounds: dict[int, _Round] = {}
         self.accepted = 0             # (population, round) messages folded
         self.user_messages = 0        # users those messages carried
@@ -385,12 +370,7 @@ class ShardCore:
         if plan.layout == "population":   # kept per population; the coordinator adds them in population order
             return None
         while state.index < len(state.order) and state.order[state.index] in state.pending:
-            ready = state.pending.pop(state.order[state.index])
-            for field, value in ready.items():
-                if field in state.totals:
-                    state.totals[field] += value
-                else:
-                    state.totals[field] = np.array(value, dtype=FLOAT, copy=True)
+            state.totals = add_sums(state.totals, state.pending.pop(state.order[state.index]))
             state.index += 1
         return None
 
@@ -413,6 +393,15 @@ class ShardCore:
         if self.plan.layout == "population":
             return {"populations": [(p, state.pending[p]) for p in state.order]}
         return state.totals
+
+    def rewind(self, round_index: int) -> None:
+        """Forget round `round_index` and every later one (folded or closed), so they can be folded again: how the
+        coordinator redoes a round after a fault. Only the last closed round or an open one can be redone."""
+        if not self.next_round - 1 <= round_index <= self.next_round:
+            raise RuntimeError(f"shard {self.shard}: cannot rewind to round {round_index} (next is {self.next_round})")
+        for r in [r for r in self.rounds if r >= round_index]:
+            del self.rounds[r]
+        self.next_round = round_index
 
     def peek(self, round_index: int) -> dict:
         """A copy of the current totals of an open round (for tests)."""

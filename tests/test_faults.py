@@ -1,0 +1,225 @@
+"""Faults and resume: a run survives a killed or frozen population or shard actor, a killed driver resumes from
+its checkpoint, and every such run ends with the undisturbed run's table, bit for bit.
+
+Processes killed here are only ever actors of this test session's own Ray (by the pids the engine reports) or
+subprocesses this test started."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from ldpfed.algorithms import REGISTRY
+from ldpfed.config import RunConfig
+from ldpfed.engine import run_local
+from ldpfed.engine.checkpoint import Checkpointer, CheckpointError, decode, encode, load
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def small(algorithm="ldp-ols", **changes):
+    base = dict(env="linear", users=600, round_size=30, populations=4, seed=3, env_params={"d": 3, "K": 4})
+    return RunConfig(algorithm, **{**base, **changes})
+
+
+def assert_same(expected, got):
+    pd.testing.assert_frame_equal(expected.table, got.table, check_exact=True)
+    assert expected.summary["final_regret"] == got.summary["final_regret"]
+
+
+class Interrupt(BaseException):
+    """Stands for Ctrl-C at a chosen round (raised from the progress callback)."""
+
+
+def interrupt_at(users_done):
+    def progress(done, regret):
+        if done == users_done:
+            raise Interrupt
+    return progress
+
+
+# ---- checkpoints, in process ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("algorithm", sorted(REGISTRY))
+def test_interrupted_and_resumed_run_equals_the_uninterrupted_one(tmp_path, algorithm):
+    # every registered algorithm: its whole server state goes through the checkpoint (npz + JSON) and back
+    config = RunConfig(algorithm, users=150, round_size=10, populations=3, seed=2, delta=0.05)
+    whole = run_local(config)
+    with pytest.raises(Interrupt):
+        run_local(config, progress=interrupt_at(70), checkpointer=Checkpointer(tmp_path, every_s=None))
+    assert load(tmp_path / "checkpoint.npz", config)["next_round"] == 7
+    resumed = run_local(config, checkpointer=Checkpointer(tmp_path, every_s=None))
+    assert resumed.summary["resumed_from_round"] == 7
+    assert_same(whole, resumed)
+    assert resumed.ledger == whole.ledger
+
+
+def test_periodic_checkpoints_and_a_checkpoint_for_another_run_is_refused(tmp_path):
+    config = small()
+    result = run_local(config, checkpointer=Checkpointer(tmp_path, every_rounds=4, every_s=None))
+    assert result.summary["checkpoints_written"] == (config.rounds - 1) // 4
+    saved = load(tmp_path / "checkpoint.npz")
+    assert saved["next_round"] == 4 * ((config.rounds - 1) // 4)
+    np.testing.assert_array_equal(saved["recorder"]["table"]["regret"],
+                                  result.table["regret"].to_numpy()[:saved["next_round"]])
+    with pytest.raises(CheckpointError, match="another run"):
+        run_local(config.replace(seed=4), checkpointer=Checkpointer(tmp_path))
+    (tmp_path / "checkpoint.npz").write_bytes(b"PK\x03\x04 truncated")
+    with pytest.raises(CheckpointError, match="unreadable"):
+        run_local(config, checkpointer=Checkpointer(tmp_path))
+
+
+def test_state_codec_keeps_types_aliasing_and_refuses_what_it_cannot_keep():
+    shared = np.arange(3.0)
+    state = {"a": shared, "b": [shared, None, (1, 2.5, float("inf"))], "n": np.int64(7), "s": "x",
+             "pairs": {1: np.zeros(2, dtype=np.int32)}}
+    arrays = []
+    tree = json.loads(json.dumps(encode(state, arrays)))
+    back = decode(tree, {f"a{i}": a.copy() for i, a in enumerate(arrays)})
+    assert back["a"] is back["b"][0] and back["b"][2] == (1, 2.5, float("inf"))
+    assert type(back["n"]) is np.int64 and back["pairs"][1].dtype == np.int32
+    with pytest.raises(CheckpointError):
+        encode({"f": lambda: 0}, [])
+    with pytest.raises(CheckpointError, match="refusing"):
+        decode({"__object__": "os:system", "attrs": {}}, {})
+
+
+def test_checkpoint_file_is_written_atomically_with_the_umask(tmp_path):
+    config = small()
+    old = os.umask(0o022)
+    try:
+        run_local(config, checkpointer=Checkpointer(tmp_path, every_rounds=1, every_s=None))
+    finally:
+        os.umask(old)
+    assert (tmp_path / "checkpoint.npz").stat().st_mode & 0o777 == 0o644
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.npz"]   # no temporary left
+
+
+# ---- the driver killed (a subprocess) ----------------------------------------------------------------------
+
+DRIVER = """
+import sys, time
+from ldpfed.config import RunConfig
+from ldpfed.engine import run_local
+from ldpfed.engine.checkpoint import Checkpointer
+config = RunConfig("ldp-ols", env="linear", users=600, round_size=30, populations=4, seed=3,
+                   env_params={"d": 3, "K": 4})
+def slow(done, regret):
+    print(done, flush=True)
+    time.sleep(0.1)
+result = run_local(config, progress=slow, checkpointer=Checkpointer(sys.argv[1], every_rounds=2, every_s=None))
+result.table.to_parquet(sys.argv[2])
+"""
+
+
+def test_killed_driver_resumes_from_its_checkpoint(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    args = [sys.executable, "-c", DRIVER, str(tmp_path / "ckpt"), str(tmp_path / "table.parquet")]
+    child = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, env=env)
+    for line in child.stdout:            # wait until it is half way, then kill it without warning
+        if int(line) >= 300:
+            break
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    assert not (tmp_path / "table.parquet").exists()
+    assert 0 < load(tmp_path / "ckpt" / "checkpoint.npz")["next_round"] < 20
+    subprocess.run(args, check=True, env=env, stdout=subprocess.DEVNULL, timeout=120)
+    table = pd.read_parquet(tmp_path / "table.parquet")
+    pd.testing.assert_frame_equal(run_local(small()).table, table, check_exact=True)
+
+
+# ---- dead and frozen actors (Ray) ---------------------------------------------------------------------------
+
+def _run_with_fault(config, at_users, fault, **options):
+    """Run on Ray; when `at_users` users are done, apply fault(pids) (pids from the engine's own report)."""
+    from ldpfed.engine.driver import drive
+    from ldpfed.engine.ray_engine import RayBackend
+
+    backend = RayBackend(**options)
+    fired = []
+
+    def progress(done, regret):
+        if done == at_users:
+            fired.append(fault(backend.pids()))
+
+    try:
+        result = drive(config, backend, progress=progress)
+    finally:
+        backend.release(reuse=True)
+    assert fired
+    return result, fired[0]
+
+
+@pytest.mark.parametrize("kind,mode", [("population", "pre-aggregated"), ("shard", "pre-aggregated"),
+                                       ("shard", "per-user")])
+def test_a_killed_actor_is_recreated_and_the_result_is_undisturbed(ray_session, kind, mode):
+    config = small()
+    local = run_local(config)
+
+    def kill(pids):
+        os.kill(pids[kind][-1], signal.SIGKILL)
+        return pids[kind][-1]
+
+    result, pid = _run_with_fault(config, 150, kill, actors=2, shards=2, mode=mode)
+    assert_same(local, result)
+    s = result.summary
+    assert s["recoveries"] == 1 and s["recovery_s"] > 0
+    event = s["recovery_events"][0]
+    assert event["round"] == 5
+    assert [(a["kind"], a["cause"], a["old_pid"]) for a in event["actors"]] == [(kind, "died", pid)]
+    assert pid not in s["actor_pids"][kind]
+
+
+def test_a_frozen_actor_times_out_is_replaced_and_the_result_is_undisturbed(ray_session):
+    config = small()
+    local = run_local(config)
+    timeout = 2.0
+
+    def freeze(pids):
+        pid = pids["population"][0]
+        os.kill(pid, signal.SIGSTOP)
+
+        def thaw():   # SIGCONT after the timeout, as a partition that heals; only if it is still our process
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        threading.Timer(3 * timeout, thaw).start()
+        return pid
+
+    started = time.perf_counter()
+    result, pid = _run_with_fault(config, 150, freeze, actors=2, shards=2, round_timeout=timeout)
+    assert_same(local, result)
+    event = result.summary["recovery_events"][0]
+    assert [(a["kind"], a["cause"], a["old_pid"]) for a in event["actors"]] == [("population", "unresponsive", pid)]
+    # detected at the timeout (ray.wait's clock may fire a few ms early), recovered in seconds
+    assert "RoundTimeout" in event["error"] and 0.95 * timeout <= event["detect_s"] < timeout + 5
+    assert time.perf_counter() - started < 60
+    deadline = time.monotonic() + 20     # the frozen process does not linger once it is thawed
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _alive(pid)
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_faults_that_keep_coming_end_the_run_with_a_clear_error(ray_session):
+    from ldpfed.engine.ray_engine import RunFault
+
+    config = small()
+    with pytest.raises(RunFault, match="max_recoveries"):
+        _run_with_fault(config, 150, lambda pids: os.kill(pids["shard"][0], signal.SIGKILL), actors=2, shards=1,
+                        max_recoveries=0)
