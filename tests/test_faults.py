@@ -149,10 +149,12 @@ def _run_with_fault(config, at_users, fault, **options):
         if done == at_users:
             fired.append(fault(backend.pids()))
 
+    ok = False
     try:
         result = drive(config, backend, progress=progress)
+        ok = True
     finally:
-        backend.release(reuse=True)
+        backend.release(reuse=ok)    # a failed run's actors may be dead: never back to the session's pool
     assert fired
     return result, fired[0]
 
