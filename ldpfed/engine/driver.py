@@ -48,8 +48,8 @@ def drive(config, backend: Backend, progress=None, checkpointer=None):
         if saved is not None:
             first, state = saved["next_round"], saved["state"]
             recorder.restore(saved["recorder"])
-    if progress is not None and first:
-        progress(round_bounds(first - 1, config.round_size, config.users)[1], recorder.cumulative)
+    if progress is not None:   # the clock of the run's rate starts now, as the recorder's (after a resume: there)
+        progress(round_bounds(first - 1, config.round_size, config.users)[1] if first else 0, recorder.cumulative)
     done = first          # rounds whose state and record are complete (the state is consistent between rounds)
     ok = False
     backend.open(config, algo, env, first)
