@@ -1,12 +1,17 @@
 #!/usr/bin/env python
-"""Every algorithm of the registry on its paper's setting, sweeping eps and seeds, logged to MLflow.
+"""Run a sweep (algorithms x envs x eps x seeds, from a TOML sweep file) and log it to MLflow.
 
-    python jobs/run_all.py                      # preset "quick" on the Ray engine: a few minutes on 2 cores
-    python jobs/run_all.py --preset paper       # the README's regret table (T = 1e5, 10 seeds; long)
-    python jobs/run_all.py --address auto       # on a running Ray cluster (e.g. through `ray job submit`)
+    python jobs/run_all.py                                   # jobs/sweeps/quick.toml: every algorithm, a few minutes
+    python jobs/run_all.py --sweep jobs/sweeps/example.toml  # a custom sweep (see ldpfed/sweep.py for the keys)
+    python jobs/run_all.py --algorithms ldp-sgd,uniform --eps 0.5,1 --seeds 0-4 --name sgd-vs-uniform
+    python jobs/run_all.py --address auto                    # on a running Ray cluster (e.g. `ray job submit`)
 
-Each run is one MLflow child run of the sweep's parent run; results are also written under --out. A run that
-fails is reported and the sweep goes on; the job then exits with status 1.
+Options given on the command line override the sweep file's keys; the sweep as run is written to the results
+folder and the MLflow parent run as `sweep.toml` (rerun it with --sweep). A sweep with overrides but no --name is
+named "custom". Each run is one MLflow child run of the sweep's parent run; results are also written under
+--out/<name> (a free folder: an earlier sweep's folder is never moved or overwritten; a rerun of the same name
+goes to <name>-2, ...). A run that fails is reported and the sweep goes on; the job then exits with status 1.
+It ends by printing the results table, the command that opens the MLflow UI and a link to the sweep's runs.
 """
 from __future__ import annotations
 
@@ -15,101 +20,97 @@ import sys
 import time
 import traceback
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
 
-
+from ldpfed import sweep as sweeps
 from ldpfed.algorithms import REGISTRY
-from ldpfed.config import PROFILES, RunConfig
+from ldpfed.config import PROFILES
 from ldpfed.engine import ENGINES, run
-from ldpfed.envs import ENVS
 from ldpfed.errors import ConfigError
-from ldpfed.progress import Progress
+from ldpfed.progress import SweepProgress
 from ldpfed.tracking import Tracker, TrackingUnavailable
+from ldpfed.tracking.report import markdown_table
 
-PRESETS = {
-    # users=None: the algorithm's paper_setting decides.
-    "quick": {"users": 10_000, "round_size": 500, "seeds": 2, "eps": [0.5, 2.0], "engine": "ray", "populations": 4},
-    "paper": {"users": None, "round_size": 10, "seeds": 10, "eps": [0.5, 1.0, 2.0], "engine": "local",
-              "populations": 1},
-}
-
-
-def configs_for(preset: dict, algorithms: list[str], profile: str = "paper") -> list[RunConfig]:
-    """One RunConfig per (algorithm, eps, seed), on each algorithm's paper setting; plus uniform play on every
-    (env, env_params, users) those settings use that has arms, the reference each algorithm must beat."""
-    settings = []
-    for name in algorithms:
-        setting = dict(REGISTRY[name].paper_setting)
-        settings.append((name, REGISTRY[name].default_env, setting.get("env_params", {}),
-                         preset["users"] or setting.get("users", 100_000), setting.get("delta", 0.01),
-                         setting.get("params", {})))
-    if "uniform" in algorithms:
-        worlds = {(env, repr(sorted({**ENVS[env].defaults, **env_params}.items())), users): (env, env_params, users)
-                  for _, env, env_params, users, _, _ in settings if env in REGISTRY["uniform"].env_kinds}
-        settings = [s for s in settings if s[0] != "uniform"]
-        settings += [("uniform", env, env_params, users, 0.01, {}) for env, env_params, users in worlds.values()]
-    configs = []
-    for name, env, env_params, users, delta, params in settings:
-        for eps in preset["eps"]:
-            for seed in range(preset["seeds"]):
-                configs.append(RunConfig(
-                    algorithm=name, env=env, users=users, round_size=min(preset["round_size"], users),
-                    populations=preset["populations"], eps=eps, delta=delta, seed=seed,
-                    env_params=env_params, params=params, profile=profile))
-    return configs
+# Command-line options that override a key of the sweep file: (option dest, sweep key, parser of the text).
+OVERRIDES = [("algorithms", "algorithms", None), ("envs", "envs", None), ("eps", "eps", sweeps.parse_eps),
+             ("seeds", "seeds", sweeps.parse_seeds), ("users", "users", int), ("round_size", "round_size", int),
+             ("populations", "populations", int), ("delta", "delta", float), ("engine", "engine", None),
+             ("profile", "profile", None)]
 
 
-def regret_table(summaries: pd.DataFrame) -> str:
-    """Markdown: median and spread (25-75% quantiles) of the final regret over seeds, per algorithm and eps."""
-    rows = ["| algorithm | env | eps | T | seeds | median final regret | 25%-75% | per user | users/s |",
-            "|---|---|---|---|---|---|---|---|---|"]
-    grouped = summaries.groupby(["algorithm", "env", "eps"], sort=True)
-    for (algorithm, env, eps), group in grouped:
-        regret = group["final_regret"]
-        users = int(group["users"].iloc[0])
-        rows.append(f"| {algorithm} | {env} | {eps:g} | {users:,} | {len(group)} | {regret.median():,.1f} | "
-                    f"{regret.quantile(0.25):,.1f} - {regret.quantile(0.75):,.1f} | "
-                    f"{regret.median() / users:.4f} | {group['users_per_s'].median():,.0f} |")
-    return "\n".join(rows)
+class _Help(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    pass
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="quick")
-    parser.add_argument("--algorithms", default=None, help="comma-separated names (default: every algorithm)")
-    parser.add_argument("--users", type=int, default=None, help="override the preset's users per run")
-    parser.add_argument("--round-size", type=int, default=None)
-    parser.add_argument("--seeds", type=int, default=None)
-    parser.add_argument("--eps", default=None, help="comma-separated eps values")
-    parser.add_argument("--engine", choices=ENGINES, default=None)
-    parser.add_argument("--profile", choices=PROFILES, default="paper",
-                        help="paper (default) or authors-code: the public reference code's choices")
-    parser.add_argument("--actors", type=int, default=2, help="population actors per run (ray)")
-    parser.add_argument("--shards", type=int, default=2, help="server shard actors per run (ray)")
-    parser.add_argument("--address", default=None, help="Ray cluster address (default: a local Ray instance)")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=_Help)
+    parser.add_argument("--sweep", type=Path, default=None,
+                        help="sweep file (TOML); default: jobs/sweeps/<preset>.toml")
+    parser.add_argument("--preset", choices=sorted(p.stem for p in sweeps.SWEEPS_DIR.glob("*.toml")),
+                        default="quick", help="a sweep file of jobs/sweeps/ by name (when --sweep is not given)")
+    parser.add_argument("--name", default=None,
+                        help="the sweep's name (MLflow parent run, results folder); default: the file's, or "
+                             "'custom' when options override the file")
+    over = parser.add_argument_group("overrides of the sweep file's keys (default: the file's value)")
+    over.add_argument("--algorithms", default=None, help="comma-separated names, or 'all'")
+    over.add_argument("--envs", default=None, help="comma-separated envs, or 'paper' (each algorithm's own)")
+    over.add_argument("--eps", default=None, help="comma-separated eps values (private algorithms)")
+    over.add_argument("--seeds", default=None, help="comma-separated seeds, or an inclusive range such as 0-9")
+    over.add_argument("--users", default=None, help="users per run (default of the file: the paper setting)")
+    over.add_argument("--round-size", default=None, help="users per round")
+    over.add_argument("--populations", default=None, help="populations per run")
+    over.add_argument("--delta", default=None, help="delta of every run (default of the file: the paper setting)")
+    over.add_argument("--engine", choices=ENGINES, default=None, help="engine")
+    over.add_argument("--profile", choices=PROFILES, default=None,
+                      help="paper: the papers' text; authors-code: the public reference code's choices")
+    parser.add_argument("--actors", type=int, default=None, help="population actors per run (ray; file: [ray])")
+    parser.add_argument("--shards", type=int, default=None, help="server shard actors per run (ray; file: [ray])")
+    parser.add_argument("--address", default=None, help="Ray cluster address (default: a new local Ray instance)")
     parser.add_argument("--workers", type=int, default=1, help="parallel processes for the local engine")
-    parser.add_argument("--tracking-uri", default=None, help="MLflow server (default: MLFLOW_TRACKING_URI or ./mlflow.db)")
-    parser.add_argument("--experiment", default="run_all")
+    parser.add_argument("--tracking-uri", default=None,
+                        help="MLflow store (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here)")
+    parser.add_argument("--experiment", default="run_all", help="MLflow experiment")
     parser.add_argument("--out", default="results/run_all", help="local copy of every result")
-    parser.add_argument("--no-tracking", action="store_true", help="local results only")
+    parser.add_argument("--no-tracking", action="store_true", help="local results only, no MLflow")
     return parser, parser.parse_args(argv)
+
+
+def load_sweep(args) -> tuple[sweeps.Sweep, Path]:
+    """The sweep file with the command line's overrides applied, validated; and the file it came from."""
+    path = args.sweep or sweeps.SWEEPS_DIR / f"{args.preset}.toml"
+    data = sweeps.read(path)
+    overridden = False
+    for dest, key, convert in OVERRIDES:
+        text = getattr(args, dest)
+        if text is None:
+            continue
+        option = "--" + dest.replace("_", "-")
+        try:
+            data[key] = convert(text) if convert is not None else text
+        except ValueError:
+            raise ConfigError(option, text, "not a valid value") from None
+        overridden = True
+    ray = dict(data.get("ray", {}))
+    for key in ("actors", "shards"):
+        if getattr(args, key) is not None:
+            ray[key] = getattr(args, key)
+    data["ray"] = ray
+    if args.name is not None:
+        data["name"] = args.name
+    elif overridden:
+        data["name"] = "custom"
+    return sweeps.build(data, source=str(path)), path
 
 
 def main(argv=None) -> int:
     parser, args = parse_args(argv)
-    preset = dict(PRESETS[args.preset])
-    for key in ("users", "round_size", "seeds", "engine"):
-        if getattr(args, key) is not None:
-            preset[key] = getattr(args, key)
     try:
-        if args.eps is not None:
-            preset["eps"] = [float(e) for e in args.eps.split(",")]
-        names = sorted(REGISTRY) if args.algorithms is None else [n.strip() for n in args.algorithms.split(",")]
-        for name in names:
-            if name not in REGISTRY:
-                raise ConfigError("--algorithms", name, f"unknown; choose from {sorted(REGISTRY)}")
-        configs = configs_for(preset, names, args.profile)
+        sweep, sweep_file = load_sweep(args)
+        configs = sweeps.configs(sweep)
     except (ValueError, ConfigError) as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
+    if not configs:
+        parser.exit(2, f"{parser.prog}: error: the sweep has no run (no algorithm supports the listed envs)\n")
 
     # Before any simulation: a tracking server that cannot be reached is reported now, not after an hour.
     try:
@@ -118,58 +119,82 @@ def main(argv=None) -> int:
     except TrackingUnavailable as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n(use --no-tracking to keep local results only)\n")
 
-    engine = preset["engine"]
-    options = {}
+    engine, options = sweep.engine, {}
     if engine == "ray":
         from ldpfed.engine.ray_engine import ensure_ray
 
         ensure_ray(args.address)
-        options = {"actors": args.actors, "shards": args.shards}
-    total_users = sum(c.users for c in configs)
-    print(f"run_all: {len(names)} algorithms, {len(configs)} runs, {total_users:,} users, engine {engine}",
-          flush=True)
-    progress = Progress(total_users, label="run_all")
-    done_users, failures, started = 0, [], time.perf_counter()
-    params = {"preset": args.preset, **preset, "algorithms": ",".join(names), "profile": args.profile}
-    with tracker.sweep(args.preset, params=params, tags={"job": "run_all", "engine": engine}) as sweep:
-        def finish(config, result=None, error=None):
-            nonlocal done_users
-            done_users += config.users
-            if error is None:
-                sweep.log_result(result)
-            else:
-                failures.append((config, error))
-                sweep.log_failure(config, error)
-                print(f"\nFAILED {config.algorithm} eps={config.eps} seed={config.seed}: {error}", file=sys.stderr)
-            progress(done_users)
+        options = {"actors": 2, "shards": 2, **sweep.ray}
+    algorithms = sorted({c.algorithm for c in configs})
+    print(f"run_all: sweep {sweep.name!r}, {len(algorithms)} algorithms, {len(configs)} runs, "
+          f"{sum(c.users for c in configs):,} users, engine {engine}", flush=True)
+    effective = (f"# the sweep as run (from {sweep_file.name}, with the command line's overrides)\n"
+                 + sweeps.to_toml(sweep))
+    description = (f"{sweep.description or 'Sweep ' + sweep.name}\n\nFrom `{sweep_file.name}`: "
+                   f"{len(configs)} runs of {len(algorithms)} algorithms, eps {', '.join(f'{e:g}' for e in sweep.eps)} "
+                   f"(private algorithms; non-private ones once per seed), seeds "
+                   f"{', '.join(map(str, sweep.seeds))}, engine {engine}. Rerun: "
+                   f"`python jobs/run_all.py --sweep sweep.toml` with this run's sweep.toml artifact.")
+    failures, started = [], time.perf_counter()
+    bar = SweepProgress(len(configs), label=f"sweep {sweep.name}")
+    try:
+        with tracker.sweep(sweep.name, params={**sweep.to_dict(), "file": str(sweep_file)},
+                           tags={"job": "run_all", "engine": engine}, description=description,
+                           files={"sweep.toml": effective}) as logged:
+            def finish(config, result=None, error=None):
+                label = _label(config)
+                if error is None:
+                    logged.log_result(result)
+                else:
+                    failures.append((config, error))
+                    logged.log_failure(config, error)
+                    bar.write(f"FAILED {label}: {error}")
+                bar.finished(label, failed=error is not None)
 
-        if engine == "local" and args.workers > 1:
-            with ProcessPoolExecutor(args.workers) as pool:
-                futures = {pool.submit(run, c, engine=engine, **options): c for c in configs}
-                for future in as_completed(futures):
+            if engine == "local" and args.workers > 1:
+                with ProcessPoolExecutor(args.workers) as pool:
+                    futures = {pool.submit(run, c, engine=engine, **options): c for c in configs}
+                    for config in configs[:args.workers]:     # the pool starts them in submission order
+                        bar.started(_label(config))
+                    waiting = iter(configs[args.workers:])
+                    for future in as_completed(futures):
+                        following = next(waiting, None)
+                        if following is not None:
+                            bar.started(_label(following))
+                        try:
+                            finish(futures[future], future.result())
+                        except Exception as error:  # one bad run must not lose the others
+                            finish(futures[future], error=repr(error))
+            else:
+                for config in configs:
+                    bar.started(_label(config))
                     try:
-                        finish(futures[future], future.result())
-                    except Exception as error:  # one bad run must not lose the others
-                        finish(futures[future], error=repr(error))
-        else:
-            for config in configs:
-                try:
-                    finish(config, run(config, engine=engine, **options))
-                except Exception as error:
-                    traceback.print_exc()
-                    finish(config, error=repr(error))
-        summaries, local_dir = sweep.summary, sweep.local_dir
+                        finish(config, run(config, engine=engine, **options))
+                    except Exception as error:
+                        traceback.print_exc()
+                        finish(config, error=repr(error))
+            summary, local_dir = logged.summary, logged.local_dir
+    finally:
+        bar.close()
     elapsed = time.perf_counter() - started
-    table = regret_table(summaries) if not summaries.empty else "(no run finished)"
-    (local_dir / "regret_table.md").write_text(table + "\n")
-    print(f"\n{table}\n\n{len(configs) - len(failures)} runs in {elapsed:,.0f} s; results in {local_dir}")
-    if not args.no_tracking:
-        print(f"MLflow: experiment '{args.experiment}' at {tracker.tracking_uri}")
+    table = markdown_table(summary) if not summary.empty else "(no run finished)"
+    print(f"\n{table}\n\n{len(configs) - len(failures)} runs in {elapsed:,.0f} s; results in {local_dir} "
+          f"(report/report.html: this table with the plots)")
+    if tracker.enabled:
+        print(f"\nMLflow: experiment {args.experiment!r}, parent run {logged.parent_run_id}, at {tracker.display_uri}")
+        if tracker.ui_command():
+            print(f"Open the UI:   {tracker.ui_command()}")
+        print(f"Sweep's runs:  {tracker.runs_url(logged.parent_run_id)}")
     if failures:
-        print(f"{len(failures)} runs failed:", *(f"  {c.algorithm} eps={c.eps} seed={c.seed}: {e}"
-                                                 for c, e in failures), sep="\n", file=sys.stderr)
+        print(f"{len(failures)} runs failed:", *(f"  {_label(c)}: {e}" for c, e in failures), sep="\n",
+              file=sys.stderr)
         return 1
     return 0
+
+
+def _label(config) -> str:
+    private = REGISTRY[config.algorithm].privacy_model != "none"
+    return f"{config.algorithm} {config.env}{f' eps={config.eps:g}' if private else ''} seed={config.seed}"
 
 
 if __name__ == "__main__":

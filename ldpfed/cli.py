@@ -1,4 +1,4 @@
-"""Command line: `python -m ldpfed run ALGORITHM ...` and `python -m ldpfed list`."""
+"""Command line: `python -m ldpfed run ALGORITHM ...`, `python -m ldpfed list`, `python -m ldpfed describe ALGORITHM`."""
 from __future__ import annotations
 
 import argparse
@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ldpfed.config import PROFILES
 from ldpfed.errors import ConfigError
+from ldpfed.tracking.store import TrackingUnavailable
 
 # Where a RunConfig field comes from on the command line, so an error names the option the user typed.
 OPTION_OF_FIELD = {"algorithm": "ALGORITHM", "env": "--env", "users": "--users", "round_size": "--round-size",
@@ -43,33 +44,56 @@ def _float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
 
 
+class _Defaults(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows each option's default, except where there is none to show (the help then says what happens)."""
+
+    def _get_help_string(self, action):
+        if action.default is None or action.default is False or action.default == []:
+            return action.help
+        return super()._get_help_string(action)
+
+
 def build_parser() -> argparse.ArgumentParser:
+    defaults = _Defaults
     parser = argparse.ArgumentParser(prog="python -m ldpfed", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run one algorithm on one env and print its final regret")
+    run = sub.add_parser("run", help="run one algorithm on one env and print its final regret",
+                         formatter_class=defaults,
+                         description="Run one algorithm on one env. `python -m ldpfed describe ALGORITHM` lists "
+                                     "its options (--param) and its envs' options (--env-param).")
     run.add_argument("algorithm", help="a name from `python -m ldpfed list`")
-    run.add_argument("--env", default=None, help="env name (default: the algorithm's paper setting)")
+    run.add_argument("--env", default=None, help="env name (default: the algorithm's paper env)")
     run.add_argument("--users", type=_positive_int, default=10_000, help="number of users T (1e5 is accepted)")
     run.add_argument("--round-size", type=_positive_int, default=1, help="users per round B (1 = sequential)")
     run.add_argument("--populations", type=_positive_int, default=1, help="logical user populations")
-    run.add_argument("--eps", type=_float, default=1.0)
-    run.add_argument("--delta", type=_float, default=0.01)
-    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--eps", type=_float, default=1.0,
+                     help="privacy budget epsilon (ignored by non-private algorithms)")
+    run.add_argument("--delta", type=_float, default=0.01,
+                     help="privacy parameter delta in (0, 1) (used by (eps, delta) mechanisms only)")
+    run.add_argument("--seed", type=int, default=0, help="run seed: the world and all randomness derive from it")
     run.add_argument("--profile", choices=PROFILES, default="paper",
-                     help="paper: the papers' text (default); authors-code: the public reference code's choices")
+                     help="paper: the papers' text; authors-code: the public reference code's choices")
     run.add_argument("--param", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
-                     help="algorithm option (repeatable)")
+                     help="algorithm option (repeatable; see `describe`)")
     run.add_argument("--env-param", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
-                     help="env option (repeatable), e.g. d=10")
-    run.add_argument("--engine", choices=["local", "ray"], default="local")
+                     help="env option (repeatable; see `describe`), e.g. d=10")
+    run.add_argument("--engine", choices=["local", "ray"], default="local", help="engine")
     run.add_argument("--actors", type=_positive_int, default=2, help="population actors (ray engine)")
     run.add_argument("--shards", type=_positive_int, default=1, help="server shard actors (ray engine)")
     run.add_argument("--mode", choices=["pre-aggregated", "per-user"], default="pre-aggregated",
                      help="ray engine: populations send their sums, or every user's message")
     run.add_argument("--out", type=Path, default=None, help="write the results table (Parquet) and summary here")
     run.add_argument("--quiet", action="store_true", help="no progress display")
-    listing = sub.add_parser("list", help="every algorithm with its paper, privacy model and envs")
+    run.add_argument("--track", action="store_true", help="log the run to MLflow (one run, no parent)")
+    run.add_argument("--tracking-uri", default=None,
+                     help="with --track: MLflow store (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here)")
+    run.add_argument("--experiment", default="ldpfed-run", help="with --track: MLflow experiment")
+    listing = sub.add_parser("list", help="every algorithm with its paper, privacy model and envs",
+                             formatter_class=defaults)
     listing.add_argument("--markdown", action="store_true", help="as a Markdown table (the README's)")
+    describe = sub.add_parser("describe", help="an algorithm's options, envs, privacy model and paper",
+                              formatter_class=defaults)
+    describe.add_argument("algorithm", help="a name from `python -m ldpfed list`")
     return parser
 
 
@@ -98,6 +122,46 @@ def cmd_list(markdown: bool = False) -> int:
     return 0
 
 
+def _options(defaults: dict, by_profile: dict, indent: str) -> list[str]:
+    """One line per option: name = default, and where a profile changes the default, its value."""
+    if not defaults:
+        return [f"{indent}(no options)"]
+    width = max(len(k) for k in defaults)
+    lines = []
+    for key, value in defaults.items():
+        changed = [f"{profile}: {values[key]!r}" for profile, values in by_profile.items() if key in values]
+        lines.append(f"{indent}{key:<{width}} = {value!r}" + (f"   ({'; '.join(changed)})" if changed else ""))
+    return lines
+
+
+def cmd_describe(name: str) -> int:
+    from ldpfed.algorithms import REGISTRY
+    from ldpfed.envs import ENVS
+
+    if name not in REGISTRY:
+        raise ConfigError("algorithm", name, f"unknown; choose from {sorted(REGISTRY)}")
+    cls = REGISTRY[name]
+    doc = (cls.__doc__ or "").strip().splitlines()
+    lines = [f"{name}: {doc[0]}" if doc else name,
+             f"paper:          {cls.paper}",
+             f"privacy model:  {cls.privacy_model}" + ("" if cls.privacy_model != "none" else
+                                                       " (not private: --eps and --delta play no part)"),
+             "options (--param KEY=VALUE; default, and the authors-code profile's where it differs):",
+             *_options(dict(cls.defaults), dict(getattr(cls, "profile_defaults", {}) or {}), "  "),
+             f"envs (--env; default {cls.default_env}):"]
+    setting = dict(cls.paper_setting)
+    for env in [cls.default_env] + [e for e in cls.env_kinds if e != cls.default_env]:
+        env_cls = ENVS[env]
+        paper = setting.get("env_params", {}) if env == cls.default_env else {}
+        lines.append(f"  {env}" + (f"   (paper setting: {paper})" if paper else "") + "   --env-param KEY=VALUE:")
+        lines += _options(dict(env_cls.defaults), dict(getattr(env_cls, "profile_defaults", {}) or {}), "    ")
+    if setting:
+        rest = {k: v for k, v in setting.items() if k != "env_params"}
+        lines.append(f"paper setting (jobs/run_all.py): {rest}")
+    print("\n".join(lines))
+    return 0
+
+
 def cmd_run(args) -> int:
     from ldpfed.config import RunConfig
     from ldpfed.progress import Progress
@@ -111,6 +175,12 @@ def cmd_run(args) -> int:
     options = {"actors": args.actors, "shards": args.shards, "mode": args.mode} if args.engine == "ray" else {}
     result = run(config, engine=args.engine, progress=progress, **options)
     s = result.summary
+    if args.track:
+        from ldpfed.tracking import Tracker
+
+        tracker = Tracker(experiment=args.experiment, tracking_uri=args.tracking_uri,
+                          out_dir=args.out if args.out is not None else None)
+        run_id = tracker.log_run(result)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         result.table.to_parquet(args.out / "results.parquet")
@@ -122,6 +192,11 @@ def cmd_run(args) -> int:
     if error is not None:
         print(f"final estimation error: {error:.4f}")
     print(f"{s['users_per_s']:,.0f} users/s ({s['engine']})")
+    if args.track:
+        print(f"MLflow: run {run_id} in experiment {args.experiment!r} at {tracker.display_uri}")
+        if tracker.ui_command():
+            print(f"Open the UI:  {tracker.ui_command()}")
+        print(f"This run:     {tracker.run_url(run_id)}")
     return 0
 
 
@@ -129,6 +204,12 @@ def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return cmd_list(args.markdown) if args.command == "list" else cmd_run(args)
+        if args.command == "list":
+            return cmd_list(args.markdown)
+        if args.command == "describe":
+            return cmd_describe(args.algorithm)
+        return cmd_run(args)
+    except TrackingUnavailable as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
     except ConfigError as error:
         parser.exit(2, f"{parser.prog}: error: {_option_name(error.field)}: {error.value!r}: {error.reason}\n")

@@ -1,39 +1,102 @@
-"""A progress display for long runs: a live line on a terminal, a line every 10% otherwise (CI logs)."""
+"""Progress displays (tqdm): one run's users, and a sweep's runs.
+
+On a terminal the bar redraws in place; in a log file (CI, `ray job submit`) it prints a line at most every
+LOG_INTERVAL seconds and at the end, so logs stay short.
+
+Rates are averages since the start of the work (smoothing=0), not moving averages: a run's bar then ends on the
+same users/s as the run's summary, whose clock starts when the engine starts its first round. An engine calls
+`progress(0, 0.0)` at that moment, which restarts the bar's clock (Ray start-up and actor creation before it are
+not counted, as in the summary).
+"""
 from __future__ import annotations
 
 import sys
-import time
+
+from tqdm import tqdm
+
+LOG_INTERVAL = 30.0
+
+
+def _live(stream) -> bool:
+    return bool(getattr(stream, "isatty", lambda: False)())
+
+
+class _Lines:
+    """For a log file: each of tqdm's in-place redraws becomes one line of its own."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def write(self, text: str) -> None:
+        text = text.replace("\r", "").rstrip()
+        if text:
+            self.stream.write(text + "\n")
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def _bar(total: int, label: str, unit: str, stream) -> tqdm:
+    live = _live(stream)
+    return tqdm(total=total, desc=label, unit=unit, file=stream if live else _Lines(stream), smoothing=0,
+                dynamic_ncols=live, ncols=None if live else 110, mininterval=0.2 if live else LOG_INTERVAL,
+                leave=True)
 
 
 class Progress:
-    def __init__(self, total: int, label: str = "", stream=None, min_interval: float = 0.5):
-        self.total, self.label = total, label
-        self.stream = stream or sys.stderr
-        self.live = self.stream.isatty()
-        self.started = time.perf_counter()
-        self.last_print = 0.0
-        self.next_decile = 1
-        self.min_interval = min_interval
+    """`progress(users_done, regret)`: the engines' callback for one run (see ldpfed.engine.run)."""
+
+    def __init__(self, total: int, label: str = "", stream=None):
+        stream = stream or sys.stderr
+        self.bar = _bar(total, label, "users", stream)
 
     def __call__(self, done: int, regret: float | None = None) -> None:
-        now = time.perf_counter()
-        fraction = done / self.total
-        finished = done >= self.total
-        if self.live:
-            if not finished and now - self.last_print < self.min_interval:
-                return
-        elif not finished and fraction * 10 < self.next_decile:
+        if done == 0:
+            self.bar.reset()            # the engine starts its first round now: the rate counts from here
             return
-        self.next_decile = int(fraction * 10) + 1
-        self.last_print = now
-        rate = done / max(now - self.started, 1e-9)
-        eta = (self.total - done) / rate if rate > 0 else float("inf")
-        width = 30
-        bar = "#" * int(width * fraction) + "-" * (width - int(width * fraction))
-        shown = "" if regret is None else f"  regret {regret:,.1f}"
-        line = f"{self.label} [{bar}] {done:,}/{self.total:,} users{shown}  {rate:,.0f} users/s  eta {eta:,.0f}s"
-        if self.live:
-            self.stream.write("\r" + line + ("\n" if finished else ""))
-        else:
-            self.stream.write(line + "\n")
-        self.stream.flush()
+        if regret is not None:
+            self.bar.set_postfix_str(f"regret {regret:,.1f}", refresh=False)
+        self.bar.update(done - self.bar.n)
+        if done >= self.bar.total:
+            self.bar.close()
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+class SweepProgress:
+    """A sweep's bar: runs done out of all, the run(s) in progress, the failures so far, an ETA from the average
+    time of the finished runs."""
+
+    def __init__(self, total_runs: int, label: str = "sweep", stream=None):
+        stream = stream or sys.stderr
+        self.failures = 0
+        self.running: list[str] = []
+        self.bar = _bar(total_runs, label, "runs", stream)
+        self._show()
+
+    def _show(self) -> None:
+        running = ", ".join(self.running[-2:]) + (f" +{len(self.running) - 2}" if len(self.running) > 2 else "")
+        # no redraw of its own: the next update draws it (a log file gets a line per LOG_INTERVAL, not per run)
+        self.bar.set_postfix_str(f"failed {self.failures}" + (f" | running {running}" if running else ""),
+                                 refresh=False)
+
+    def started(self, name: str) -> None:
+        self.running.append(name)
+        self._show()
+
+    def finished(self, name: str, failed: bool = False) -> None:
+        if name in self.running:
+            self.running.remove(name)
+        self.failures += bool(failed)
+        self._show()
+        self.bar.update(1)
+
+    def close(self) -> None:
+        self.running = []
+        self._show()
+        self.bar.close()
+
+    def write(self, text: str) -> None:
+        """Print a line above the bar (a failure message) without breaking it."""
+        self.bar.write(text, file=sys.stderr)

@@ -28,7 +28,47 @@ def test_run_prints_regret_and_writes_results(tmp_path):
     assert table["users"].iloc[-1] == 2000
     assert summary["final_regret"] == pytest.approx(table["cumulative_regret"].iloc[-1])
     assert summary["ledger"][0]["mechanism"] == "l2-ball"
-    assert "2,000/2,000 users" in done.stderr  # progress display
+    assert "2000/2000" in done.stderr and "users/s" in done.stderr  # progress display
+
+
+def test_help_gives_every_option_a_default_or_an_explanation():
+    text = cli("run", "--help").stdout
+    for option, shown in [("--eps", "(default: 1.0)"), ("--delta", "(default: 0.01)"), ("--seed", "(default: 0)"),
+                          ("--users", "(default: 10000)"), ("--engine", "(default: local)")]:
+        assert shown in text.split(option, 2)[2].split("\n  --", 1)[0], option
+    assert "describe ALGORITHM" in text
+
+
+def test_describe_lists_options_envs_privacy_and_paper():
+    from ldpfed.envs import ENVS
+
+    done = cli("describe", "ldp-sgd")
+    assert done.returncode == 0, done.stderr
+    cls = REGISTRY["ldp-sgd"]
+    assert f"paper:          {cls.paper}" in done.stdout and "privacy model:  ldp" in done.stdout
+    for key, value in cls.defaults.items():
+        assert f"{key}" in done.stdout and repr(value) in done.stdout
+    for env in cls.env_kinds:
+        assert f"  {env}" in done.stdout
+    for key in ENVS[cls.default_env].defaults:
+        assert f"    {key}" in done.stdout
+    unknown = cli("describe", "nope")
+    assert unknown.returncode == 2 and "nope" in unknown.stderr
+
+
+def test_run_track_logs_one_run_to_mlflow(tmp_path):
+    from mlflow import MlflowClient
+
+    done = subprocess.run([sys.executable, "-m", "ldpfed", "run", "ucb", "--users", "300", "--round-size", "10",
+                           "--track", "--quiet", "--experiment", "cli-test"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    run_id = done.stdout.split("MLflow: run ", 1)[1].split()[0]
+    run = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}").get_run(run_id)
+    assert run.info.status == "FINISHED" and run.data.params["algorithm"] == "ucb"
+    assert run.data.metrics["final_regret"] == pytest.approx(float(done.stdout.split("final cumulative regret: ")[1].split()[0]), abs=0.01)
+    assert "mlflow.parentRunId" not in run.data.tags
+    assert f"/#/experiments/{run.info.experiment_id}/runs/{run_id}" in done.stdout
 
 
 @pytest.mark.parametrize("args,option", [

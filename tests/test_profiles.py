@@ -57,8 +57,9 @@ def test_run_all_passes_the_profile():
         import run_all
     finally:
         sys.path.remove("jobs")
-    preset = {"users": 100, "round_size": 10, "seeds": 1, "eps": [1.0], "populations": 1}
-    configs = run_all.configs_for(preset, ["ldp-sgd", "uniform"], "authors-code")
+    from ldpfed.sweep import configs as sweep_configs
+
+    _, args = run_all.parse_args(["--profile", "authors-code", "--algorithms", "ldp-sgd,uniform", "--users", "100"])
+    sweep, _ = run_all.load_sweep(args)
+    configs = sweep_configs(sweep)
     assert configs and all(c.profile == "authors-code" for c in configs)
-    _, args = run_all.parse_args(["--profile", "authors-code"])
-    assert args.profile == "authors-code"

@@ -1,28 +1,66 @@
-"""The main job, at toy scale: every requested algorithm runs, uniform play is added on each world, a failing
-run is reported without losing the others, and the regret table is written."""
+"""The main job, at toy scale: a sweep file with command-line overrides, non-private algorithms once per seed,
+uniform play on each world, the grouped table, a failing run reported without losing the others."""
 import sys
+import tomllib
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from ldpfed import sweep as sweeps
+from ldpfed.errors import ConfigError
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "jobs"))
 import run_all  # noqa: E402
 
+SWEEP = """
+name = "toy"
+description = "a toy sweep"
+algorithms = ["uniform", "ldp-sgd", "klucb-cf", "ols"]
+eps = [0.5, 2.0]
+seeds = "0-1"
+users = 400
+round_size = 20
+engine = "local"
+"""
 
-def test_toy_sweep_writes_every_run(tmp_path, monkeypatch):
+
+def test_sweep_file_runs_each_private_algorithm_per_eps_and_the_others_once_per_seed(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    code = run_all.main(["--engine", "local", "--algorithms", "uniform,ldp-sgd,klucb-cf", "--users", "400",
-                         "--round-size", "20", "--seeds", "2", "--eps", "0.5,2", "--out", "out", "--no-tracking"])
-    assert code == 0
-    summary = pd.read_parquet(tmp_path / "out" / "quick" / "summary" / "summary.parquet")
-    assert len(summary) == 2 * 2 * 4   # ldp-sgd, klucb-cf, uniform on linear and on piecewise-bernoulli
-    assert set(summary.loc[summary["algorithm"] == "uniform", "env"]) == {"linear", "piecewise-bernoulli"}
-    table = (tmp_path / "out" / "quick" / "regret_table.md").read_text()
-    assert "| ldp-sgd | linear | 0.5 |" in table
+    (tmp_path / "toy.toml").write_text(SWEEP)
+    assert run_all.main(["--sweep", "toy.toml", "--out", "out", "--no-tracking"]) == 0
+    folder = tmp_path / "out" / "toy"
+    summary = pd.read_parquet(folder / "summary" / "summary.parquet")
+    runs = summary.groupby("algorithm").size().to_dict()
+    # private: 2 eps x 2 seeds; ols: 2 seeds; uniform: 2 seeds on linear and on piecewise-bernoulli
+    assert runs == {"ldp-sgd": 4, "klucb-cf": 4, "ols": 2, "uniform": 4}
+    assert summary.loc[summary["algorithm"].isin(["ols", "uniform"]), "eps"].isna().all()
+    # the grouped table: a section per env, uniform first, a privacy column, regret relative to uniform
+    table = (folder / "report" / "regret_table.md").read_text()
+    linear = table[table.index("### linear"):]
+    rows = [line for line in linear.splitlines() if line.startswith("| ") and "algorithm" not in line][:4]
+    assert [r.split(" | ")[0][2:] for r in rows] == ["uniform", "ols", "ldp-sgd", "ldp-sgd"]
+    assert rows[0].startswith("| uniform | none | - | 2 |") and "1 (reference)" in rows[0]
+    assert rows[2].startswith("| ldp-sgd | ldp | 0.5 | 2 |")
+    uniform = summary[(summary["algorithm"] == "uniform") & (summary["env"] == "linear")]["final_regret"].median()
+    sgd = summary[(summary["algorithm"] == "ldp-sgd") & (summary["eps"] == 0.5)]["final_regret"]
+    assert f"| {sgd.median() / uniform:,.3f} |" in rows[2]
+    assert "<table>" in (folder / "report" / "report.html").read_text()
+    # the sweep as run is kept, and reads back as the same sweep
+    kept = sweeps.build(tomllib.loads((folder / "sweep.toml").read_text()), "kept")
+    assert kept == sweeps.build(tomllib.loads(SWEEP), "toy")
+    out = capsys.readouterr()
+    assert "### piecewise-bernoulli" in out.out and "14/14" in out.err       # the sweep bar counts runs
+
+    # a custom sweep of the same name leaves the first folder alone
+    assert run_all.main(["--sweep", "toy.toml", "--algorithms", "ols", "--seeds", "3", "--name", "toy",
+                         "--out", "out", "--no-tracking"]) == 0
+    assert len(pd.read_parquet(folder / "summary" / "summary.parquet")) == 14
+    again = pd.read_parquet(tmp_path / "out" / "toy-2" / "summary" / "summary.parquet")
+    assert again["seed"].tolist() == [3]
 
 
-def test_a_failing_run_is_reported_and_the_sweep_goes_on(tmp_path, monkeypatch):
+def test_a_failing_run_is_reported_and_the_sweep_goes_on(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     real_run = run_all.run
 
@@ -33,14 +71,38 @@ def test_a_failing_run_is_reported_and_the_sweep_goes_on(tmp_path, monkeypatch):
 
     monkeypatch.setattr(run_all, "run", flaky)
     code = run_all.main(["--engine", "local", "--algorithms", "ldp-sgd", "--users", "200", "--round-size", "20",
-                         "--seeds", "2", "--eps", "1", "--out", "out", "--no-tracking"])
+                         "--seeds", "0,1", "--eps", "1", "--out", "out", "--no-tracking"])
     assert code == 1
-    summary = pd.read_parquet(tmp_path / "out" / "quick" / "summary" / "summary.parquet")
-    assert (summary["seed"] == 0).sum() == 1 and "final_regret" in summary
+    summary = pd.read_parquet(tmp_path / "out" / "custom" / "summary" / "summary.parquet")
+    assert summary.set_index("seed")["status"].to_dict() == {0: "FINISHED", 1: "FAILED"}
+    err = capsys.readouterr().err
+    assert "FAILED ldp-sgd linear eps=1 seed=1" in err and "failed 1" in err
 
 
-def test_bad_algorithm_name_exits_2(capsys):
+@pytest.mark.parametrize("args,message", [
+    (["--algorithms", "nope"], "nope"),
+    (["--seeds", "3-1"], "seeds"),
+    (["--eps", "0,1"], "eps"),
+    (["--sweep", "missing.toml"], "no such file"),
+])
+def test_bad_sweeps_exit_2_naming_the_problem(args, message, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exit_:
-        run_all.main(["--algorithms", "nope", "--no-tracking"])
+        run_all.main([*args, "--no-tracking"])
     assert exit_.value.code == 2
-    assert "nope" in capsys.readouterr().err
+    assert message in capsys.readouterr().err
+
+
+def test_sweep_files_are_validated_key_by_key():
+    assert sweeps.parse_seeds("0-4") == (0, 1, 2, 3, 4) and sweeps.parse_seeds([7, 2]) == (7, 2)
+    with pytest.raises(ConfigError, match="unknown key"):
+        sweeps.build({"name": "x", "seed": [0]}, "f.toml")
+    with pytest.raises(ConfigError, match="listed twice"):
+        sweeps.build({"name": "x", "seeds": [1, 1]}, "f.toml")
+    with pytest.raises(ConfigError, match="engine"):
+        sweeps.build({"name": "x", "engine": "spark"}, "f.toml")
+    # every shipped sweep file is valid and round-trips through the TOML the job writes
+    for path in sweeps.SWEEPS_DIR.glob("*.toml"):
+        sweep = sweeps.build(sweeps.read(path), str(path))
+        assert sweeps.build(tomllib.loads(sweeps.to_toml(sweep)), "again") == sweep
+        assert sweeps.configs(sweep)

@@ -60,8 +60,10 @@ def sweep_algorithms() -> list[str]:
 
 
 def small_results(algorithms, users=400, round_size=10):
+    """Private algorithms once per (eps, seed), non-private ones once per seed (as a sweep runs them)."""
     return [run_local(RunConfig(name, users=users, round_size=round_size, eps=eps, seed=seed))
-            for name in algorithms for eps in EPS for seed in SEEDS]
+            for name in algorithms
+            for eps in (EPS if REGISTRY[name].privacy_model != "none" else EPS[:1]) for seed in SEEDS]
 
 
 def assert_png(path: Path):
@@ -145,7 +147,7 @@ def test_unreachable_server_fails_fast_and_local_results_survive(tmp_path, _serv
     assert not (tmp_path / "never").exists()
 
     # the job's pattern: tracking fails before any simulation; results are still written locally
-    results = small_results(["uniform"], users=200)
+    results = small_results(["uniform", "ldp-sgd"], users=200)
     try:
         tracker = Tracker("ldpfed-test", tracking_uri=uri, out_dir=tmp_path / "out")
     except TrackingUnavailable:
@@ -172,6 +174,33 @@ def test_unreachable_server_fails_fast_and_local_results_survive(tmp_path, _serv
     assert {p.name for p in replot(tmp_path / "fallback" / "quick")} >= {"regret_curves.png",
                                                                          "final_regret_vs_eps.png"}
     assert_png(tmp_path / "fallback" / "quick" / "plots" / "regret_curves.png")
+
+
+def test_credentials_in_the_tracking_uri_are_never_written_or_shown(tmp_path, _server_process):
+    from ldpfed.tracking.store import redact, scrub
+
+    assert redact("http://alice:s3cret@host:5000") == "http://alice:***@host:5000"
+    assert redact("https://tok3n@host/mlflow") == "https://***@host/mlflow"
+    assert redact("postgresql://u:pw@db/m?sslmode=require&password=pw2") == \
+        "postgresql://u:***@db/m?sslmode=require&password=***"
+    assert redact("sqlite:////tmp/a b/mlflow.db") == "sqlite:////tmp/a b/mlflow.db"
+    assert scrub("failed: GET http://alice:s3cret@h:1/api?token=t0k&x=1") == \
+        "failed: GET http://alice:***@h:1/api?token=***&x=1"
+    port = free_port()
+    while f"http://127.0.0.1:{port}" == _server_process["uri"]:
+        port = free_port()
+    secret_uri = f"http://alice:s3cret@127.0.0.1:{port}"
+    with pytest.raises(TrackingUnavailable) as caught:
+        Tracker("x", tracking_uri=secret_uri, out_dir=tmp_path)
+    assert "s3cret" not in str(caught.value) and "alice:***@127.0.0.1" in str(caught.value)
+    with pytest.warns(RuntimeWarning) as warned:
+        tracker = Tracker("x", tracking_uri=secret_uri, out_dir=tmp_path, fallback_local=True)
+    assert not any("s3cret" in str(w.message) for w in warned)
+    assert "s3cret" not in repr(tracker)
+    with tracker.sweep("s") as sweep:
+        sweep.log_result(small_results(["uniform"], users=50)[0])
+    written = [p.read_bytes() for p in sweep.local_dir.rglob("*") if p.is_file()]
+    assert written and not any(b"s3cret" in data for data in written)
 
 
 def check_local(folder: Path, results):
@@ -237,11 +266,18 @@ def test_embedded_default_needs_no_server(tmp_path, monkeypatch):
     assert Path(run.info.artifact_uri.removeprefix("file://")).resolve().is_relative_to(tmp_path.resolve() / "mlruns")
     assert (Path(run.info.artifact_uri.removeprefix("file://")) / "table.parquet").is_file()
     assert_png(tmp_path / "results" / "emb" / "long" / "plots" / "regret_curves.png")
-    # a second sweep of the same name keeps the first one's local results
+    # a second sweep of the same name leaves the first one's folder where it is and takes the next free name
     with tracker.sweep("long") as again:
         again.log_result(run_local(RunConfig("uniform", users=100, round_size=10)))
-    kept = [p for p in (tmp_path / "results" / "emb").iterdir() if p.name.startswith("long.")]
-    assert len(kept) == 1 and (kept[0] / "summary" / "summary.parquet").is_file()
+    assert again.local_dir.resolve() == tmp_path.resolve() / "results" / "emb" / "long-2"
+    first = pd.read_parquet(tmp_path / "results" / "emb" / "long" / "summary" / "summary.parquet")
+    assert first["users"].tolist() == [5000]
+    # the UI command and the link a job prints
+    assert tracker.ui_command() == (f"mlflow ui --backend-store-uri {tracker.tracking_uri} --host 127.0.0.1 "
+                                    "--port 5000 --workers 1")
+    assert tracker.runs_url("abc") == (f"http://127.0.0.1:5000/#/experiments/{tracker.experiment_id}/runs?"
+                                       "workflowType=machine_learning&searchFilter=tags.%60ldpfed.sweep_id%60"
+                                       "%20%3D%20%27abc%27")
 
 
 def test_metric_curves_are_down_sampled_with_ends_kept():
@@ -276,6 +312,8 @@ def test_bad_tracker_arguments_are_named(tmp_path):
 def test_sweep_logged_to_a_real_server_reads_back(mlflow_server, tmp_path):
     algorithms = sweep_algorithms()
     results = small_results(algorithms)
+    results += [run_local(RunConfig("uniform", env=REGISTRY[name].default_env, users=400, round_size=10, seed=seed))
+                for name in algorithms[1:] for seed in SEEDS]            # the reference on every env
     out = tmp_path / "results"
     tracker = Tracker("ldpfed-test", tracking_uri=mlflow_server["uri"], out_dir=out)
     assert tracker.enabled and tracker.tracking_uri == mlflow_server["uri"]
@@ -295,7 +333,20 @@ def test_sweep_logged_to_a_real_server_reads_back(mlflow_server, tmp_path):
     assert parent.data.params["users"] == "400" and parent.data.params["grid.eps"] == "[0.5, 2.0]"
     assert parent.data.tags["job"] == "test" and parent.data.tags["ldpfed.kind"] == "sweep"
     assert set(parent.data.tags["algorithms"].split(",")) == set(algorithms)
-    assert parent.data.metrics["runs"] == len(results) + 1
+    assert parent.data.metrics["runs"] == len(results) + 1 and parent.data.metrics["failed_runs"] == 1
+    # readable in the UI: the experiment opens in the "Model training" view, the parent run's description is
+    # the results table grouped by env, the report (Markdown, HTML with the plots) is an artifact
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    note = parent.data.tags["mlflow.note.content"]
+    assert "### linear (T = 400 users)" in note and "| uniform | none | - | 2 |" in note
+    assert parent.data.tags["ldpfed.sweep_id"] == sweep.parent_run_id
+    report_files = {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
+    assert {"report/regret_table.md", "report/report.html"} <= report_files
+    page = Path(client.download_artifacts(parent.info.run_id, "report/report.html", str(tmp_path / "dl"))).read_text()
+    assert page.count("data:image/png;base64,") >= 2 and "<h2>linear (T = 400 users)</h2>" in page
+    learner = algorithms[1]      # the LDP one: a sortable aggregate per (env, algorithm, eps) on the parent
+    env = REGISTRY[learner].default_env
+    assert f"regret_vs_uniform/{env}/{learner}/eps_{EPS[0]:g}" in parent.data.metrics
     parent_files = {a.path for a in client.list_artifacts(parent.info.run_id, "plots")}
     assert {"plots/regret_curves.png", "plots/final_regret_vs_eps.png"} <= parent_files
     download = tmp_path / "download"
@@ -318,6 +369,9 @@ def test_sweep_logged_to_a_real_server_reads_back(mlflow_server, tmp_path):
     children = list(by_id.values())
     assert len({(r.data.params["algorithm"], r.data.params["env"], r.data.params["eps"], r.data.params["seed"])
                 for r in children}) == len(results)
+    uniform_median = {env: np.median([r.summary["final_regret"] for r in results
+                                      if r.config.algorithm == "uniform" and r.config.env == env])
+                      for env in {r.config.env for r in results}}
     for result, row in zip(results, rows):
         run = by_id[row["run_id"]]
         config = result.config
@@ -325,18 +379,24 @@ def test_sweep_logged_to_a_real_server_reads_back(mlflow_server, tmp_path):
         params, tags = run.data.params, run.data.tags
         # params: the full validated config, the env as built, every algorithm option
         assert params["algorithm"] == config.algorithm and params["env"] == config.env
-        assert float(params["eps"]) == config.eps and int(params["seed"]) == config.seed
+        private = REGISTRY[config.algorithm].privacy_model != "none"
+        assert (float(params["eps"]) == config.eps if private else params["eps"] == "n/a")
+        assert int(params["seed"]) == config.seed
         assert int(params["users"]) == config.users and int(params["round_size"]) == config.round_size
         assert int(params["rounds"]) == config.rounds
-        assert params["env.d"] == str(result.env["d"]) and params["env.K"] == str(result.env["K"])
+        assert params["world.d"] == str(result.env["d"]) and params["world.K"] == str(result.env["K"])
         assert params == run_params(result)
-        assert {f"algo.{k}" for k in REGISTRY[config.algorithm].defaults} <= set(params)
+        assert {f"setting.{k}" for k in REGISTRY[config.algorithm].defaults} <= set(params)
+        # MLflow's comparison views pre-select the first differing params in sorted order
+        differing = sorted(k for k in params if len({c.data.params.get(k) for c in children}) > 1)
+        assert differing[:4] == ["algorithm", "env", "eps", "seed"], differing
         # tags: privacy model, mechanisms from the ledger, engine, code version
         assert tags["privacy_model"] == REGISTRY[config.algorithm].privacy_model
         mechs = sorted({entry["mechanism"] for entry in result.ledger})
         assert tags["mechanisms"] == (",".join(mechs) if mechs else "none")
         assert tags["engine"] == "single-process" and tags["code_version"]
         assert tags["job"] == "test" and tags["ldpfed.sweep"] == "quick"
+        assert tags["ldpfed.sweep_id"] == sweep.parent_run_id
         # metrics: step = users processed, at most 2,000 points, equal to the full table at those steps
         table = result.table.set_index("users")
         history = client.get_metric_history(run.info.run_id, "cumulative_regret")
@@ -346,6 +406,10 @@ def test_sweep_logged_to_a_real_server_reads_back(mlflow_server, tmp_path):
         np.testing.assert_allclose([m.value for m in history], table.loc[steps, "cumulative_regret"])
         assert run.data.metrics["final_regret"] == pytest.approx(result.summary["final_regret"])
         assert run.data.metrics["users_per_s"] == pytest.approx(result.summary["users_per_s"])
+        assert run.data.metrics["regret_vs_uniform"] == pytest.approx(
+            result.summary["final_regret"] / uniform_median[config.env])
+        # scalars are logged once, not as a curve over users
+        assert len(client.get_metric_history(run.info.run_id, "final_regret")) == 1
         errors = result.table["estimation_error"].dropna()
         if len(errors):
             error_history = client.get_metric_history(run.info.run_id, "estimation_error")
@@ -355,6 +419,8 @@ def test_sweep_logged_to_a_real_server_reads_back(mlflow_server, tmp_path):
         assert {"table.parquet", "ledger.json", "config.json", "summary.json"} <= files
         if config.eps != EPS[0] or config.seed != SEEDS[0]:
             continue
+        assert tracker.runs_url(sweep.parent_run_id).startswith(
+            f"{mlflow_server['uri']}/#/experiments/{experiment.experiment_id}/runs?workflowType=machine_learning")
         where = download / row["key"]
         pd.testing.assert_frame_equal(pd.read_parquet(client.download_artifacts(run.info.run_id, "table.parquet",
                                                                                 str(where))), result.table)
@@ -374,7 +440,7 @@ def test_sweep_logged_to_a_real_server_reads_back(mlflow_server, tmp_path):
 
 
 def test_mlflow_failure_mid_sweep_keeps_every_result_local(mlflow_server, tmp_path, monkeypatch):
-    results = small_results(["uniform"], users=200)[:3]
+    results = small_results(["ldp-sgd"], users=200)[:3]
     tracker = Tracker("ldpfed-test", tracking_uri=mlflow_server["uri"], out_dir=tmp_path / "out")
     with pytest.raises(TrackingUnavailable, match="incomplete"):
         with tracker.sweep("quick") as sweep:
@@ -410,7 +476,9 @@ def test_ray_engine_summary_becomes_tags_and_metrics(tmp_path):
     tags = run_tags(result)
     assert tags["engine"] == "ray" and tags["engine.mode"] == "per-user"
     assert (tags["cluster.actors"], tags["cluster.shards"], tags["cluster.nodes"]) == ("4", "2", "2")
+    summary["peak_rss_driver"] = 300 * 2 ** 20
     metrics = final_metrics(result)
+    assert metrics["peak_rss_driver_mb"] == 300 and "peak_rss_driver" not in metrics
     assert metrics["messages_per_s"] == 1234.5 and metrics["rejected_messages"] == 3 and metrics["messages"] == 300
     assert "fold_latency_p99_ms" not in metrics and "actors" not in metrics and "eps" not in metrics
     steps, counts = metric_curves(result)["rejected_messages"]              # a running count, step = users

@@ -5,12 +5,15 @@ Usage (in a job's driver; only the driver logs, a Tracker refuses to be pickled 
     from ldpfed.tracking import Tracker, TrackingUnavailable
 
     tracker = Tracker(experiment="run_all", tracking_uri=None, out_dir="results/run_all")
-    with tracker.sweep("quick", params={"users": 10_000, "seeds": 2}, tags={"job": "run_all"}) as sweep:
+    with tracker.sweep("quick", params={"users": 10_000, "seeds": 2}, tags={"job": "run_all"},
+                       description="what the sweep is (Markdown)", files={"sweep.toml": text}) as sweep:
         for config in configs:
             sweep.log_result(run_local(config))       # one MLflow CHILD run per RunResult
         # a run that raised: sweep.log_failure(config, error)  (a FAILED child run, a FAILED row locally)
-    # on exit: the combined summary table and the plots, on the parent run and under out_dir/quick/
+    # on exit: the combined summary table, the plots and the report, on the parent run and under out_dir/quick/
     # sweep.summary (DataFrame, one row per run), sweep.local_dir, sweep.parent_run_id, sweep.run_ids
+    tracker.ui_command(), tracker.runs_url(sweep.parent_run_id)   # what a job prints at its end
+    tracker.log_run(result)                  # one run on its own, no parent (`python -m ldpfed run --track`)
 
 Where runs go
     tracking_uri=None uses MLFLOW_TRACKING_URI if set, else MLflow 3's own default: the SQLite file
@@ -30,7 +33,9 @@ Fail fast
 
 Tracker(experiment, tracking_uri=None, out_dir=None, *, enabled=True, fallback_local=False, probe_timeout=5.0,
         request_retries=3, request_timeout=60.0, max_points=2000, strict=True)
-    out_dir defaults to results/<experiment>. `tracker.enabled`, `.tracking_uri`, `.experiment_id`, `.client`.
+    out_dir defaults to results/<experiment>. `tracker.enabled`, `.tracking_uri`, `.display_uri` (credentials
+    redacted: the only form written to files, logs and errors), `.experiment_id`, `.client`. The experiment is
+    tagged mlflow.experimentKind=custom_model_development so MLflow 3's UI opens it on its runs table.
 
 Results are never lost
     Each `log_result` first writes, under `out_dir/<sweep>/`:
@@ -40,29 +45,34 @@ Results are never lost
                                                        /config.json    config, env as built, algorithm options, tags
         summary/summary.parquet, summary/summary.csv   the combined summary (one row per run), rewritten per run
         sweep.json                                     URIs and MLflow run ids, status, MLflow errors if any
-    and on exit plots/*.png. Only then does it call MLflow. An earlier sweep's folder of the same name is renamed
-    `<sweep>.<date>`, never overwritten.
+    and on exit plots/*.png and report/ (regret_table.md, report.html). Only then does it call MLflow. When
+    out_dir/<sweep> already holds a sweep, the new one goes to <sweep>-2, -3, ...: nothing earlier is moved.
 
 What one child run holds
-    params   the flattened RunConfig (`algorithm`, `users`, `eps`, ..., `env_params.X`, `params.X`), `rounds`,
-             the env as built (`env.X`: name, d, K, ...) and every algorithm option, defaults included (`algo.X`)
+    params   the RunConfig's fields (`algorithm`, `env`, `eps` ("n/a" when not private), `seed`, `users`, ...),
+             `rounds`, the env as built (`world.X`: d, K, ...) and every algorithm option, defaults included
+             (`setting.X`); the names sort so MLflow's comparison views start with algorithm, env, eps, seed
     tags     privacy_model, mechanisms (from the ledger, comma-separated, or "none"), engine ("single-process" or
              the Ray engine's name), cluster.nodes / cluster.actors / cluster.shards (when the engine reports
              them), engine.X for the engine's text settings (e.g. engine.mode), code_version (git commit, else
              the package version), code_dirty, mlflow.source.git.commit,
              paper, algorithm, env, ldpfed.sweep, ldpfed.key, mlflow.parentRunId, and the sweep's tags
-    metrics  with step = users processed, each curve down-sampled to at most 2,000 points (first and last kept):
-             cumulative_regret, estimation_error (at its checkpoints), users_per_s / messages_per_s /
-             rejected_messages (curves if the engine's table has those columns per round, rejected_messages as
-             a running count; else the run's value at the last step), total_X (running sum of each algorithm counter X, e.g. clipped users), and at the last
-             step final_regret, final_estimation_error, elapsed_s and every other number of the summary (the
-             Ray engine's messages, fold latencies, peak memory...)
+    metrics  curves with step = users processed, each down-sampled to at most 2,000 points (first and last
+             kept): cumulative_regret, estimation_error (at its checkpoints), users_per_s / messages_per_s /
+             rejected_messages (if the engine's table has those columns per round, rejected_messages as a
+             running count), total_X (running sum of each algorithm counter X, e.g. clipped users); and scalars
+             logged once (step 0): final_regret, regret_vs_uniform (on exit), final_estimation_error, elapsed_s
+             and every other number of the summary (the Ray engine's messages, fold latencies, peak memory in MB
+             as peak_rss_X_mb)
     artifacts table.parquet, summary.json, ledger.json, config.json (the files above)
 
 What the parent run holds
-    params: the sweep's params (flattened); tags: the sweep's tags, ldpfed.sweep, code version, and on exit
-    algorithms, envs, engine, privacy_models, eps_values; metric `runs`; artifacts summary/summary.{parquet,csv},
-    sweep.json and plots/: regret_curves.png (cumulative regret against users, a panel per (env, eps), a line
+    params: the sweep's params (flattened); tags: the sweep's tags, ldpfed.sweep, ldpfed.sweep_id (its own id,
+    also on every child: the UI link filters on it), code version, the description (mlflow.note.content; on exit
+    followed by the results table), and on exit algorithms, envs, engine, privacy_models, eps_values; metrics
+    `runs`, `failed_runs`, `regret_vs_uniform/<env>/<algorithm>/<eps>`; artifacts the `files`, report/,
+    summary/summary.{parquet,csv}, sweep.json and plots/ (see plots.py): regret_curves.png (cumulative regret
+    against users, a panel per (env, eps), a line
     per algorithm: median over seeds with a 25-75% quantile band), final_regret_vs_eps.png and, when the
     algorithms estimate a parameter, final_estimation_error_vs_eps.png (median and 25-75% bars over seeds,
     log eps axis when eps spans a factor >= 4).

@@ -45,10 +45,12 @@ def algorithm_class(name: str):
 
 
 def algorithm_params(config: dict) -> dict:
-    """The options the algorithm ran with: its defaults (the paper's values) overridden by config.params."""
+    """The options the algorithm ran with: its defaults (the paper's values, or the profile's) overridden by
+    config.params."""
     cls = algorithm_class(config.get("algorithm", ""))
     defaults = dict(getattr(cls, "defaults", {}) or {}) if cls is not None else {}
-    return {**defaults, **(config.get("params") or {})}
+    by_profile = (getattr(cls, "profile_defaults", {}) or {}).get(config.get("profile"), {}) if cls is not None else {}
+    return {**defaults, **by_profile, **(config.get("params") or {})}
 
 
 def flatten(mapping: dict, prefix: str = "") -> dict:
@@ -83,16 +85,28 @@ def param_text(value) -> str:
     return text if len(text) <= MAX_PARAM_CHARS else text[:MAX_PARAM_CHARS - 15] + "...(truncated)"
 
 
+def is_private(config: dict) -> bool:
+    """False for an algorithm without a privacy model (eps plays no part in it: one run per seed is enough)."""
+    cls = algorithm_class(config.get("algorithm", ""))
+    return getattr(cls, "privacy_model", "none") != "none" if cls is not None else True
+
+
+# Param names sort so that MLflow's comparison views, which pre-select the first params in alphabetical order
+# among those that differ, start with algorithm, env, eps, seed: the algorithm's options are `setting.X` and the
+# env as built is `world.X` (both sort after `seed`).
 def run_params(result) -> dict:
-    """Every param of a run: the flattened RunConfig, derived rounds, the env's description, the algorithm's
-    options with defaults filled in. Keys: `algorithm`, `users`, ..., `env_params.X`, `params.X` (as given),
-    `env.X` (the env as built, e.g. d, K), `algo.X` (every option, defaults included)."""
+    """Every param of a run: the RunConfig's fields (`algorithm`, `env`, `eps` ("n/a" when the algorithm is
+    not private), `seed`, `delta`, `users`, `round_size`, `populations`), derived `rounds`, the env as built
+    (`world.X`, e.g. d, K) and every algorithm option with its default filled in (`setting.X`). The options as
+    given (config.params, config.env_params) are in config.json."""
     config = config_dict(result.config)
-    params = flatten({k: v for k, v in config.items()})
+    params = {k: v for k, v in config.items() if k not in ("params", "env_params")}
+    if not is_private(config):
+        params["eps"] = "n/a"
     if config.get("users") and config.get("round_size"):
         params["rounds"] = -(-int(config["users"]) // int(config["round_size"]))
-    params.update(flatten(dict(result.env or {}), "env."))
-    params.update(flatten(algorithm_params(config), "algo."))
+    params.update(flatten(dict(result.env or {}), "world."))
+    params.update(flatten(algorithm_params(config), "setting."))
     return {mlflow_key(k): param_text(v) for k, v in params.items()}
 
 
@@ -201,18 +215,25 @@ def metric_curves(result, points: int = MAX_POINTS) -> dict[str, tuple[np.ndarra
 
 # Summary entries that restate the config or are tags, never metrics.
 NOT_METRICS = {"algorithm", "env", "eps", "delta", "seed", "users", "round_size", "engine", *CLUSTER_KEYS}
+# Settings of the engine that are numbers but not results: params of the run, not metrics.
+ENGINE_SETTINGS = {"max_in_flight"}
+MB = 2 ** 20
 
 
 def final_metrics(result) -> dict[str, float]:
-    """The run's numbers (logged once, at step = all users): final regret and error, elapsed time, throughput,
-    counters, and every other numeric entry of the summary (e.g. the Ray engine's fold latencies, peak memory)."""
+    """The run's numbers, each logged once: final regret and error, elapsed time, throughput, counters, and every
+    other numeric entry of the summary (e.g. the Ray engine's fold latencies); byte counts (`peak_rss_X`) are
+    given in MB as `peak_rss_X_mb`."""
     summary = result.summary or {}
     out = {key: float(summary[key]) for key in SCALAR_KEYS if finite(summary.get(key))}
     for key, value in summary.items():
-        if key in NOT_METRICS or key in out or isinstance(value, (bool, np.bool_)):
+        if key in NOT_METRICS or key in ENGINE_SETTINGS or key in out or isinstance(value, (bool, np.bool_)):
             continue
         if isinstance(value, (int, float, np.integer, np.floating)) and finite(value):
-            out[mlflow_key(key)] = float(value)
+            if key.startswith("peak_rss") or key.endswith("_bytes"):
+                out[mlflow_key(key.removesuffix("_bytes") + "_mb")] = float(value) / MB
+            else:
+                out[mlflow_key(key)] = float(value)
     return out
 
 
@@ -267,14 +288,18 @@ def write_csv(path: Path, frame: pd.DataFrame) -> Path:
     return _atomic(Path(path), lambda tmp: frame.to_csv(tmp, index=False))
 
 
+def _eps_text(config: dict) -> str:
+    return f"eps={float(config.get('eps', 0)):g}" if is_private(config) else "non-private"
+
+
 def run_key(config: dict) -> str:
-    """A file-system safe name of a run: algorithm, env, eps, seed."""
-    raw = f"{config.get('algorithm')}__{config.get('env')}__eps={float(config.get('eps', 0)):g}__seed={config.get('seed')}"
+    """A file-system safe name of a run: algorithm, env, eps (or "non-private"), seed."""
+    raw = f"{config.get('algorithm')}__{config.get('env')}__{_eps_text(config)}__seed={config.get('seed')}"
     return re.sub(r"[^\w.=+-]", "_", raw)
 
 
 def run_name(config: dict) -> str:
-    return f"{config.get('algorithm')} {config.get('env')} eps={float(config.get('eps', 0)):g} seed={config.get('seed')}"
+    return f"{config.get('algorithm')} {config.get('env')} {_eps_text(config)} seed={config.get('seed')}"
 
 
 def write_run(folder: Path, result, tags: dict | None = None) -> dict[str, Path]:

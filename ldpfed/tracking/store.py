@@ -10,20 +10,61 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
-from urllib.parse import unquote, urlparse
+import re
+from urllib.parse import parse_qsl, unquote, urlencode, urlparse, urlunparse
 
 DEFAULT_EMBEDDED_URI = "sqlite:///mlflow.db"
+
+
+# Query parameters of a URI whose values are secrets (e.g. postgresql://host/db?password=...).
+_SECRET_QUERY = re.compile(r"pass|pwd|secret|token|key|auth|credential|signature|sig$", re.IGNORECASE)
+
+
+def redact(uri) -> str:
+    """`uri` with its credentials replaced by `***`, for anything written or shown (files, logs, errors, the UI
+    link): the password of `scheme://user:password@host` (the user name too, when it is a token alone) and the
+    values of query parameters such as `?token=` or `?password=`. Plain paths come back unchanged."""
+    text = str(uri)
+    try:
+        parts = urlparse(text)
+    except ValueError:
+        return re.sub(r"//[^/@]*@", "//***@", text)
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, host = netloc.rsplit("@", 1)
+        user = userinfo.split(":", 1)[0] if ":" in userinfo else "***"
+        netloc = f"{user}:***@{host}" if ":" in userinfo else f"***@{host}"
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        query = urlencode([(k, "***" if _SECRET_QUERY.search(k) else v) for k, v in pairs], safe="*/:")
+    if netloc == parts.netloc and query == parts.query:
+        return text
+    return urlunparse(parts._replace(netloc=netloc, query=query))
+
+
+_USERINFO = re.compile(r"(\w[\w+.-]*://)([^/\s@:'\"]*)(:[^/\s@'\"]*)?@")
+_QUERY_SECRET = re.compile(r"([?&][^=&\s'\"]*(?:pass|pwd|secret|token|key|auth|credential|sig)[^=&\s'\"]*=)[^&\s'\"]*",
+                           re.IGNORECASE)
+
+
+def scrub(text) -> str:
+    """Any URI inside free text (an error message, a log line) with its credentials redacted as by `redact`."""
+    text = _USERINFO.sub(lambda m: f"{m.group(1)}{m.group(2)}:***@" if m.group(3) else f"{m.group(1)}***@",
+                         str(text))
+    return _QUERY_SECRET.sub(lambda m: m.group(1) + "***", text)
 
 
 class TrackingUnavailable(RuntimeError):
     """The tracking store cannot be used: unreachable server, refused credentials, unwritable database.
 
-    `uri` names the store; the message says what failed and how to proceed (local results only, or another URI).
+    `uri` names the store (credentials redacted); the message says what failed and how to proceed (local results
+    only, or another URI).
     """
 
     def __init__(self, uri: str, reason: str):
-        self.uri, self.reason = uri, reason
-        super().__init__(f"MLflow tracking at {uri!r} is unavailable: {reason}")
+        self.uri, self.reason = redact(uri), scrub(reason)
+        super().__init__(f"MLflow tracking at {self.uri!r} is unavailable: {self.reason}")
 
 
 def resolve_tracking_uri(tracking_uri: str | None = None) -> str:

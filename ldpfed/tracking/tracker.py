@@ -5,23 +5,28 @@ See the package docstring (ldpfed/tracking/__init__.py) for the API and the layo
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
 import warnings
-from datetime import datetime, timezone
 from pathlib import Path
+from urllib.parse import quote
 
 import numpy as np
 import pandas as pd
 
-from ldpfed.tracking import plots, records
-from ldpfed.tracking.store import (DEFAULT_EMBEDDED_URI, TrackingUnavailable, http_policy, probe,
-                                   resolve_tracking_uri, sqlite_path)
+from ldpfed.tracking import records, report
+from ldpfed.tracking.store import (DEFAULT_EMBEDDED_URI, TrackingUnavailable, http_policy, is_http, probe, redact,
+                                   resolve_tracking_uri, scrub, sqlite_path)
 
 log = logging.getLogger("ldpfed.tracking")
 
 SUMMARY_FIRST = ["key", "algorithm", "env", "eps", "delta", "seed", "status", "users", "round_size", "engine",
-                 "final_regret", "final_estimation_error", "elapsed_s", "users_per_s"]
+                 "final_regret", "regret_vs_uniform", "final_estimation_error", "elapsed_s", "users_per_s"]
+# The experiment tag that makes MLflow 3's UI open an experiment in its "Model training" view (runs table),
+# not its GenAI overview (traces); see mlflow/server/js (ExperimentKind.CUSTOM_MODEL_DEVELOPMENT).
+EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
+UI_ADDRESS = "http://127.0.0.1:5000"
 
 
 def _slug(text: str) -> str:
@@ -66,6 +71,9 @@ class Tracker(_DriverOnly):
         self.unavailable: TrackingUnavailable | None = None
         self.tracking_uri = resolve_tracking_uri(tracking_uri) if enabled else None
         if enabled:
+            # MLflow's client prints "View run ... at <server URI>" for every run it ends on a server: a hundred
+            # lines per sweep, with the URI as given (credentials included). Jobs print one redacted link instead.
+            os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
             try:
                 self._connect()
             except TrackingUnavailable as exc:
@@ -105,13 +113,43 @@ class Tracker(_DriverOnly):
                         client.restore_experiment(found.experiment_id)
                         log.warning("restored the deleted MLflow experiment %r", self.experiment)
                     self.experiment_id = found.experiment_id
+                if found is None or EXPERIMENT_KIND[0] not in (found.tags or {}):
+                    client.set_experiment_tag(self.experiment_id, *EXPERIMENT_KIND)
             except TrackingUnavailable:
                 raise
             except Exception as exc:  # noqa: BLE001 - report any store failure as unavailability, with its cause
                 raise TrackingUnavailable(uri, f"cannot get or create experiment {self.experiment!r}: "
-                                          f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}") from exc
+                                          f"{type(exc).__name__}: {_first_line(exc)}") from exc
         self.client = client
-        log.info("tracking experiment %r (id %s) at %s", self.experiment, self.experiment_id, uri)
+        log.info("tracking experiment %r (id %s) at %s", self.experiment, self.experiment_id, self.display_uri)
+
+    @property
+    def display_uri(self) -> str | None:
+        """The tracking URI as it may be shown or written: credentials redacted."""
+        return None if self.tracking_uri is None else redact(self.tracking_uri)
+
+    def ui_command(self) -> str | None:
+        """The shell command that serves the MLflow UI for an embedded (SQLite) store; None for a server (its
+        own address is the UI) or when tracking is off."""
+        if not self.enabled or is_http(self.tracking_uri):
+            return None
+        return (f"mlflow ui --backend-store-uri {self.display_uri} --host 127.0.0.1 --port 5000 --workers 1")
+
+    def ui_address(self) -> str | None:
+        """Where the UI answers: the tracking server itself, or the address of `ui_command()`."""
+        if not self.enabled:
+            return None
+        return self.display_uri.rstrip("/") if is_http(self.tracking_uri) else UI_ADDRESS
+
+    def runs_url(self, parent_run_id: str | None = None) -> str | None:
+        """A link that opens the experiment's runs table in the "Model training" view, showing only one sweep
+        (its parent run with its child runs) when `parent_run_id` is given."""
+        if not self.enabled:
+            return None
+        query = "workflowType=machine_learning"
+        if parent_run_id:
+            query += "&searchFilter=" + quote(f"tags.`ldpfed.sweep_id` = '{parent_run_id}'", safe="")
+        return f"{self.ui_address()}/#/experiments/{self.experiment_id}/runs?{query}"
 
     @staticmethod
     def _artifact_location(uri: str) -> str | None:
@@ -125,12 +163,65 @@ class Tracker(_DriverOnly):
         """The HTTP retry policy for logging calls during a sweep (user-set environment variables win)."""
         return http_policy(self.request_retries, self.request_timeout, override_user=False)
 
-    def sweep(self, name: str, params: dict | None = None, tags: dict | None = None) -> "Sweep":
-        """A context manager: one MLflow parent run, `log_result` per simulated run, sweep artifacts on exit."""
-        return Sweep(self, name, params or {}, tags or {})
+    def sweep(self, name: str, params: dict | None = None, tags: dict | None = None, description: str = "",
+              files: dict | None = None) -> "Sweep":
+        """A context manager: one MLflow parent run, `log_result` per simulated run, sweep artifacts on exit.
+        `description` (Markdown) is the parent run's description, followed on exit by the results table;
+        `files` ({file name: text}, e.g. the sweep file) are written to the sweep folder and logged on the parent
+        run at its start."""
+        return Sweep(self, name, params or {}, tags or {}, description, files or {})
+
+    def _log_run(self, result, config, tags, curves, folder: Path, parent_run_id: str | None = None) -> str:
+        """One MLflow run of a RunResult (a child of `parent_run_id` if given): params, tags, metric curves with
+        step = users, the final scalars once (step 0), the local files of `folder` as artifacts."""
+        client = self.client
+        summary = result.summary or {}
+        elapsed = summary.get("elapsed_s")
+        now = _now_ms()
+        start = now - int(float(elapsed) * 1000) if records.finite(elapsed) else now
+        metrics = [_metric(name, value, step, now)
+                   for name, (steps, values) in curves.items() for step, value in zip(steps, values)]
+        # Scalars once, at step 0: MLflow lists them with the run's metrics, not as charts along the users axis.
+        metrics += [_metric(name, value, 0, now) for name, value in records.final_metrics(result).items()
+                    if name not in curves]
+        with self.http():
+            run = client.create_run(self.experiment_id, start_time=start, run_name=records.run_name(config),
+                                    tags={**tags, **({"mlflow.parentRunId": parent_run_id} if parent_run_id else {})})
+            run_id = run.info.run_id
+            try:
+                client.log_batch(run_id, metrics=metrics, params=_params(records.run_params(result)))
+                client.log_artifacts(run_id, str(folder))
+                client.set_terminated(run_id, status="FINISHED", end_time=_now_ms())
+            except Exception:
+                try:        # do not leave a half-logged child RUNNING; one quick try
+                    with http_policy(retries=0, timeout=self.probe_timeout):
+                        client.set_terminated(run_id, status="FAILED")
+                except Exception:  # noqa: BLE001
+                    pass
+                raise
+        return run_id
+
+    def log_run(self, result) -> str:
+        """Log one RunResult as a run of its own (no sweep, no parent): the files under out_dir/runs/<key>/ first,
+        then the MLflow run; returns its run id (`ldpfed run --track`)."""
+        if not self.enabled:
+            raise TrackingUnavailable(str(self.tracking_uri), "tracking is off for this Tracker")
+        config = records.config_dict(result.config)
+        key = records.run_key(config)
+        tags = {**records.run_tags(result), "ldpfed.kind": "run", "ldpfed.key": key}
+        folder = self.out_dir / "runs" / key
+        records.write_run(folder, result, tags)
+        with self.http():
+            return self._log_run(result, config, tags, records.metric_curves(result, self.max_points), folder)
+
+    def run_url(self, run_id: str) -> str | None:
+        """A link to one run's page in the UI."""
+        if not self.enabled:
+            return None
+        return f"{self.ui_address()}/#/experiments/{self.experiment_id}/runs/{run_id}"
 
     def __repr__(self):
-        where = self.tracking_uri if self.enabled else "local only"
+        where = self.display_uri if self.enabled else "local only"
         return f"Tracker(experiment={self.experiment!r}, tracking={where!r}, out_dir={str(self.out_dir)!r})"
 
 
@@ -142,13 +233,15 @@ class Sweep(_DriverOnly):
     TrackingUnavailable on exit, after every local file is written.
     """
 
-    def __init__(self, tracker: Tracker, name: str, params: dict, tags: dict):
+    def __init__(self, tracker: Tracker, name: str, params: dict, tags: dict, description: str = "",
+                 files: dict | None = None):
         if not isinstance(name, str) or not name.strip():
             raise ValueError(f"sweep name={name!r}: must be a non-empty string")
         if not isinstance(params, dict) or not isinstance(tags, dict):
             raise ValueError("sweep params and tags must be mappings")
         self.tracker, self.name = tracker, name.strip()
         self.params, self.tags = params, {str(k): str(v) for k, v in tags.items()}
+        self.description, self.files = str(description or ""), {_slug(k): str(v) for k, v in (files or {}).items()}
         self.local_dir = tracker.out_dir / _slug(self.name)
         self.parent_run_id: str | None = None
         self.run_ids: dict[str, str | None] = {}
@@ -164,16 +257,22 @@ class Sweep(_DriverOnly):
         self._prepare_local_dir()
         self._active = True
         self._mlflow = self.tracker.enabled
+        for file_name, text in self.files.items():
+            (self.local_dir / file_name).write_text(text)
         records.write_json(self.local_dir / "sweep.json", self._index())
         if self._mlflow:
             client = self.tracker.client
-            tags = {**self.tags, "ldpfed.kind": "sweep", "ldpfed.sweep": self.name, **records.code_version()}
+            tags = {**self.tags, "ldpfed.kind": "sweep", "ldpfed.sweep": self.name, **records.code_version(),
+                    "mlflow.note.content": self.description or f"Sweep {self.name} (running)"}
             params = {records.mlflow_key(k): records.param_text(v) for k, v in records.flatten(self.params).items()}
             try:
                 with self.tracker.http():
                     run = client.create_run(self.tracker.experiment_id, run_name=self.name, tags=tags)
                     self.parent_run_id = run.info.run_id
-                    client.log_batch(self.parent_run_id, params=_params(params))
+                    client.log_batch(self.parent_run_id, params=_params(params),
+                                     tags=_tags({"ldpfed.sweep_id": self.parent_run_id}))
+                    for file_name in self.files:
+                        client.log_artifact(self.parent_run_id, str(self.local_dir / file_name))
             except Exception as exc:  # noqa: BLE001
                 if not self.tracker.fallback_local:     # still before any simulation work: fail now
                     self._active = False
@@ -186,19 +285,21 @@ class Sweep(_DriverOnly):
 
     def __exit__(self, exc_type, exc, tb):
         self._active = False
+        self._add_relative_regret()
         self._write_combined()
         plot_files = self._write_plots()
+        table = self._write_report(plot_files)
         records.write_json(self.local_dir / "sweep.json", self._index(status="FAILED" if exc_type else "FINISHED"))
         if self._mlflow and self.parent_run_id:
             client = self.tracker.client
             try:
                 with self.tracker.http():
                     client.log_artifacts(self.parent_run_id, str(self.local_dir / "summary"), "summary")
+                    client.log_artifacts(self.parent_run_id, str(self.local_dir / "report"), "report")
                     for path in plot_files:
                         client.log_artifact(self.parent_run_id, str(path), "plots")
                     client.log_artifact(self.parent_run_id, str(self.local_dir / "sweep.json"))
-                    client.log_batch(self.parent_run_id, tags=_tags(self._sweep_tags()), metrics=[
-                        _metric("runs", len(self._rows), 0)])
+                    self._log_aggregates(client, table)
                     client.set_terminated(self.parent_run_id, status="FAILED" if exc_type else "FINISHED")
             except Exception as error:  # noqa: BLE001
                 self._mlflow_failed("finishing the sweep's parent run", error)
@@ -217,6 +318,43 @@ class Sweep(_DriverOnly):
                 f"is in {self.local_dir}")
         return False
 
+    def _add_relative_regret(self) -> None:
+        """Each finished run's final regret over uniform play's median on its env (see report.py)."""
+        frame = self.summary
+        if frame.empty or "final_regret" not in frame.columns:
+            return
+        for row, value in zip(self._rows, report.relative_to_uniform(frame)):
+            row["regret_vs_uniform"] = value if np.isfinite(value) else None
+
+    def _write_report(self, plot_files: list[Path]) -> pd.DataFrame:
+        """report/regret_table.md and report/report.html (the table grouped by env, the plots embedded)."""
+        frame = self.summary
+        folder = self.local_dir / "report"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "regret_table.md").write_text(report.markdown_table(frame) + "\n")
+        (folder / "report.html").write_text(report.html_report(
+            f"Sweep {self.name}", self.description.splitlines()[0] if self.description else "", frame, plot_files))
+        return report.grouped_table(frame)
+
+    def _log_aggregates(self, client, table: pd.DataFrame) -> None:
+        """On the parent run: the description followed by the results table, run counts and one metric per
+        (algorithm, env, eps) group (median regret over uniform's); on every child run its regret over uniform's,
+        so the runs table sorts across envs."""
+        failed = len(self.failures)
+        text = (self.description + "\n\n" if self.description else "") + \
+            f"{len(self._rows) - failed} runs finished, {failed} failed.\n\n" + report.markdown_table(self.summary)
+        metrics = [_metric("runs", len(self._rows), 0), _metric("failed_runs", failed, 0)]
+        for r in table.itertuples(index=False):
+            if np.isfinite(r.regret_vs_uniform) and r.algorithm != "uniform":
+                eps = "non-private" if not np.isfinite(r.eps) else f"eps_{r.eps:g}"
+                metrics.append(_metric(records.mlflow_key(f"regret_vs_uniform/{r.env}/{r.algorithm}/{eps}"),
+                                       r.regret_vs_uniform, 0))
+        client.log_batch(self.parent_run_id, metrics=metrics,
+                         tags=_tags({**self._sweep_tags(), "mlflow.note.content": text[:5000]}))
+        for row in self._rows:
+            if row.get("run_id") and row.get("regret_vs_uniform") is not None:
+                client.log_batch(row["run_id"], metrics=[_metric("regret_vs_uniform", row["regret_vs_uniform"], 0)])
+
     # ------------------------------------------------------------------ per run
     def log_result(self, result) -> dict:
         """Record one RunResult: local files first, then an MLflow child run. Returns the run's row of the
@@ -226,7 +364,7 @@ class Sweep(_DriverOnly):
         config = records.config_dict(result.config)
         key = self._unique(records.run_key(config))
         tags = {**self.tags, **records.run_tags(result), "ldpfed.kind": "run", "ldpfed.sweep": self.name,
-                "ldpfed.key": key}
+                "ldpfed.key": key, **self._sweep_id()}
         folder = self.local_dir / "runs" / key
         records.write_run(folder, result, tags)                     # 1. never lost
         curves = records.metric_curves(result, self.tracker.max_points)
@@ -235,6 +373,8 @@ class Sweep(_DriverOnly):
         row = {"key": key, **{k: v for k, v in (result.summary or {}).items()},
                "privacy_model": tags["privacy_model"], "mechanisms": tags["mechanisms"],
                "status": "FINISHED", "local_dir": str(folder.relative_to(self.local_dir)), "run_id": None}
+        if not records.is_private(config):      # eps played no part: not drawn or grouped at an eps
+            row["eps"] = None
         for field in ("algorithm", "env", "eps", "delta", "seed", "users", "round_size"):
             row.setdefault(field, config.get(field))
         self.run_ids[key] = None
@@ -271,7 +411,7 @@ class Sweep(_DriverOnly):
                 with self.tracker.http():
                     run = client.create_run(self.tracker.experiment_id, run_name=records.run_name(config),
                                             tags={**self.tags, "ldpfed.kind": "run", "ldpfed.sweep": self.name,
-                                                  "ldpfed.key": key, "error": text[:5000],
+                                                  "ldpfed.key": key, "error": text[:5000], **self._sweep_id(),
                                                   "mlflow.parentRunId": self.parent_run_id,
                                                   **records.code_version()})
                     client.log_batch(run.info.run_id, params=_params(params))
@@ -283,6 +423,11 @@ class Sweep(_DriverOnly):
         records.write_json(self.local_dir / "sweep.json", self._index())
         return dict(row)
 
+    def _sweep_id(self) -> dict:
+        """The tag that puts a run in this sweep in the UI's filter (the parent's id; runs of an earlier sweep of
+        the same name have another)."""
+        return {"ldpfed.sweep_id": self.parent_run_id} if self.parent_run_id else {}
+
     def _unique(self, key: str) -> str:
         if key not in self.run_ids:
             return key
@@ -292,32 +437,7 @@ class Sweep(_DriverOnly):
         return f"{key}-{n}"
 
     def _log_child(self, result, config, tags, curves, folder: Path) -> str:
-        client = self.tracker.client
-        summary = result.summary or {}
-        elapsed = summary.get("elapsed_s")
-        now = _now_ms()
-        start = now - int(float(elapsed) * 1000) if records.finite(elapsed) else now
-        users = int(config.get("users") or (result.table["users"].iloc[-1] if len(result.table) else 0))
-        metrics = [_metric(name, value, step, now)
-                   for name, (steps, values) in curves.items() for step, value in zip(steps, values)]
-        metrics += [_metric(name, value, users, now) for name, value in records.final_metrics(result).items()
-                    if name not in curves]
-        with self.tracker.http():
-            run = client.create_run(self.tracker.experiment_id, start_time=start, run_name=records.run_name(config),
-                                    tags={**tags, "mlflow.parentRunId": self.parent_run_id})
-            run_id = run.info.run_id
-            try:
-                client.log_batch(run_id, metrics=metrics, params=_params(records.run_params(result)))
-                client.log_artifacts(run_id, str(folder))
-                client.set_terminated(run_id, status="FINISHED", end_time=_now_ms())
-            except Exception:
-                try:        # do not leave a half-logged child RUNNING; one quick try
-                    with http_policy(retries=0, timeout=self.tracker.probe_timeout):
-                        client.set_terminated(run_id, status="FAILED")
-                except Exception:  # noqa: BLE001
-                    pass
-                raise
-        return run_id
+        return self.tracker._log_run(result, config, tags, curves, folder, self.parent_run_id)
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -330,18 +450,15 @@ class Sweep(_DriverOnly):
         return frame[first + [c for c in frame.columns if c not in first]]
 
     def _prepare_local_dir(self) -> None:
-        """A previous sweep's results in the same folder are kept: renamed with their date, never overwritten."""
-        folder = self.local_dir
-        if folder.exists() and any(folder.iterdir()):
-            stamp = datetime.fromtimestamp(folder.stat().st_mtime, timezone.utc).strftime("%Y%m%d-%H%M%S")
-            target = folder.with_name(f"{folder.name}.{stamp}")
-            n = 2
-            while target.exists():
-                target = folder.with_name(f"{folder.name}.{stamp}-{n}")
-                n += 1
-            folder.rename(target)
-            log.warning("kept the previous results of sweep %r in %s", self.name, target)
-        folder.mkdir(parents=True, exist_ok=True)
+        """A free folder: `<name>`, else `<name>-2`, `<name>-3`, ...; an earlier sweep's folder is never moved or
+        overwritten (its MLflow runs and printed paths stay valid)."""
+        base, n = self.local_dir, 2
+        while self.local_dir.exists() and any(self.local_dir.iterdir()):
+            self.local_dir = base.with_name(f"{base.name}-{n}")
+            n += 1
+        if self.local_dir != base:
+            log.info("sweep %r: %s is taken by an earlier sweep, writing to %s", self.name, base, self.local_dir)
+        self.local_dir.mkdir(parents=True, exist_ok=True)
 
     def _write_combined(self) -> None:
         frame = self.summary
@@ -352,6 +469,8 @@ class Sweep(_DriverOnly):
         records.write_csv(self.local_dir / "summary" / "summary.csv", frame)
 
     def _write_plots(self) -> list[Path]:
+        from ldpfed.tracking import plots       # matplotlib only when a sweep ends
+
         return plots.sweep_plots(self.summary, self._curves, self.local_dir / "plots", self.name)
 
     def _sweep_tags(self) -> dict:
@@ -367,7 +486,7 @@ class Sweep(_DriverOnly):
 
     def _index(self, status: str = "RUNNING") -> dict:
         return {"sweep": self.name, "experiment": self.tracker.experiment, "status": status,
-                "tracking_uri": self.tracker.tracking_uri if self._mlflow else None,
+                "tracking_uri": self.tracker.display_uri if self._mlflow else None,
                 "experiment_id": self.tracker.experiment_id if self._mlflow else None,
                 "parent_run_id": self.parent_run_id, "runs": self.run_ids, "failed_runs": self.failures,
                 "mlflow_errors": self.errors,
@@ -377,7 +496,7 @@ class Sweep(_DriverOnly):
         message = f"{what}: {type(exc).__name__}: {_first_line(exc)}"
         self.errors.append(message)
         self._mlflow = False
-        warnings.warn(f"ldpfed.tracking: MLflow at {self.tracker.tracking_uri} failed while {message}. The sweep "
+        warnings.warn(f"ldpfed.tracking: MLflow at {self.tracker.display_uri} failed while {message}. The sweep "
                       f"goes on with local results only, under {self.local_dir}", RuntimeWarning, stacklevel=3)
 
 
@@ -405,8 +524,9 @@ def _tags(tags: dict):
 
 
 def _first_line(exc: BaseException) -> str:
+    """The first line of an error, with any URI's credentials redacted (errors may quote the tracking URI)."""
     text = str(exc).strip().splitlines()
-    return text[0][:300] if text else ""
+    return scrub(text[0][:300]) if text else ""
 
 
 __all__ = ["Tracker", "Sweep", "TrackingUnavailable", "DEFAULT_EMBEDDED_URI"]

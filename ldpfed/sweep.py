@@ -1,0 +1,269 @@
+"""A sweep: which runs a job makes, read from a TOML file (jobs/sweeps/*.toml) and command-line overrides.
+
+    name = "quick"                      # the sweep's name (MLflow parent run, results folder); default: file stem
+    description = "..."                 # one line, shown on the MLflow parent run
+    algorithms = "all"                  # or a list of registry names
+    envs = "paper"                      # each algorithm on its paper's env; or a list: every algorithm on each
+                                        # listed env it supports
+    eps = [0.5, 2.0]                    # privacy budgets of the private algorithms
+    seeds = [0, 1]                      # a list, or an inclusive range "0-9"
+    users = 10000                       # omit: each algorithm's paper setting
+    round_size = 500
+    populations = 4
+    delta = 0.01                        # omit: each algorithm's paper setting
+    engine = "ray"                      # or "local"
+    profile = "paper"                   # or "authors-code"
+    [ray]                               # Ray engine options
+    actors = 2
+    shards = 2
+    [params.ldp-sgd]                    # algorithm options, per algorithm
+    step = 0.5
+    [env_params.linear]                 # env options, per env (over the paper setting's)
+    d = 10
+
+Non-private algorithms (privacy model "none") run once per seed, not once per eps: eps plays no part in them.
+Uniform play, when listed, runs on every distinct world (env, its options, users) of the other runs that has arms.
+"""
+from __future__ import annotations
+
+import math
+import re
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+
+from ldpfed.errors import ConfigError
+
+SWEEPS_DIR = Path(__file__).resolve().parents[1] / "jobs" / "sweeps"
+ENGINES = ("local", "ray")
+
+
+@dataclass(frozen=True)
+class Sweep:
+    name: str
+    description: str = ""
+    algorithms: tuple = ()                 # () = every algorithm
+    envs: tuple = ()                       # () = each algorithm's paper env
+    eps: tuple = (1.0,)
+    seeds: tuple = (0,)
+    users: int | None = None
+    round_size: int = 1
+    populations: int = 1
+    delta: float | None = None
+    engine: str = "local"
+    profile: str = "paper"
+    ray: dict = field(default_factory=dict)
+    params: dict = field(default_factory=dict)
+    env_params: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v) for f in fields(self)}
+
+
+KEYS = {f.name for f in fields(Sweep)}
+
+
+def parse_seeds(value, where: str = "seeds") -> tuple:
+    """A list of seeds, or an inclusive range "A-B" (also accepted: "0,1,5" from the command line)."""
+    if isinstance(value, str):
+        text = value.replace(" ", "")
+        match = re.fullmatch(r"(\d+)-(\d+)", text)
+        if match:
+            low, high = int(match.group(1)), int(match.group(2))
+            if high < low:
+                raise ConfigError(where, value, "an empty range: write low-high")
+            return tuple(range(low, high + 1))
+        try:
+            value = [int(s) for s in text.split(",") if s]
+        except ValueError:
+            raise ConfigError(where, value, "expected a list of seeds or an inclusive range such as 0-9") from None
+    if not isinstance(value, (list, tuple)) or not value:
+        raise ConfigError(where, value, "expected a non-empty list of seeds or an inclusive range such as 0-9")
+    seeds = []
+    for seed in value:
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ConfigError(where, seed, "a seed is an integer >= 0")
+        if seed in seeds:
+            raise ConfigError(where, seed, "listed twice")
+        seeds.append(seed)
+    return tuple(seeds)
+
+
+def parse_eps(value, where: str = "eps") -> tuple:
+    if isinstance(value, str):
+        try:
+            value = [float(e) for e in value.split(",") if e.strip()]
+        except ValueError:
+            raise ConfigError(where, value, "expected comma-separated numbers") from None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = [value]
+    if not isinstance(value, (list, tuple)) or not value:
+        raise ConfigError(where, value, "expected a non-empty list of numbers")
+    out = []
+    for eps in value:
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps <= 0:
+            raise ConfigError(where, eps, "eps is a finite number > 0")
+        out.append(float(eps))
+    return tuple(dict.fromkeys(out))
+
+
+def _names(value, where: str, known) -> tuple:
+    if value in ("all", "paper", None):
+        return ()
+    if isinstance(value, str):
+        value = [v.strip() for v in value.split(",") if v.strip()]
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(where, value, "expected a list of names")
+    for name in value:
+        if name not in known:
+            raise ConfigError(where, name, f"unknown; choose from {sorted(known)}")
+    return tuple(dict.fromkeys(value))
+
+
+def _positive(value, where: str) -> int:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(where, value, "must be a positive integer")
+    return value
+
+
+def build(data: dict, source: str = "sweep") -> Sweep:
+    """A validated Sweep from a mapping (a parsed TOML file, with overrides); errors name `source` and the key."""
+    from ldpfed.algorithms import REGISTRY
+    from ldpfed.config import PROFILES
+    from ldpfed.envs import ENVS
+
+    unknown = set(data) - KEYS
+    if unknown:
+        raise ConfigError(f"{source}: {sorted(unknown)[0]}", data[sorted(unknown)[0]],
+                          f"unknown key; known: {sorted(KEYS)}")
+    name = data.get("name")
+    if not isinstance(name, str) or not re.fullmatch(r"[\w.+-]+", name or ""):
+        raise ConfigError(f"{source}: name", name, "a sweep needs a name of letters, digits and . _ + -")
+    engine = data.get("engine", "local")
+    if engine not in ENGINES:
+        raise ConfigError(f"{source}: engine", engine, f"choose from {list(ENGINES)}")
+    profile = data.get("profile", "paper")
+    if profile not in PROFILES:
+        raise ConfigError(f"{source}: profile", profile, f"choose from {list(PROFILES)}")
+    delta = data.get("delta")
+    if delta is not None and not (isinstance(delta, (int, float)) and 0 < delta < 1):
+        raise ConfigError(f"{source}: delta", delta, "must be in (0, 1)")
+    users = data.get("users")
+    sweep = Sweep(
+        name=name, description=str(data.get("description", "")),
+        algorithms=_names(data.get("algorithms", "all"), f"{source}: algorithms", REGISTRY),
+        envs=_names(data.get("envs", "paper"), f"{source}: envs", ENVS),
+        eps=parse_eps(data.get("eps", [1.0]), f"{source}: eps"),
+        seeds=parse_seeds(data.get("seeds", [0]), f"{source}: seeds"),
+        users=None if users is None else _positive(users, f"{source}: users"),
+        round_size=_positive(data.get("round_size", 1), f"{source}: round_size"),
+        populations=_positive(data.get("populations", 1), f"{source}: populations"),
+        delta=None if delta is None else float(delta), engine=engine, profile=profile)
+    for key in ("ray", "params", "env_params"):
+        value = data.get(key, {})
+        if not isinstance(value, dict):
+            raise ConfigError(f"{source}: {key}", value, "must be a table")
+        sweep = replace(sweep, **{key: dict(value)})
+    for algorithm, options in sweep.params.items():
+        if algorithm not in REGISTRY or not isinstance(options, dict):
+            raise ConfigError(f"{source}: params.{algorithm}", options, "a table per known algorithm")
+    for env, options in sweep.env_params.items():
+        if env not in ENVS or not isinstance(options, dict):
+            raise ConfigError(f"{source}: env_params.{env}", options, "a table per known env")
+    unknown_ray = set(sweep.ray) - {"actors", "shards", "mode"}
+    if unknown_ray:
+        raise ConfigError(f"{source}: ray", sorted(unknown_ray), "known: actors, shards, mode")
+    return sweep
+
+
+def read(path) -> dict:
+    """The raw mapping of a sweep file; `name` defaults to the file's stem."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as handle:
+            data = tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError("--sweep", str(path), "no such file") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError("--sweep", str(path), f"not valid TOML: {error}") from None
+    data.setdefault("name", path.stem)
+    return data
+
+
+def configs(sweep: Sweep) -> list:
+    """The RunConfigs of a sweep, in order: per algorithm (sorted), per world, per eps (private ones only),
+    per seed; uniform play last, once per world with arms."""
+    from ldpfed.algorithms import REGISTRY
+    from ldpfed.config import RunConfig
+    from ldpfed.envs import ENVS
+
+    names = sorted(sweep.algorithms or REGISTRY)
+    learners = [n for n in names if n != "uniform"]
+    worlds = []          # (algorithm, env, env_params, users, delta, params)
+    for name in learners:
+        cls = REGISTRY[name]
+        setting = dict(cls.paper_setting)
+        envs = [e for e in sweep.envs if e in cls.env_kinds] if sweep.envs else [cls.default_env]
+        for env in envs:
+            env_params = dict(setting.get("env_params", {})) if env == cls.default_env else {}
+            env_params.update(sweep.env_params.get(env, {}))
+            worlds.append((name, env, env_params, sweep.users or setting.get("users", 100_000),
+                           sweep.delta or setting.get("delta", 0.01),
+                           {**setting.get("params", {}), **sweep.params.get(name, {})}))
+    if "uniform" in names:
+        seen = {}
+        candidates = [(env, env_params, users) for _, env, env_params, users, _, _ in worlds]
+        if not learners:       # uniform alone: on the listed envs (or every env it knows) with their options
+            candidates = [(env, dict(sweep.env_params.get(env, {})), sweep.users or 100_000)
+                          for env in (sweep.envs or REGISTRY["uniform"].env_kinds)]
+        for env, env_params, users in candidates:
+            if env not in REGISTRY["uniform"].env_kinds:
+                continue
+            key = (env, repr(sorted({**ENVS[env].defaults, **env_params}.items())), users)
+            seen.setdefault(key, (env, env_params, users))
+        worlds += [("uniform", env, env_params, users, sweep.delta or 0.01, sweep.params.get("uniform", {}))
+                   for env, env_params, users in seen.values()]
+    out = []
+    for name, env, env_params, users, delta, params in worlds:
+        private = REGISTRY[name].privacy_model != "none"
+        # eps is a required field of a RunConfig; a non-private algorithm ignores it: one run per seed at eps 1
+        for eps in (sweep.eps if private else (1.0,)):
+            for seed in sweep.seeds:
+                out.append(RunConfig(algorithm=name, env=env, users=users, round_size=min(sweep.round_size, users),
+                                     populations=min(sweep.populations, sweep.round_size, users), eps=eps,
+                                     delta=delta, seed=seed, env_params=env_params, params=params,
+                                     profile=sweep.profile))
+    return out
+
+
+def _toml_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {value!r} to TOML")
+
+
+def to_toml(sweep: Sweep) -> str:
+    """The sweep as a TOML file that `read` + `build` turn back into the same Sweep (the effective sweep of a
+    job, logged with it so it can be rerun as is)."""
+    data = sweep.to_dict()
+    lines = []
+    for key, value in data.items():
+        if key in ("ray", "params", "env_params") or value is None:
+            continue
+        if key in ("algorithms", "envs") and not value:
+            value = "all" if key == "algorithms" else "paper"
+        lines.append(f"{key} = {_toml_value(value)}")
+    if data["ray"]:
+        lines += ["", "[ray]"] + [f"{k} = {_toml_value(v)}" for k, v in data["ray"].items()]
+    for table in ("params", "env_params"):
+        for owner, options in data[table].items():
+            lines += ["", f'[{table}."{owner}"]'] + [f'"{k}" = {_toml_value(v)}' for k, v in options.items()]
+    return "\n".join(lines) + "\n"

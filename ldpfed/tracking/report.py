@@ -1,0 +1,142 @@
+"""The results of a sweep as people read them: a table grouped by env, as Markdown and as an HTML report with the
+plots, and the numbers derived from it (each run's regret relative to uniform play on the same world).
+
+The table has one row per (env, algorithm, eps) group of seeds: uniform play first (the reference), then the
+other non-private algorithms (eps plays no part in them: "-"), then the private ones by eps and median regret.
+"regret / uniform" is the group's median final regret divided by the median final regret of uniform play on the
+same env and number of users (below 1: the algorithm learned something).
+"""
+from __future__ import annotations
+
+import base64
+import html
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+def _finished(summary: pd.DataFrame) -> pd.DataFrame:
+    if summary.empty or "final_regret" not in summary.columns:
+        return summary.iloc[0:0]
+    rows = summary if "status" not in summary.columns else summary[summary["status"] == "FINISHED"]
+    rows = rows.copy()
+    rows["final_regret"] = pd.to_numeric(rows["final_regret"], errors="coerce")
+    if "privacy_model" not in rows.columns:
+        rows["privacy_model"] = "unknown"
+    rows["privacy_model"] = rows["privacy_model"].fillna("unknown").astype(str)
+    rows["eps"] = pd.to_numeric(rows["eps"], errors="coerce")
+    return rows
+
+
+def uniform_medians(summary: pd.DataFrame) -> dict:
+    """(env, users) -> median final regret of uniform play there."""
+    rows = _finished(summary)
+    rows = rows[rows["algorithm"] == "uniform"]
+    return {(env, int(users)): float(group["final_regret"].median())
+            for (env, users), group in rows.groupby(["env", "users"])}
+
+
+def relative_to_uniform(summary: pd.DataFrame) -> pd.Series:
+    """Each run's final regret divided by the median final regret of uniform play on its env and users (NaN when
+    the sweep has no uniform run there, or uniform's regret is 0)."""
+    reference = uniform_medians(summary)
+    values = []
+    for _, row in summary.iterrows():
+        base = reference.get((row.get("env"), int(row["users"]) if pd.notna(row.get("users")) else None))
+        regret = pd.to_numeric(pd.Series([row.get("final_regret")]), errors="coerce").iloc[0]
+        values.append(float(regret) / base if base and pd.notna(regret) else np.nan)
+    return pd.Series(values, index=summary.index, dtype=float)
+
+
+def grouped_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """One row per (env, algorithm, eps) over the finished seeds, ordered as the module docstring says."""
+    rows = _finished(summary)
+    columns = ["env", "users", "algorithm", "privacy", "eps", "seeds", "median_final_regret", "q25", "q75",
+               "regret_vs_uniform", "median_final_estimation_error", "users_per_s"]
+    if rows.empty:
+        return pd.DataFrame(columns=columns)
+    reference = uniform_medians(rows)
+    out = []
+    keys = ["env", "users", "algorithm", "privacy_model", "eps"]
+    for (env, users, algorithm, privacy, eps), group in rows.groupby(keys, dropna=False, sort=False):
+        regret = group["final_regret"]
+        base = reference.get((env, int(users)))
+        error = pd.to_numeric(group.get("final_estimation_error", pd.Series(dtype=float)), errors="coerce")
+        rate = pd.to_numeric(group.get("users_per_s", pd.Series(dtype=float)), errors="coerce")
+        out.append({"env": env, "users": int(users), "algorithm": algorithm, "privacy": privacy,
+                    "eps": float(eps) if pd.notna(eps) else np.nan, "seeds": len(group),
+                    "median_final_regret": float(regret.median()), "q25": float(regret.quantile(0.25)),
+                    "q75": float(regret.quantile(0.75)),
+                    "regret_vs_uniform": float(regret.median()) / base if base else np.nan,
+                    "median_final_estimation_error": float(error.median()) if error.notna().any() else np.nan,
+                    "users_per_s": float(rate.median()) if rate.notna().any() else np.nan})
+    table = pd.DataFrame(out, columns=columns)
+    table["_rank"] = [0 if a == "uniform" else (1 if p == "none" else 2)
+                      for a, p in zip(table["algorithm"], table["privacy"])]
+    table = table.sort_values(["env", "users", "_rank", "eps", "median_final_regret"], na_position="first",
+                              kind="stable")
+    return table.drop(columns="_rank").reset_index(drop=True)
+
+
+def _num(value, digits: int = 1) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    return f"{value:,.{digits}f}"
+
+
+def _rows(table: pd.DataFrame) -> list[list[str]]:
+    rows = []
+    for r in table.itertuples(index=False):
+        rows.append([r.algorithm, r.privacy, "-" if not math.isfinite(r.eps) else f"{r.eps:g}", str(r.seeds),
+                     _num(r.median_final_regret), f"{_num(r.q25)} - {_num(r.q75)}",
+                     "1 (reference)" if r.algorithm == "uniform" else _num(r.regret_vs_uniform, 3),
+                     _num(r.median_final_estimation_error, 4), _num(r.users_per_s, 0)])
+    return rows
+
+
+HEADER = ["algorithm", "privacy", "eps", "seeds", "median final regret", "25%-75%", "regret / uniform",
+          "final est. error", "users/s"]
+
+
+def markdown_table(summary: pd.DataFrame) -> str:
+    """The grouped table as Markdown: a section per env (and number of users T), uniform first."""
+    table = grouped_table(summary)
+    if table.empty:
+        return "(no run finished)"
+    parts = []
+    for (env, users), block in table.groupby(["env", "users"], sort=False):
+        parts.append(f"### {env} (T = {users:,} users)\n")
+        parts.append("| " + " | ".join(HEADER) + " |")
+        parts.append("|" + "---|" * len(HEADER))
+        parts += ["| " + " | ".join(row) + " |" for row in _rows(block)]
+        parts.append("")
+    parts.append("Median and 25%-75% quantiles over seeds of the final cumulative regret; regret / uniform: the "
+                 "median divided by uniform play's median on the same env (below 1: better than guessing); eps "
+                 "\"-\": not private, run once per seed.")
+    return "\n".join(parts)
+
+
+def html_report(title: str, description: str, summary: pd.DataFrame, plots: list[Path]) -> str:
+    """A self-contained HTML page: the description, the grouped table per env and the plots (embedded PNGs), so
+    MLflow's artifact viewer shows it as is."""
+    table = grouped_table(summary)
+    body = [f"<h1>{html.escape(title)}</h1>", f"<p>{html.escape(description)}</p>"]
+    for (env, users), block in table.groupby(["env", "users"], sort=False):
+        body.append(f"<h2>{html.escape(str(env))} (T = {users:,} users)</h2><table><tr>"
+                    + "".join(f"<th>{html.escape(h)}</th>" for h in HEADER) + "</tr>")
+        for row, algorithm in zip(_rows(block), block["algorithm"]):
+            style = ' class="ref"' if algorithm == "uniform" else ""
+            body.append(f"<tr{style}>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>")
+        body.append("</table>")
+    if table.empty:
+        body.append("<p>(no run finished)</p>")
+    for path in plots:
+        data = base64.b64encode(Path(path).read_bytes()).decode("ascii")
+        body.append(f"<h2>{html.escape(Path(path).stem.replace('_', ' '))}</h2>"
+                    f'<img alt="{html.escape(Path(path).name)}" src="data:image/png;base64,{data}">')
+    style = ("body{font-family:sans-serif;margin:1.5em;color:#222}table{border-collapse:collapse;margin-bottom:1em}"
+             "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td:first-child,th:first-child,"
+             "td:nth-child(2){text-align:left}tr.ref{background:#eee}img{max-width:100%}")
+    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>{style}</style></head><body>{''.join(body)}</body></html>")
