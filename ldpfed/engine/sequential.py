@@ -441,6 +441,8 @@ def run_sequential(config, progress=None, streams: str = "block") -> RunResult:
     snaps = np.zeros((len(checkpoints), *(shape or (1,))))
     _load(kernel, config, snaps)
     started = time.perf_counter()   # after the one-off kernel load (or compile): run_local has none
+    if progress is not None:
+        progress(0, 0.0)            # a progress bar's rate counts from here too, as the summary's
     cumulative = 0.0
     for start in range(0, T, CHUNK):
         stop = min(T, start + CHUNK)
