@@ -4,10 +4,14 @@
     python jobs/bench_engine.py                      # 1e6 users of ldp-sgd and ldp-ols (d=10, K=10)
     python jobs/bench_engine.py --users 10000000     # ldp-sgd at 1e6 then 1e7 users: peak RSS at both
 
-Default mode: for each algorithm, `run_local` (the floor: one process, same round size and populations) and
-`run_ray` (population actors + shards + coordinator) on the same config, in the same run, users per second of
-each (rounds only, after the actors are up; the wall time with actor start-up is printed too), the ratio, and
-whether the two results are identical (they must be). Target: Ray rate >= half the floor.
+Default mode: for each algorithm, in the same run, on the same config:
+  * baseline: `run_local` with the contexts drawn as before ldpfed/envs/sphere.py (numpy normals, then a norm):
+    the single-process figure the compiled sampler is compared with (--no-baseline skips it);
+  * floor: `run_local` (one process, same round size and populations), users/s of wall and of CPU time;
+  * Ray: `run_ray` (population actors + shards + coordinator), users/s of the rounds (after the actors are up; the
+    wall rate with actor start-up is printed too), its ratio to the floor and to twice the floor (2 cores), and
+    whether the two results are identical (they must be);
+  * privatizers alone (jobs/bench_privatize.py's loop, same d, 2e5 users): the cost floor of the client half.
 
 --users above 1e6: ldp-sgd through Ray at 1e6 users, then at --users, in the same Ray session (the same actor
 processes), printing after each the peak RSS of the driver, the population actors and the shards. Peak RSS only
@@ -17,8 +21,12 @@ table (one row per round) is the only thing that grows, with rounds.
 from __future__ import annotations
 
 import argparse
+import os
+import platform
 import sys
 import time
+from pathlib import Path
+from unittest import mock
 
 import pandas as pd
 
@@ -27,6 +35,8 @@ from ldpfed.config import RunConfig
 from ldpfed.engine import run_local
 from ldpfed.engine.ray_engine import ensure_ray, run_ray
 from ldpfed.engine.ray_shard import peak_rss_bytes
+from ldpfed.envs.base import unit_sphere
+from ldpfed.envs.glm import GLMContextual
 
 
 def mb(x: float) -> str:
@@ -42,13 +52,42 @@ def ray_options(args) -> dict:
     return {"actors": args.actors, "shards": args.shards, "mode": args.mode}
 
 
+def numpy_contexts(self, users, rng):
+    """The GLM envs' context drawing before the compiled sampler (numpy normals divided by their norm): the
+    baseline of the single-process figure."""
+    n = len(users)
+    if self.gaussian_contexts:
+        return rng.standard_normal((n, self.d) if self.multi else (n, self.K, self.d))
+    return unit_sphere(rng, n if self.multi else (n, self.K), self.d)
+
+
+def timed_local(config):
+    w0, c0 = time.perf_counter(), time.process_time()
+    result = run_local(config)
+    return result, config.users / (time.perf_counter() - w0), config.users / (time.process_time() - c0)
+
+
+def privatizer_floor(d: int) -> dict:
+    """Users/s (CPU) of the privatizers alone, jobs/bench_privatize.py's loop on 2e5 users of dimension d."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import bench_privatize
+
+    best = bench_privatize.bench(200_000, 10_000, d, 0)
+    return {"ldp-ols": best["users"] / best["cpu_ols"], "ldp-sgd": best["users"] / best["cpu_sgd"]}
+
+
 def floor_vs_ray(args) -> int:
     ok = True
-    print(f"{'algorithm':<9} {'users':>10} {'B':>6} {'P':>3}  {'floor users/s':>13}  {'ray users/s':>11}  "
-          f"{'ratio':>5}  {'ray wall users/s':>16}  same result")
+    floor_privatize = privatizer_floor(args.d)
+    print(f"{'algorithm':<9} {'users':>10} {'B':>6} {'P':>3}  {'baseline':>9} {'(cpu)':>9}  {'floor':>9} {'(cpu)':>9} "
+          f"{'x base':>6}  {'ray':>9} {'/floor':>6} {'/2floor':>7}  {'ray wall':>9}  {'privatize cpu':>13}  same")
     for algorithm in args.algorithms:
         config = config_for(algorithm, args.users, args)
-        local = run_local(config)
+        base = base_cpu = float("nan")
+        if args.baseline:
+            with mock.patch.object(GLMContextual, "contexts", numpy_contexts):
+                _, base, base_cpu = timed_local(config)
+        local, floor_wall, floor_cpu = timed_local(config)
         t0 = time.perf_counter()
         remote = run_ray(config, **ray_options(args))
         wall = time.perf_counter() - t0
@@ -56,8 +95,10 @@ def floor_vs_ray(args) -> int:
         floor, rate = local.summary["users_per_s"], remote.summary["users_per_s"]
         ratio = rate / floor
         ok = ok and same
-        print(f"{algorithm:<9} {config.users:>10,} {config.round_size:>6} {config.populations:>3}  {floor:>13,.0f}  "
-              f"{rate:>11,.0f}  {ratio:>5.2f}  {config.users / wall:>16,.0f}  {'yes' if same else 'NO'}", flush=True)
+        print(f"{algorithm:<9} {config.users:>10,} {config.round_size:>6} {config.populations:>3}  {base:>9,.0f} "
+              f"{base_cpu:>9,.0f}  {floor:>9,.0f} {floor_cpu:>9,.0f} {floor / base:>6.2f}  {rate:>9,.0f} "
+              f"{ratio:>6.2f} {rate / (2 * floor):>7.2f}  {config.users / wall:>9,.0f}  "
+              f"{floor_privatize.get(algorithm, float('nan')):>13,.0f}  {'yes' if same else 'NO'}", flush=True)
         s = remote.summary
         print(f"          ray: {s['actors']} actors, {s['shards']} shards, {s['nodes']} node(s), {s['mode']}, "
               f"{s['messages_per_s']:,.0f} user messages/s, fold p50 {s['fold_latency_p50_ms']:.3f} ms "
@@ -103,6 +144,8 @@ def main(argv=None) -> int:
     parser.add_argument("--shards", type=int, default=1)
     parser.add_argument("--mode", default="pre-aggregated", choices=["pre-aggregated", "per-user"])
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-baseline", dest="baseline", action="store_false",
+                        help="skip the single-process run with the previous (numpy) context drawing")
     args = parser.parse_args(argv)
     args.algorithms = [a for a in args.algorithms.split(",") if a]
     missing = [a for a in args.algorithms if a not in REGISTRY]
@@ -114,7 +157,9 @@ def main(argv=None) -> int:
         import ray
 
         print(f"Ray {ray.__version__}, {int(ray.cluster_resources().get('CPU', 0))} CPUs, "
-              f"{len([n for n in ray.nodes() if n['Alive']])} node(s)", flush=True)
+              f"{len([n for n in ray.nodes() if n['Alive']])} node(s); machine: {os.cpu_count()} CPUs, "
+              f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB, "
+              f"{platform.machine()}, load average {'%.1f %.1f %.1f' % os.getloadavg()}", flush=True)
         return memory(args) if args.users > 10**6 else floor_vs_ray(args)
     finally:
         if started:

@@ -17,6 +17,7 @@ from scipy.special import expit
 
 from ldpfed.errors import ConfigError
 from ldpfed.envs.base import Env, nonneg_float, positive_int, unit_sphere
+from ldpfed.envs.sphere import sphere_points
 
 LINKS = {
     "identity": lambda z: z,
@@ -48,7 +49,8 @@ class GLMContextual(Env):
         n = len(users)
         if self.gaussian_contexts:
             return rng.standard_normal((n, self.d) if self.multi else (n, self.K, self.d))
-        return unit_sphere(rng, n, self.d) if self.multi else unit_sphere(rng, (n, self.K), self.d)
+        # sphere_points: the compiled sampler (same law as unit_sphere, ~4x cheaper: the batched engine's main cost)
+        return sphere_points(rng, n if self.multi else (n, self.K), self.d)
 
     def means(self, contexts):
         """Mean reward of every arm, shape (n, K)."""
