@@ -461,7 +461,8 @@ def run_sequential(config, progress=None, streams: str = "block") -> RunResult:
 
 
 def _result(config, algo, env, metric_names, regret, counts, errors, state, started) -> RunResult:
-    """The RunResult run_local would build (same table columns and summary keys; core.RoundRecorder.result)."""
+    """The RunResult run_local would build (same table columns and summary keys: core.RoundRecorder.result and
+    driver.drive's extras; tests/test_sequential.py compares them)."""
     elapsed = time.perf_counter() - started
     T = config.users
     rounds = np.arange(T, dtype=np.int64)
@@ -477,6 +478,8 @@ def _result(config, algo, env, metric_names, regret, counts, errors, state, star
         "final_estimation_error": float(finite[-1]) if len(finite) else None,
         "elapsed_s": elapsed, "users_per_s": T / elapsed if elapsed > 0 else float("inf"),
         **{f"total_{name}": float(counts[:, j].sum()) for j, name in enumerate(metric_names)},
+        # engine/driver.py's extras: every user sends one message
+        "messages": T, "messages_per_s": T / elapsed if elapsed > 0 else float("inf"),
     }
     ledger = [{**row, "users_sending": T} for row in algo.ledger()]
     return RunResult(config, table, ledger, summary, env.describe(), state)
