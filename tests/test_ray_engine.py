@@ -10,9 +10,11 @@ import pytest
 from ldpfed.algorithms import REGISTRY, make_algorithm
 from ldpfed.config import RunConfig
 from ldpfed.engine import run_local
+from ldpfed.engine.core import simulate_population
 from ldpfed.engine.ray_shard import LatencyHistogram, ShardCore, make_plan
 from ldpfed.envs import make_env
 from ldpfed.errors import ConfigError
+from ldpfed.rng import derive
 
 LDP = [name for name in ("ldp-ols", "ldp-sgd") if name in REGISTRY]
 ROOT = Path(__file__).resolve().parents[1]
@@ -108,9 +110,11 @@ def shard_setup(mode, shards=2, algorithm=None, layout=None):
 
 
 def good_messages(config, algo, plan, round_index, population, shard):
-    rng = np.random.default_rng(population + 10 * round_index)
+    """A genuine message (the client half's, from the initial model): shards check the output domains."""
     users = plan.users_of(round_index, population)
-    messages = {f: rng.standard_normal((len(users), *shape)) for f, shape in plan.message_spec.items()}
+    model = algo.publish(algo.initial_state(derive(config.seed, "init")))
+    messages, _, _ = simulate_population(algo, make_env(config), model, config.seed, round_index, population, users,
+                                         pre_aggregate=False)
     payload = algo.aggregate(messages, users) if plan.mode == "pre-aggregated" else messages
     return (config.algorithm, round_index, population, plan.split(payload, len(users), population)[shard])
 
@@ -185,14 +189,14 @@ def test_shard_folds_in_population_order_whatever_the_arrival_order():
     config = config.replace(populations=5, round_size=20)
     plan = make_plan(algo, config, 1, "pre-aggregated")
     messages = [good_messages(config, algo, plan, 0, p, 0) for p in range(5)]
-    in_order, shuffled = ShardCore(plan, 0), ShardCore(plan, 0)
+    in_order, shuffled = ShardCore(plan, 0, algo), ShardCore(plan, 0, algo)
     in_order.fold(messages)
     shuffled.fold([messages[i] for i in (3, 1, 4, 0, 2)])
     a, b = in_order.collect(0), shuffled.collect(0)
     for field in a:
         np.testing.assert_array_equal(a[field], b[field])
     with pytest.raises(RuntimeError, match="incomplete"):
-        ShardCore(plan, 0).collect(0)
+        ShardCore(plan, 0, algo).collect(0)
 
 
 def test_shard_actor_rejects_over_ray(ray_session):

@@ -83,6 +83,33 @@ class Algorithm:
         """Sum of the users' messages; override for per-user weights (e.g. SGD step sizes), which are public."""
         return {key: value.sum(axis=0) for key, value in messages.items()}
 
+    # ---- what the server accepts: it trusts no client (ldpfed.mechanisms.domains) ------------------
+    def message_domains(self) -> dict:
+        """Per message field, the Domain every honest client's values lie in: the output domain of the mechanism
+        that made the field, or the public schedule/bounds for the fields no mechanism made. Default: the
+        mechanisms whose output domain needs no public input bound (l2-ball, randomized response); algorithms
+        declare every other field."""
+        domains = {}
+        for field, shape in self.message_spec().items():
+            try:
+                domains[field] = self.mechanisms[field].output_domain(shape)
+            except (KeyError, TypeError, AttributeError):
+                raise NotImplementedError(f"{self.name}: message field {field!r} declares no domain") from None
+        return domains
+
+    def aggregate_bounds(self, users: np.ndarray) -> dict:
+        """Per aggregated field, the SumBounds of what these honest users' `aggregate` can be. Default (plain
+        sums): each field's domain summed over the users; algorithms with a weighted `aggregate` override."""
+        if type(self).aggregate is not Algorithm.aggregate:
+            raise NotImplementedError(f"{self.name}: aggregate is not a plain sum; declare aggregate_bounds")
+        return {field: domain.sum_bounds(users) for field, domain in self.cached_domains().items()}
+
+    def cached_domains(self) -> dict:
+        """message_domains(), built once (a server shard checks every message against them)."""
+        if "_domains" not in self.__dict__:
+            self._domains = self.message_domains()
+        return self._domains
+
     # ---- description -------------------------------------------------------------------------
     def ledger(self) -> list[dict]:
         """What the mechanisms of this run guarantee, one row per message field or release."""

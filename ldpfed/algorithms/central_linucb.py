@@ -22,7 +22,7 @@ import numpy as np
 
 from ldpfed.algorithms.base import Algorithm
 from ldpfed.errors import ConfigError
-from ldpfed.mechanisms import Guarantee, TreeMechanism, TreeNoise, gaussian_sigma, tree_depth
+from ldpfed.mechanisms import Domain, Guarantee, SumBounds, TreeMechanism, TreeNoise, gaussian_sigma, tree_depth
 
 PAPER_001 = "seed 001 Wang, Zhao, Wang 2022"
 # Seed 001's simulation (Section 4): arm pool of 1,000, 10 arms shown, reward noise std 0.5; eps, delta lost:
@@ -86,6 +86,24 @@ class CentralRows:
         if clipped_r:
             np.clip(r, -self.R, self.R, out=r)
         return {"z": z}, {"clipped": clipped_x + clipped_r}
+
+    def message_domains(self):
+        # the trusted server still accepts only the public bounds: ||x|| <= L (l2) or |x_i| <= L (linf), |r| <= R
+        high = np.append(np.full(self.d, self.L), self.R)
+        return {"z": Domain((self.d + 1,), low=-high, high=high, norm_part=self.d,
+                            max_radius=self.L if self.context_norm == "l2" else None,
+                            source=f"raw [x; r], {self.context_norm} ||x|| <= L, |r| <= R")}
+
+    def aggregate_bounds(self, users):
+        # the round's rows: a user's row at slot (user mod B) within the bounds, every other row 0
+        users = np.asarray(users)
+        rows = 1 if self.config.round_size == 1 else self.config.round_size
+        high = np.zeros((rows, self.d + 1))
+        high[users % rows] = np.append(np.full(self.d, self.L), self.R)
+        row_max = high[:, 0] if self.context_norm == "l2" else np.full(rows, np.inf)
+        groups = np.arange(high.size) // (self.d + 1) + rows * (np.arange(high.size) % (self.d + 1) == self.d)
+        return {"Z": SumBounds(-high.reshape(-1), high.reshape(-1), groups=groups,
+                               group_max=np.concatenate([row_max * (1 + 1e-9), np.full(rows, np.inf)]))}
 
     def aggregate(self, messages, users):
         """Rows placed at slot (user mod B): summing these over populations or shards gives the round's rows."""

@@ -41,7 +41,8 @@ from scipy.special import expit
 
 from ldpfed.algorithms.base import Algorithm
 from ldpfed.errors import ConfigError
-from ldpfed.mechanisms import GaussianMechanism, L2BallMechanism, SymmetricGaussianMechanism
+from ldpfed.mechanisms import (Domain, GaussianMechanism, L2BallMechanism, SymmetricGaussianMechanism,
+                              weighted_sphere_bounds)
 
 SINGLE_ENVS = ("linear", "logistic", "poisson")
 MULTI_ENVS = ("linear-multi", "logistic-multi", "poisson-multi", "classification")
@@ -131,6 +132,13 @@ class _GLMBase(Algorithm):
     def _ols_sensitivities(self):
         return math.sqrt(2.0) * self.C_B ** 2, 2.0 * self.c_r * self.C_B
 
+    # Domains (what the server accepts): the single-parameter messages have no public part.
+    def _slot_schedule(self) -> dict:
+        return {}
+
+    def _public_domains(self) -> dict:
+        return {}
+
 
 # ---------------------------------------------------------------------------------------------------------------
 # Single parameter (Algorithm 1)
@@ -186,6 +194,15 @@ class LdpOls(_SingleBase):
 
     def message_spec(self):
         return {"M": (self.d, self.d), "u": (self.d,)}
+
+    def message_domains(self):
+        # clipped inputs: |x_i x_j| <= ||x||^2 <= C_B^2, |r x_i| <= c_r C_B; the noise of the private version
+        spec, slots = self.message_spec(), self._slot_schedule()
+        bounds = {"M": self.C_B ** 2, "u": self.c_r * self.C_B}
+        domains = {f: self.mechanisms[f].output_domain(spec[f], b, **slots) if self.private else
+                   Domain(spec[f], low=-b, high=b, symmetric=f == "M", source="raw, public bounds", **slots)
+                   for f, b in bounds.items()}
+        return {**domains, **self._public_domains()}
 
     def encode(self, model, contexts, actions, rewards, users, rng):
         x, r, metrics = self._clip(self._chosen(contexts, actions), rewards)
@@ -260,6 +277,25 @@ class LdpSgd(_SingleBase):
     def message_spec(self):
         return {"Z": (self.d,)}
 
+    def message_domains(self):
+        return {"Z": self.mech.output_domain(self.message_spec()["Z"], **self._slot_schedule()),
+                **self._public_domains()}
+
+    def aggregate_bounds(self, users):
+        # sum_i eta_i Z_i with public eta_i > 0 and ||Z_i|| = B: per slot row, norm <= sum_i eta_i B; the sums of
+        # the weights are read off `aggregate` itself (on outputs of one coordinate, 1 in the sent slots)
+        spec, users, domains = self.message_spec(), np.asarray(users), self.cached_domains()
+        if domains["Z"].slots is None:
+            ones = {"Z": np.ones((len(users), 1))}                     # one coordinate per row is enough
+        else:
+            sent = np.asarray(domains["Z"].slots(users), dtype=float)
+            ones = {"Z": sent[..., None], "n": sent}
+        eta_sums = np.asarray(self.aggregate(ones, users)["Z"]).reshape(-1)
+        bounds = {"Z": weighted_sphere_bounds(eta_sums, self.mech.B, int(np.prod(spec["Z"])), self.d)}
+        if "n" in domains:
+            bounds["n"] = domains["n"].sum_bounds(users)
+        return bounds
+
     def encode(self, model, contexts, actions, rewards, users, rng):
         x, r, metrics = self._clip(self._chosen(contexts, actions), rewards)
         g = (self.mu(x @ model["theta"]) - r)[:, None] * x
@@ -326,6 +362,17 @@ class _MultiBase(_GLMBase):
             actions = actions.copy()
             actions[post] = scores.argmax(axis=1)
         return actions
+
+    def sent_slots(self, users) -> np.ndarray:
+        """(n, K) 0/1: the slots a user's message carries, a function of the arrival index only (public)."""
+        users = np.asarray(users)
+        return np.where((users >= self.warm)[:, None], 1.0, np.arange(self.K) == (users % self.K)[:, None])
+
+    def _slot_schedule(self):
+        return {"slots": self.sent_slots}
+
+    def _public_domains(self):
+        return {"n": Domain((self.K,), exact=self.sent_slots, source="public count of the sent slots")}
 
     def _slots(self, users, actions):
         """(n, K) 0/1: which slots carry a message (public: warm-up one-hot of the public arm, then all ones),

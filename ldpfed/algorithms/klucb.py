@@ -45,7 +45,7 @@ from scipy.special import xlogy
 
 from ldpfed.algorithms.base import Algorithm
 from ldpfed.errors import ConfigError
-from ldpfed.mechanisms import RandomizedResponse
+from ldpfed.mechanisms import Domain, RandomizedResponse
 
 PAPER = "seed 004 Gajane 2023"
 _CACHE_LIMIT = 1_000_000    # memoized (N, sum) pairs before the memo is cleared
@@ -264,6 +264,15 @@ class SWKLUCBCF(Algorithm):
 
     def message_spec(self):
         return {"pulls": (self.K,), "feedback": (self.K,)}
+
+    def message_domains(self):
+        # pulls: one-hot of the scheduled arm (user t < K pulls t, the others the round's argmax of the index);
+        # feedback: a bit in at most one slot (the pulled arm's)
+        K = self.K
+        pulls = Domain((K,), low=0.0, high=1.0, integral=True, one_hot=True, scheduled=K, source="public pulled arm")
+        feedback = (self.rr.output_domain((K,), at_most_one=True) if self.private else
+                    Domain((K,), low=0.0, high=1.0, integral=True, at_most_one=True, source="raw reward bit"))
+        return {"pulls": pulls, "feedback": feedback}
 
 
 class KLUCBCF(SWKLUCBCF):

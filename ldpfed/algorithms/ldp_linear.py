@@ -161,6 +161,11 @@ class LdpUcb(Algorithm):
     def message_spec(self):
         return {"M": (self.d, self.d), "u": (self.d,)}
 
+    def message_domains(self):
+        # clipped inputs (||x|| <= 1): |x_i x_j| <= 1; |r x_i| <= c_r (ldp-gloc: |z x_i| <= S, |grad_i| <= C_g)
+        bounds = {"M": 1.0, "u": self.c_r} if self.shares == 2 else {"M": 1.0, "u": self.S, "grad": self.grad_bound}
+        return {f: self.mechanisms[f].output_domain(shape, bounds[f]) for f, shape in self.message_spec().items()}
+
     def encode(self, model, contexts, actions, rewards, users, rng):
         x, n_x = _clip_contexts(contexts[np.arange(len(actions)), actions])
         r, n_r = _clip(rewards, self.c_r)

@@ -31,7 +31,7 @@ import numpy as np
 from ldpfed.algorithms.base import Algorithm
 from ldpfed.envs.base import unit_sphere
 from ldpfed.errors import ConfigError
-from ldpfed.mechanisms import GaussianMechanism
+from ldpfed.mechanisms import Domain, GaussianMechanism, SumBounds, gaussian_tail_z
 
 MAB_ENVS = ("bernoulli", "piecewise-bernoulli")
 
@@ -76,6 +76,12 @@ class _OnePointScalar(Algorithm):
         self.mechanisms[self.private_field] = mech
         return mech.sigma
 
+    def _scalar_domain(self, bound: float) -> Domain:
+        """The private scalar: the mechanism's output domain for data in [-bound, bound] (raw when not private)."""
+        if self.private:
+            return self.mechanisms[self.private_field].output_domain((), bound)
+        return Domain((), low=-bound, high=bound, source="raw, public bound")
+
     def _privatize(self, values: np.ndarray, bound: float, rng) -> tuple[np.ndarray, int]:
         values = np.asarray(values, dtype=float)
         clipped = np.clip(values, -bound, bound)
@@ -89,8 +95,25 @@ class _OnePointScalar(Algorithm):
 class _OnePointMab(_OnePointScalar):
     """Multi-armed bandit message: the public arm and the privatized reward; the server keeps per-arm sums."""
 
+    scheduled_arm = False     # arms on the public schedule (user t < K pulls t, then the published arm)?
+
     def message_spec(self):
         return {"arm": (), "reward": ()}
+
+    def message_domains(self):
+        return {"arm": Domain((), low=0, high=self.K - 1, integral=True, scheduled=self.K if self.scheduled_arm
+                              else None, source="public arm"), "reward": self._scalar_domain(self.c_r)}
+
+    def aggregate_bounds(self, users):
+        n, K = len(users), self.K
+        reward = self.message_domains()["reward"].sum_bounds(users)     # a bound for one arm holding all n
+        scheduled = None
+        if self.scheduled_arm:
+            users = np.asarray(users)
+            scheduled = (np.bincount(users[users < K], minlength=K).astype(float), float(np.sum(users >= K)))
+        return {"count": SumBounds(np.zeros(K), np.full(K, float(n)), integral=True, total=float(n),
+                                   scheduled=scheduled),
+                "reward": SumBounds(np.full(K, reward.low[0]), np.full(K, reward.high[0]))}
 
     def encode(self, model, contexts, actions, rewards, users, rng):
         noisy, n_clipped = self._privatize(rewards, self.c_r, rng)
@@ -119,6 +142,7 @@ class LdpMabUcb(_OnePointMab):
     default_env = "bernoulli"
     defaults = {"calibration": "classic"}
     public_fields = frozenset({"arm"})
+    scheduled_arm = True
     # The paper has no MAB experiment; a reconstruction: 10 Bernoulli arms, T = 1e5, eps = 1, delta = 0.01.
     paper_setting = {"env_params": {"K": 10}, "users": 10**5, "eps": 1.0, "delta": 0.01, "params": {}}
 
@@ -275,6 +299,22 @@ class _BallBco(_OnePointScalar):
 
     def aggregate(self, messages, users):
         return {"grad": messages[self.private_field] @ messages["u"]}
+
+    def _scalar_bound(self) -> float:
+        return self.diff_bound if self.private_field == "diff" else self.B
+
+    def message_domains(self):
+        return {"u": Domain((self.d,), low=-1.0, high=1.0, radius=1.0, source="public unit direction"),
+                self.private_field: self._scalar_domain(self._scalar_bound())}
+
+    def aggregate_bounds(self, users):
+        # ||sum_i s_i u_i|| <= sum_i |s_i| <= n (bound + z_n sigma): every honest |s_i| is within bound + z_n sigma,
+        # z_n = the tail over the n users (union bound), except w.p. 1e-13
+        n = len(users)
+        sigma = self.mechanisms[self.private_field].sigma if self.private else 0.0
+        cap = n * (self._scalar_bound() + gaussian_tail_z(n) * sigma) * (1 + 1e-9)
+        return {"grad": SumBounds(np.full(self.d, -cap), np.full(self.d, cap), groups=np.zeros(self.d, dtype=np.int64),
+                                  group_max=np.array([cap]))}
 
     def _descend(self, state, grad_sum: np.ndarray, scale: float):
         y = state["y"] - self.eta * scale * grad_sum

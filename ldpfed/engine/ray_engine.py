@@ -94,8 +94,8 @@ class ShardActor:
     def configure(self, config, plan, shard: int, max_open_rounds: int = 1, first_round: int = 0) -> tuple[str, int]:
         """(node id, pid) of this shard once it is ready to fold from round `first_round` on."""
         algo = None
-        if plan.mode == "per-user" and plan.segments[shard]:
-            algo = make_algorithm(make_env(config), config)   # for its `aggregate` (public per-user weights)
+        if plan.segments[shard]:   # its `aggregate` (public per-user weights) and its message domains
+            algo = make_algorithm(make_env(config), config)
         self.core = ShardCore(plan, shard, algo, max_open_rounds=max_open_rounds, first_round=first_round)
         return self.node(), os.getpid()
 

@@ -23,7 +23,17 @@ depends on the width); each user's message is then cut into one slice per shard.
 A message is REJECTED and COUNTED, the shard's state unchanged, when: it is not a 4-tuple; the algorithm is not
 the run's; the round is not open (closed, or beyond the window of open rounds); the population has no users in
 that round; the (population, round) was already received; the payload's fields, dtype (float64) or shapes do not
-match the plan (derived from `algo.message_spec()` and the probe); a value is not finite; or aggregating it fails.
+match the plan (derived from `algo.message_spec()` and the probe); a value is not finite; a value lies outside
+the field's output domain (below); or aggregating it fails.
+
+Domains (the shard trusts no client). Per-user mode: every field of every user must lie in the domain the
+algorithm declares (`algo.message_domains()`: the output domain of the mechanism that made it, e.g. the l2-ball
+sphere, bits, a Gaussian tail bound, or the public schedule: one-hot scheduled arms, public counts, unit
+directions); pre-aggregated mode: every population sum must lie in what its n honest users can produce
+(`algo.aggregate_bounds(users)`: n B-type norm bounds with the public weights of `aggregate`, [0, n] for bit
+sums, exact public counts, Gaussian tail bounds of sums), and a running total must stay finite. Rejected messages
+are counted by reason ("out of domain (<field>): <why>"). `check_domains=False` turns this off (for measuring
+its cost only).
 """
 from __future__ import annotations
 
@@ -35,6 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ldpfed.engine.core import add_sums, population_users, round_bounds, sample_messages
+from ldpfed.mechanisms.domains import symmetric_reason
 
 FLOAT = np.dtype(np.float64)
 MODES = ("pre-aggregated", "per-user")
@@ -269,10 +280,16 @@ class _Round:
 class ShardCore:
     """One server shard: validates and folds messages for its keys; idempotent per (population, round)."""
 
-    def __init__(self, plan: ShardPlan, shard: int, algo=None, max_open_rounds: int = 1, first_round: int = 0):
-        if plan.mode == "per-user" and plan.segments[shard] and algo is None:
-            raise ValueError("per-user mode needs the algorithm's aggregate in the shard")
+    def __init__(self, plan: ShardPlan, shard: int, algo=None, max_open_rounds: int = 1, first_round: int = 0,
+                 check_domains: bool = True):
+        if plan.segments[shard] and algo is None and (plan.mode == "per-user" or check_domains):
+            raise ValueError("a shard needs the algorithm: its aggregate (per-user mode) and its message domains")
         self.plan, self.shard, self.algo = plan, shard, algo
+        self.check_domains = bool(check_domains) and bool(plan.segments[shard])
+        self.domains = algo.cached_domains() if self.check_domains else {}
+        if self.check_domains and set(self.domains) != set(plan.message_spec):
+            raise ValueError(f"{plan.algorithm}: message_domains() {sorted(self.domains)} do not cover the message "
+                             f"fields {sorted(plan.message_spec)}")
         self.segments = plan.segments[shard]
         self.max_open_rounds = max_open_rounds
         self.next_round = first_round  # rounds below are closed (a recreated or resumed shard starts later)
@@ -343,8 +360,14 @@ class ShardCore:
                 return "wrong dtype"
             if value.shape != shape:
                 return "wrong shape"
-            if not np.isfinite(value).all():
+        # Every domain is bounded or exact, so a payload inside its domains is finite: with the checks on, the
+        # finiteness pass runs only to name the reason of a rejection.
+        reason = self._domain_reason(payload, users) if self.check_domains else None
+        if reason is not None or not self.check_domains:
+            if not all(np.isfinite(payload[field]).all() for field in expected):
                 return "non-finite"
+            if reason is not None:
+                return reason
         if plan.mode == "pre-aggregated":
             part = {seg.field: payload[seg.field] for seg in self.segments}
         else:
@@ -360,6 +383,13 @@ class ShardCore:
                 return "aggregate failed"
             if not all(np.isfinite(v).all() for v in part.values()):
                 return "non-finite"
+            for field, value in part.items():     # symmetric fields: checked on the aggregate (symmetric_reason)
+                domain = self.domains.get(field)
+                if domain is not None and domain.symmetric and plan.layout == "population" and \
+                        symmetric_reason(value, domain.shape) is not None:
+                    return f"out of domain ({field}): not symmetric"
+        if state is not None and plan.layout != "population" and not self._totals_stay_finite(state, part):
+            return "total would overflow"     # checked before adding: a running total stays finite
         # Accepted: only now does the state change.
         if state is None:
             state = self.rounds[round_index] = _Round(plan.populations_of(round_index, self.shard))
@@ -372,6 +402,36 @@ class ShardCore:
         while state.index < len(state.order) and state.order[state.index] in state.pending:
             state.totals = add_sums(state.totals, state.pending.pop(state.order[state.index]))
             state.index += 1
+        return None
+
+    @staticmethod
+    def _totals_stay_finite(state: _Round, part: dict) -> bool:
+        """|total| + |pending| + |part| finite for every field: whatever the fold order, the total stays finite."""
+        with np.errstate(over="ignore"):
+            return all(np.isfinite(np.abs(state.totals.get(f, 0.0)) + np.abs(v)
+                                   + sum(np.abs(p[f]) for p in state.pending.values() if f in p)).all()
+                       for f, v in part.items())
+
+    def _domain_reason(self, payload: dict, users: np.ndarray) -> str | None:
+        """None if the payload could come from honest users, else why not (see the module docstring)."""
+        plan = self.plan
+        if plan.mode == "pre-aggregated":
+            bounds = self.algo.aggregate_bounds(users)
+            for seg in self.segments:
+                why = bounds[seg.field].reason(payload[seg.field], seg.lo, seg.hi)
+                if why is not None:
+                    return f"out of domain ({seg.field}): {why}"
+            return None
+        if plan.layout == "population":
+            for field, value in payload.items():
+                why = self.domains[field].reason(value, users)
+                if why is not None:
+                    return f"out of domain ({field}): {why}"
+            return None
+        for seg in self.segments:
+            why = self.domains[seg.field].reason(payload[seg.field], users, seg.lo, seg.hi)
+            if why is not None:
+                return f"out of domain ({seg.field}): {why}"
         return None
 
     # ---- closing a round --------------------------------------------------------------------------

@@ -5,6 +5,7 @@ ldpfed.errors.ConfigError naming the parameter and its value; nothing is clipped
 mechanism clips, and it returns the count).
 """
 
+from .domains import Domain, SumBounds, gaussian_tail_z, weighted_sphere_bounds
 from .gaussian import GaussianMechanism, SymmetricGaussianMechanism, analytic_delta, gaussian_sigma
 from .guarantee import Guarantee
 from .l2ball import L2BallMechanism, l2_ball_radius
@@ -15,6 +16,10 @@ from .tree import TreeMechanism, TreeNoise, tree_depth
 from .wishart import WishartMechanism, wishart_dof
 
 __all__ = [
+    "Domain",
+    "SumBounds",
+    "gaussian_tail_z",
+    "weighted_sphere_bounds",
     "Guarantee",
     "gaussian_sigma",
     "analytic_delta",

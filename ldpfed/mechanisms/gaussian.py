@@ -10,6 +10,7 @@ from scipy import optimize, special
 from ldpfed.errors import ConfigError
 
 from . import _validate as V
+from .domains import Domain, gaussian_tail_z
 from .guarantee import Guarantee
 
 
@@ -80,6 +81,21 @@ class GaussianMechanism:
         out += x
         return out
 
+    def noisy_coordinates(self, shape) -> int:
+        """How many independent noise draws a field of this shape gets (per user)."""
+        return int(np.prod(shape, dtype=np.int64))
+
+    def output_domain(self, shape, data_bound, **schedule) -> Domain:
+        """Contract: the finite reals, narrowed to |output - data| <= z sigma per entry, where |data| <= data_bound
+        entry-wise (the public bound of what the caller privatizes) and z = gaussian_tail_z(noisy coordinates):
+        by the union bound over the field's coordinates an honest output exceeds it w.p. < 1e-13."""
+        shape = tuple(shape)
+        z = gaussian_tail_z(self.noisy_coordinates(shape))
+        return Domain(shape, low=-np.asarray(data_bound), high=data_bound, noise=("gaussian", self.sigma, z),
+                      symmetric=self.mechanism_name == "symmetric-gaussian",
+                      source=f"{self.mechanism_name} sigma={self.sigma:.6g}: |data| <= bound, tail z={z:.3f}",
+                      **schedule)
+
     def __repr__(self):
         g = self.guarantee
         return f"{type(self).__name__}(sigma={self.sigma:.6g}, eps={g.eps}, delta={g.delta}, {self.calibration})"
@@ -94,6 +110,11 @@ class SymmetricGaussianMechanism(GaussianMechanism):
     d(d+1)/2 entries; the noise is exactly a Gaussian mechanism on that vector."""
 
     mechanism_name = "symmetric-gaussian"
+
+    def noisy_coordinates(self, shape) -> int:
+        """The upper triangle (incl. diagonal) of each trailing (d, d) matrix is drawn; the rest is mirrored."""
+        d = shape[-1]
+        return int(np.prod(shape[:-2], dtype=np.int64)) * d * (d + 1) // 2
 
     def noise(self, shape_prefix, d, rng: np.random.Generator) -> np.ndarray:
         """The symmetric noise alone, shape (*shape_prefix, d, d)."""

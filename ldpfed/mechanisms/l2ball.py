@@ -10,6 +10,7 @@ from scipy import special
 from ldpfed.errors import ConfigError
 
 from . import _validate as V
+from .domains import Domain
 from .guarantee import Guarantee
 
 # A row counts as clipped when its norm exceeds radius by more than this relative tolerance; rows within the
@@ -83,6 +84,13 @@ class L2BallMechanism:
         u[~nz, 0] = 1.0
         p_pos = 0.5 + norms_c * (self._tanh / (2.0 * self.radius))
         return _sample_sphere_halfspace(u, p_pos, self.B, rng), n_clipped
+
+    def output_domain(self, shape=None, **schedule) -> Domain:
+        """Contract: every output row has l2 norm exactly B (up to rounding), whatever the input. `shape` (..., dim)
+        and `schedule` (e.g. slots=) describe the message field that carries the outputs."""
+        shape = (self.dim,) if shape is None else tuple(shape)
+        return Domain(shape, low=-self.B, high=self.B, radius=self.B, source=f"l2-ball sphere of radius B={self.B:.6g}",
+                      **schedule)
 
     def __repr__(self):
         return f"L2BallMechanism(radius={self.radius}, eps={self.eps}, dim={self.dim}, B={self.B:.6g})"

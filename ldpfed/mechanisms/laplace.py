@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _validate as V
+from .domains import Domain, laplace_tail
 from .guarantee import Guarantee
 
 
@@ -22,6 +23,14 @@ class LaplaceMechanism:
         out = rng.laplace(0.0, self.b, size=x.shape)
         out += x
         return out
+
+    def output_domain(self, shape, data_bound, **schedule) -> Domain:
+        """Contract: input entries within +-data_bound (the caller's public bound) plus the tail bound t of
+        `domains.laplace_tail` over the field's coordinates (an honest output exceeds it w.p. < 1e-13)."""
+        shape = tuple(shape)
+        t = laplace_tail(self.b, int(np.prod(shape, dtype=np.int64)))
+        return Domain(shape, low=-np.asarray(data_bound), high=data_bound, noise=("laplace", t),
+                      source=f"laplace b={self.b:.6g}: |data| <= bound, tail {t:.6g}", **schedule)
 
     def __repr__(self):
         return f"LaplaceMechanism(b={self.b:.6g}, eps={self.guarantee.eps})"

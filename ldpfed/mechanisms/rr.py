@@ -10,6 +10,7 @@ from scipy import special
 from ldpfed.errors import ConfigError
 
 from . import _validate as V
+from .domains import Domain
 from .guarantee import Guarantee
 
 
@@ -35,6 +36,11 @@ class RandomizedResponse:
         b = b.astype(np.int64, copy=False)
         flip = rng.random(b.shape) >= self.p_keep
         return np.bitwise_xor(b, flip.astype(np.int64))
+
+    def output_domain(self, shape=(), **schedule) -> Domain:
+        """Contract: every reported bit is 0 or 1 (a field that carries bits in a slot, e.g. the pulled arm's, may
+        say so with at_most_one=True)."""
+        return Domain(shape, low=0.0, high=1.0, integral=True, source="randomized response: bits {0, 1}", **schedule)
 
     def feedback_mean(self, mu):
         """Mean of the reports when the true bits have mean mu: 1/(1+e^eps) + tanh(eps/2) mu."""

@@ -1,0 +1,323 @@
+"""A server that trusts no client: every message field of every algorithm has an output domain, honest messages lie
+in it, and the attacks of issue 12 (built as an attacker would, from genuine messages) are rejected and counted by
+a shard, with its state unchanged, in per-user and pre-aggregated mode, in process and over Ray."""
+import numpy as np
+import pytest
+
+from ldpfed.algorithms import REGISTRY, make_algorithm
+from ldpfed.config import RunConfig
+from ldpfed.engine.core import add_sums, population_users, simulate_population
+from ldpfed.engine.ray_shard import ShardCore, make_plan
+from ldpfed.envs import make_env
+from ldpfed.mechanisms import (Domain, GaussianMechanism, L2BallMechanism, LaplaceMechanism, RandomizedResponse,
+                               SymmetricGaussianMechanism, gaussian_tail_z)
+from ldpfed.mechanisms.domains import FIELD_TAIL_PROB
+from ldpfed.rng import derive
+
+
+# ---- mechanisms state their output domains ------------------------------------------------------------------
+
+def test_mechanism_output_domains_hold_for_honest_outputs_and_exclude_the_rest():
+    rng = np.random.default_rng(0)
+    users = np.arange(2000)
+    l2 = L2BallMechanism(2.0, 1.0, 5)
+    g = rng.standard_normal((2000, 5))
+    g *= 2.0 / np.linalg.norm(g, axis=1, keepdims=True) * rng.random((2000, 1))
+    Z, _ = l2.privatize(g, rng)
+    sphere = l2.output_domain()
+    assert sphere.reason(Z, users) is None
+    assert sphere.reason(Z * (1 + 1e-6), users) == "not on the sphere"     # inside the ball is not an output
+    assert sphere.reason(Z * 0.5, users) == "not on the sphere"
+
+    rr = RandomizedResponse(1.0)
+    bits = rr.privatize(rng.integers(0, 2, size=2000), rng)
+    assert rr.output_domain().reason(bits, users) is None
+    assert rr.output_domain().reason(np.where(users == 3, 7, bits), users) is not None
+    assert rr.output_domain().reason(np.where(users == 3, 0.5, bits), users) is not None
+
+    # Gaussian: data in [-1, 1] plus noise; the tail bound is the one stated (union bound over the coordinates)
+    gauss = GaussianMechanism(2.0, 1.0, 0.01)
+    dom = gauss.output_domain((4,), 1.0)
+    z = gaussian_tail_z(4)
+    assert 2 * 4 * 0.5 * __import__("math").erfc(z / 2 ** 0.5) == pytest.approx(FIELD_TAIL_PROB, rel=1e-6)
+    np.testing.assert_allclose(dom.high, 1.0 + z * gauss.sigma)
+    y = gauss.privatize(np.clip(rng.standard_normal((2000, 4)), -1, 1), rng)
+    assert dom.reason(y, users) is None
+    assert dom.reason(np.where(users[:, None] == 5, 1.0 + 1.01 * z * gauss.sigma, y), users) == "outside the bounds"
+
+    sym = SymmetricGaussianMechanism(1.0, 1.0, 0.01)
+    M = sym.privatize(np.zeros((50, 3, 3)), rng)
+    sdom = sym.output_domain((3, 3), 1.0)
+    assert sdom.reason(M, users[:50]) is None
+    assert sdom.sum_bounds(users[:50]).reason(M.sum(axis=0).reshape(-1)) is None
+    M[0, 0, 1] += 1e-3      # symmetry is checked on aggregates (a skew part must cancel to change nothing)
+    assert sdom.sum_bounds(users[:50]).reason(M.sum(axis=0).reshape(-1)) == "not symmetric"
+
+    lap = LaplaceMechanism(1.0, 1.0)
+    ldom = lap.output_domain((3,), 1.0)
+    assert ldom.reason(lap.privatize(np.zeros((2000, 3)), rng), users) is None
+    assert ldom.reason(np.full((1, 3), 1e9), users[:1]) == "outside the bounds"
+
+
+def test_gaussian_sum_bound_is_the_tail_of_a_sum():
+    gauss = GaussianMechanism(2.0, 1.0, 0.01)
+    dom = gauss.output_domain((2,), 1.0)
+    bounds = dom.sum_bounds(np.arange(100))
+    z = gaussian_tail_z(2)
+    np.testing.assert_allclose(bounds.high, 100 * 1.0 + z * gauss.sigma * 10.0)
+    assert bounds.reason(np.array([0.0, 100 + z * gauss.sigma * 10.0 * 1.001])) is not None
+    assert bounds.reason(np.array([0.0, 100 + z * gauss.sigma * 10.0 * 0.999])) is None
+
+
+# ---- every algorithm: every field declared, honest messages inside ------------------------------------------
+
+def honest_config(name):
+    # delta 0.05 as the registry-wide engine test; 10 rounds of 30 users so the multi-parameter warm-up ends inside
+    return RunConfig(name, users=300, round_size=30, populations=3, seed=2, delta=0.05)
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_every_field_declares_a_domain_and_honest_messages_pass(name):
+    config = honest_config(name)
+    env = make_env(config)
+    algo = make_algorithm(env, config)
+    domains = algo.message_domains()
+    spec = algo.message_spec()
+    assert set(domains) == set(spec)
+    for field, domain in domains.items():
+        assert isinstance(domain, Domain) and domain.shape == tuple(spec[field]) and domain.source, field
+        if algo.privacy_model == "ldp" and field not in algo.public_fields:
+            assert field in algo.mechanisms, f"{field}: a private field's domain comes from its mechanism"
+    state = algo.initial_state(derive(config.seed, "init"))
+    for r in range(config.rounds):
+        model = algo.publish(state)
+        start, stop = r * config.round_size, (r + 1) * config.round_size
+        total = None
+        for p in range(config.populations):
+            users = population_users(start, stop, p, config.populations)
+            messages, _, _ = simulate_population(algo, env, model, config.seed, r, p, users, pre_aggregate=False)
+            for field, value in messages.items():
+                assert domains[field].reason(np.asarray(value), users) is None, (r, p, field)
+            sums = algo.aggregate(messages, users)
+            bounds = algo.aggregate_bounds(users)
+            assert set(bounds) == set(sums)
+            for field, value in sums.items():
+                assert bounds[field].reason(np.asarray(value, dtype=float).reshape(-1)) is None, (r, p, field)
+            total = add_sums(total, sums)
+        state = algo.update(state, total or {}, start, stop, derive(config.seed, "server", r))
+
+
+# ---- the attacks of issue 12 -----------------------------------------------------------------------------------
+
+def _set(field, index, value):
+    def attack(m, users, algo):
+        m[field][index] = value
+    return attack
+
+
+def _scale_row(field, factor):
+    def attack(m, users, algo):
+        m[field][0] = m[field][0] * factor
+    return attack
+
+
+def _other_arm(m, users, algo):       # the last user pulls an arm that is not the round's scheduled one
+    m["arm"][-1] = (m["arm"][-1] + 1) % algo.K
+
+
+def _pulls_other_arm(m, users, algo):
+    arm = int(np.argmax(m["pulls"][-1]))
+    m["pulls"][-1] = 0.0
+    m["pulls"][-1, (arm + 1) % algo.K] = 1.0
+    m["feedback"][-1] = 0.0
+
+
+def _feedback_every_slot(m, users, algo):   # every user (so that the population's sum shows it too)
+    m["feedback"][:] = 1.0
+
+
+def _bit(m, users, algo):
+    m["feedback"][0, int(np.argmax(m["pulls"][0]))] = 7.0
+
+
+def _not_symmetric(m, users, algo):
+    m["M"][0, 0, 1] += 1.0
+
+
+def _x_too_long(m, users, algo):
+    m["z"][0, :-1] *= 2.0 / np.linalg.norm(m["z"][0, :-1])
+
+
+# per-user attacks: (name, how a genuine message is changed)
+PER_USER = {
+    "ldp-sgd": [("Z row of norm 1.4e12", _scale_row("Z", 1.4e12)), ("Z inside the ball", _scale_row("Z", 0.5))],
+    "ldp-ols": [("u entries 1e6", _set("u", 0, 1e6)), ("M entries 1e150", _set("M", 0, 1e150)),
+                ("M not symmetric", _not_symmetric)],
+    "sw-klucb-cf": [("randomized-response bit of 7", _bit), ("feedback 1 in every arm slot (every user)", _feedback_every_slot),
+                    ("pulls = -3", _set("pulls", (0, 0), -3.0)), ("pulls not the scheduled arm", _pulls_other_arm)],
+    "ldp-mab-ucb": [("noisy reward 1e9", _set("reward", 0, 1e9)), ("arm not the scheduled arm", _other_arm),
+                    ("arm 99", _set("arm", 0, 99)), ("arm -1", _set("arm", 0, -1))],
+    "ldp-ols-multi": [("public count n = 1e6", _set("n", (0, 0), 1e6))],
+    "ldp-bco-one-point": [("unit direction of norm 1.4e8", _scale_row("u", 1.4e8))],
+    "linucb-dgs": [("||x|| = 2 > C_B", _x_too_long), ("|r| > c_r", _set("z", (0, -1), 1e3))],
+    "private-lasso": [("|x_i| > C_X", _set("z", (0, 0), 5.0))],
+}
+
+
+def _sum_set(field, index, value):
+    def attack(s, users, algo):
+        s[field].reshape(-1)[index] = value
+    return attack
+
+
+def _count_moved(s, users, algo):      # one post-initialization user counted on another arm
+    arm = int(np.argmax(s["count"]))
+    s["count"][arm] -= 1
+    s["count"][(arm + 1) % algo.K] += 1
+
+
+# pre-aggregated attacks: (name, how a genuine population sum is changed); plus every per-user attack aggregated
+PRE_AGGREGATED = {
+    "ldp-sgd": [("population sum 1e12", _sum_set("Z", 0, 1e12))],
+    "ldp-ols": [("u sum 1.7e308", _sum_set("u", 0, 1.7e308)), ("M sum 1e150", _sum_set("M", 0, 1e150))],
+    "sw-klucb-cf": [("summed feedback 1e9", _sum_set("feedback", 0, 1e9)), ("pulls sum -3", _sum_set("pulls", 0, -3)),
+                    ("feedback sum 0.5", _sum_set("feedback", 0, 0.5))],
+    "ldp-mab-ucb": [("reward sum 1e9", _sum_set("reward", 0, 1e9)), ("counts off the schedule", _count_moved)],
+    "ldp-ols-multi": [("public count n = 1e6", _sum_set("n", 0, 1e6))],
+    "ldp-bco-one-point": [("grad sum 1e12", _sum_set("grad", 0, 1e12))],
+    "linucb-dgs": [("a row at a slot of no user of the population", _sum_set("Z", 0, 0.5))],
+}
+# aggregating these per-user attacks gives a sum honest users can produce (a bit of 7 among 20 users, one user's
+# arm moved, an asymmetric M, a ball point), or none (an arm out of range): only per-user mode sees them
+PER_USER_ONLY = {"Z inside the ball", "randomized-response bit of 7", "M not symmetric", "arm not the scheduled arm",
+                 "pulls not the scheduled arm", "arm 99", "arm -1"}
+
+
+def attack_setup(name, mode, shards=1):
+    # round 0 of 2 populations x 20 users (population 1: users 20..39, past the initialization pulls t < K)
+    config = RunConfig(name, users=80, round_size=40, populations=2, seed=3, delta=0.05)
+    env = make_env(config)
+    algo = make_algorithm(env, config)
+    plan = make_plan(algo, config, shards, mode)
+    model = algo.publish(algo.initial_state(derive(config.seed, "init")))
+    genuine = {}
+    for p in range(config.populations):
+        users = plan.users_of(0, p)
+        messages, _, _ = simulate_population(algo, env, model, config.seed, 0, p, users, pre_aggregate=False)
+        genuine[p] = (users, {f: np.array(v) for f, v in messages.items()})
+    return config, algo, plan, genuine
+
+
+def attacked_payloads(name, algo, plan, users, messages):
+    """(attack name, the payload to send) for the mode of the plan."""
+    out = []
+    for attack_name, attack in PER_USER.get(name, []):
+        m = {f: v.copy() for f, v in messages.items()}
+        attack(m, users, algo)
+        if plan.mode == "per-user":
+            out.append((attack_name, m))
+        elif attack_name not in PER_USER_ONLY:
+            out.append((attack_name, algo.aggregate(m, users)))
+    if plan.mode == "pre-aggregated":
+        for attack_name, attack in PRE_AGGREGATED.get(name, []):
+            s = {f: np.array(v, dtype=float) for f, v in algo.aggregate(messages, users).items()}
+            attack(s, users, algo)
+            out.append((attack_name, s))
+    return out
+
+
+def as_message(config, plan, population, payload, n_users, shard=0):
+    return (config.algorithm, 0, population, plan.split(payload, n_users, population)[shard])
+
+
+@pytest.mark.parametrize("mode", ["per-user", "pre-aggregated"])
+@pytest.mark.parametrize("name", sorted(PER_USER))
+def test_every_attack_is_rejected_and_counted_state_unchanged(name, mode):
+    config, algo, plan, genuine = attack_setup(name, mode)
+    core = ShardCore(plan, 0, algo)
+    users, messages = genuine[0]
+    payload = messages if mode == "per-user" else algo.aggregate(messages, users)
+    assert core.fold([as_message(config, plan, 0, payload, len(users))]) == (1, 0)
+    before = core.peek(0)
+    users, messages = genuine[1]
+    attacks = attacked_payloads(name, algo, plan, users, messages)
+    assert len(attacks) >= 1
+    for attack_name, bad in attacks:
+        rejected_before = dict(core.rejected_by_reason)
+        assert core.fold([as_message(config, plan, 1, bad, len(users))]) == (0, 1), attack_name
+        new = {k: v - rejected_before.get(k, 0) for k, v in core.rejected_by_reason.items()
+               if v != rejected_before.get(k, 0)}
+        assert len(new) == 1 and next(iter(new)).startswith(("out of domain", "wrong dtype")), (attack_name, new)
+        after = core.peek(0)
+        assert after["seen"] == before["seen"] and after["pending"] == before["pending"], attack_name
+    assert core.rejected == len(attacks) and core.accepted == 1
+    # the genuine message of the attacked population is still accepted, and the round is the honest one
+    payload = messages if mode == "per-user" else algo.aggregate(messages, users)
+    assert core.fold([as_message(config, plan, 1, payload, len(users))]) == (1, 0)
+    got = plan.assemble([core.collect(0)])
+    want = None
+    for p in (0, 1):
+        u, m = genuine[p]
+        want = add_sums(want, algo.aggregate(m, u))
+    for field in want:
+        np.testing.assert_array_equal(got[field], want[field])
+
+
+def test_two_huge_sums_never_make_the_total_infinite():
+    config, algo, plan, genuine = attack_setup("ldp-ols", "pre-aggregated")
+    core = ShardCore(plan, 0, algo)
+    for p in (0, 1):
+        users, messages = genuine[p]
+        s = {f: np.array(v, dtype=float) for f, v in algo.aggregate(messages, users).items()}
+        s["u"][:] = 1.7e308
+        assert core.fold([as_message(config, plan, p, s, len(users))]) == (0, 1)
+    assert core.rejected_by_reason == {"out of domain (u): sum outside what the population can send": 2}
+
+
+def test_running_total_checked_before_adding():
+    """With the domain checks off (the stress job's measurement switch), the running total still never leaves the
+    finite range: the second of two finite 1.7e308 sums is rejected before it is added."""
+    config, algo, plan, genuine = attack_setup("ldp-ols", "pre-aggregated")
+    core = ShardCore(plan, 0, algo, check_domains=False)
+    results = []
+    for p in (0, 1):
+        users, messages = genuine[p]
+        s = {f: np.array(v, dtype=float) for f, v in algo.aggregate(messages, users).items()}
+        s["u"][:] = 1.7e308
+        results.append(core.fold([as_message(config, plan, p, s, len(users))]))
+    assert results == [(1, 0), (0, 1)] and core.rejected_by_reason == {"total would overflow": 1}
+
+
+def test_two_shards_pre_aggregated_some_shard_rejects_each_attack():
+    for name in sorted(PRE_AGGREGATED):
+        config, algo, plan, genuine = attack_setup(name, "pre-aggregated", shards=2)
+        users, messages = genuine[1]
+        for attack_name, bad in attacked_payloads(name, algo, plan, users, messages):
+            rejected = 0
+            for shard in plan.active_shards():
+                core = ShardCore(plan, shard, algo)
+                rejected += core.fold([as_message(config, plan, 1, bad, len(users), shard)])[1]
+            assert rejected >= 1, (name, attack_name)
+
+
+def test_shard_actor_rejects_attacks_over_ray(ray_session):
+    from ldpfed.engine.ray_engine import RemoteShard
+
+    ray = ray_session
+    expected = {}
+    for mode, name in (("per-user", "ldp-sgd"), ("pre-aggregated", "sw-klucb-cf")):
+        if True:
+            config, algo, plan, genuine = attack_setup(name, mode)
+            actor = RemoteShard.options(num_cpus=0).remote(config, plan, 0)
+            users, messages = genuine[1]
+            attacks = attacked_payloads(name, algo, plan, users, messages)
+            batch = [as_message(config, plan, 1, bad, len(users)) for _, bad in attacks]
+            accepted, rejected = ray.get(actor.fold.remote(batch))
+            stats = ray.get(actor.stats.remote())
+            assert (accepted, rejected) == (0, len(attacks)), (mode, name)
+            assert stats["accepted"] == 0 and stats["rejected"] == len(attacks)
+            assert all(k.startswith(("out of domain", "wrong dtype")) for k in stats["rejected_by_reason"])
+            expected[name] = stats["rejected_by_reason"]
+            ray.kill(actor)
+    assert expected["ldp-sgd"] == {"out of domain (Z): not on the sphere": 2}
+    assert len(expected["sw-klucb-cf"]) >= 3         # counted by reason
