@@ -321,3 +321,58 @@ def test_shard_actor_rejects_attacks_over_ray(ray_session):
             ray.kill(actor)
     assert expected["ldp-sgd"] == {"out of domain (Z): not on the sphere": 2}
     assert len(expected["sw-klucb-cf"]) >= 3         # counted by reason
+
+
+# ---- the stress job: out-of-domain copies under load, in-domain poisoning, the open-loop capacity curve --------
+
+def load_stress():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "jobs" / "stress_server.py"
+    spec = importlib.util.spec_from_file_location("stress_server", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_stress_out_of_domain_all_bad_rejected_no_honest_rejected(ray_session):
+    stress = load_stress()
+    lines = []
+    ok, rows = stress.run_stress("ldp-ols", d=3, K=4, shard_counts=(2,), populations=4, users_per_message=5,
+                                 rounds=3, senders=2, batch=3, max_in_flight=2, inject=1, max_seconds=120,
+                                 log=lines.append, attack_fraction=0.5)
+    assert ok, lines
+    (row,) = rows
+    # 2 senders x 6 messages each, half of them copied out of the domain: every copy rejected as out of domain,
+    # no honest message rejected, the aggregates equal to the honest recomputation (checked inside: ok)
+    assert row["out_of_domain_sent"] == 6 and row["out_of_domain_rejected"] == 6
+    assert row["honest_rejected"] == 0 and row["errors"] == []
+
+
+def test_in_domain_poisoning_is_accepted_and_moves_the_estimate():
+    stress = load_stress()
+    ok, rows = stress.run_in_domain(["ldp-sgd"], [0.1], users=2000, round_size=50, seeds=(0,), log=lambda line: None)
+    assert ok
+    honest, poisoned = rows
+    assert honest["fraction"] == 0.0 and honest["estimate_shift"] == 0.0 and honest["regret_ratio"] == 1.0
+    # 200 users with eta_t-weighted pushes of norm B each, all in the domain and all accepted
+    assert poisoned["rejected"] == 0 and poisoned["attackers"] == 200 and poisoned["estimate_shift"] > 0.1
+
+
+@pytest.mark.slow     # ~15 s on an idle 2-core machine (4 actors and a probe); `-m slow` or the job itself runs it
+def test_capacity_open_loop_small_nothing_lost(ray_session):
+    stress = load_stress()
+    lines = []
+    ok, rows = stress.run_capacity("ldp-sgd", d=3, K=4, shard_counts=(2,), populations=4, users_per_message=20,
+                                   senders=2, batch=2, max_in_flight=2, levels=(50, 125), level_seconds=0.5,
+                                   probe_rounds=10, pool_rounds=2, max_rounds=400, log=lines.append)
+    assert ok, lines
+    assert [row["level"] for row in rows] == ["probe", "50%", "125%"]
+    for row in rows:
+        assert row["lost_or_rejected"] == 0 and row["accepted"] == row["population_messages"] > 0
+        assert row["check_domains"] is True and row["user_messages_per_s"] > 0
+    for row in rows[1:]:
+        assert row["p99_ms"] >= row["p50_ms"] > 0
+        assert row["target_user_messages_per_s"] == pytest.approx(rows[0]["user_messages_per_s"] * float(
+            row["level"][:-1]) / 100)
