@@ -72,6 +72,7 @@ class SweepProgress:
         stream = stream or sys.stderr
         self.failures = 0
         self.running: list[str] = []
+        self.live = _live(stream)
         self.bar = _bar(total_runs, label, "runs", stream)
         self._show()
 
@@ -84,6 +85,8 @@ class SweepProgress:
     def started(self, name: str) -> None:
         self.running.append(name)
         self._show()
+        if self.live:           # a terminal shows the run now; a log file gets its line at the next update
+            self.bar.refresh()
 
     def finished(self, name: str, failed: bool = False) -> None:
         if name in self.running:

@@ -106,3 +106,52 @@ def test_sweep_files_are_validated_key_by_key():
         sweep = sweeps.build(sweeps.read(path), str(path))
         assert sweeps.build(tomllib.loads(sweeps.to_toml(sweep)), "again") == sweep
         assert sweeps.configs(sweep)
+
+
+class _Terminal:
+    """A stream that says it is a terminal (the bars then redraw in place) and keeps what was written."""
+
+    def __init__(self):
+        self.text = ""
+
+    def write(self, text):
+        self.text += text
+
+    def flush(self):
+        pass
+
+    def isatty(self):
+        return True
+
+
+def test_sweep_bar_names_the_running_run_and_counts_failures():
+    from ldpfed.progress import SweepProgress
+
+    screen = _Terminal()
+    bar = SweepProgress(3, label="sweep t", stream=screen)
+    bar.started("ldp-sgd linear eps=1 seed=0")
+    assert "running ldp-sgd linear eps=1 seed=0" in screen.text.split("\r")[-1]
+    bar.finished("ldp-sgd linear eps=1 seed=0", failed=True)
+    bar.started("ols linear seed=0")
+    last = screen.text.split("\r")[-1]
+    assert "1/3" in last and "failed 1" in last and "running ols linear seed=0" in last
+    bar.close()
+
+
+def test_run_bar_ends_on_the_summary_rate():
+    """The bar's clock starts when the engine calls progress(0) (as the recorder's) and its rate is an average,
+    so its final users/s is the summary's (the two clocks differ by microseconds: 10% is ample)."""
+    import re
+
+    from ldpfed.config import RunConfig
+    from ldpfed.engine import run
+    from ldpfed.progress import Progress
+
+    import time
+
+    screen = _Terminal()
+    bar = Progress(3000, "t", stream=screen)
+    time.sleep(1.0)          # set-up before the engine's first round (Ray start, actors) is not the run's time
+    result = run(RunConfig("ldp-sgd", users=3000, round_size=10), progress=bar)
+    rates = re.findall(r"([\d.]+)users/s", screen.text)
+    assert rates and float(rates[-1]) == pytest.approx(result.summary["users_per_s"], rel=0.1)

@@ -135,8 +135,10 @@ def html_report(title: str, description: str, summary: pd.DataFrame, plots: list
         data = base64.b64encode(Path(path).read_bytes()).decode("ascii")
         body.append(f"<h2>{html.escape(Path(path).stem.replace('_', ' '))}</h2>"
                     f'<img alt="{html.escape(Path(path).name)}" src="data:image/png;base64,{data}">')
-    style = ("body{font-family:sans-serif;margin:1.5em;color:#222}table{border-collapse:collapse;margin-bottom:1em}"
-             "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td:first-child,th:first-child,"
-             "td:nth-child(2){text-align:left}tr.ref{background:#eee}img{max-width:100%}")
+    style = ("body{font-family:sans-serif;font-size:13px;margin:1em;color:#222}h1{font-size:20px}"
+             "h2{font-size:16px;margin:1.2em 0 .4em}table{border-collapse:collapse;margin-bottom:1em}"
+             "td,th{border:1px solid #ccc;padding:2px 7px;text-align:right;white-space:nowrap}"
+             "td:first-child,th:first-child,td:nth-child(2){text-align:left}th{background:#f4f4f4}"
+             "tr.ref{background:#eee}img{max-width:100%}")
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{style}</style></head><body>{''.join(body)}</body></html>")

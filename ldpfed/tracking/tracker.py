@@ -215,10 +215,11 @@ class Tracker(_DriverOnly):
             return self._log_run(result, config, tags, records.metric_curves(result, self.max_points), folder)
 
     def run_url(self, run_id: str) -> str | None:
-        """A link to one run's page in the UI."""
+        """A link to one run's page in the UI, in the "Model training" view (without `workflowType` MLflow 3 shows
+        the page in its GenAI view, where a run's description is not shown)."""
         if not self.enabled:
             return None
-        return f"{self.ui_address()}/#/experiments/{self.experiment_id}/runs/{run_id}"
+        return f"{self.ui_address()}/#/experiments/{self.experiment_id}/runs/{run_id}?workflowType=machine_learning"
 
     def __repr__(self):
         where = self.display_uri if self.enabled else "local only"
