@@ -185,6 +185,7 @@ def main(argv=None) -> int:
         if tracker.ui_command():
             print(f"Open the UI:   {tracker.ui_command()}")
         print(f"Sweep's runs:  {tracker.runs_url(logged.parent_run_id)}")
+        print(f"Its report:    {tracker.artifact_url(logged.parent_run_id, 'report/report.html')}")
     if failures:
         print(f"{len(failures)} runs failed:", *(f"  {_label(c)}: {e}" for c, e in failures), sep="\n",
               file=sys.stderr)

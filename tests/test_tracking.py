@@ -277,7 +277,12 @@ def test_embedded_default_needs_no_server(tmp_path, monkeypatch):
                                     "--port 5000 --workers 1")
     assert tracker.runs_url("abc") == (f"http://127.0.0.1:5000/#/experiments/{tracker.experiment_id}/runs?"
                                        "workflowType=machine_learning&searchFilter=tags.%60ldpfed.sweep_id%60"
-                                       "%20%3D%20%27abc%27")
+                                       "%20%3D%20%27abc%27%20and%20tags.%60ldpfed.kind%60%20%3D%20%27run%27"
+                                       "&orderByKey=metrics.%60regret_vs_uniform%60&orderByAsc=true")
+    # the filter of the link finds exactly the sweep's child runs
+    children = client.search_runs([tracker.experiment_id], f"tags.`ldpfed.sweep_id` = '{sweep.parent_run_id}' "
+                                  "and tags.`ldpfed.kind` = 'run'")
+    assert [r.info.run_id for r in children] == [row["run_id"]]
 
 
 def test_metric_curves_are_down_sampled_with_ends_kept():

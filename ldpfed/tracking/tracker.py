@@ -142,14 +142,23 @@ class Tracker(_DriverOnly):
         return self.display_uri.rstrip("/") if is_http(self.tracking_uri) else UI_ADDRESS
 
     def runs_url(self, parent_run_id: str | None = None) -> str | None:
-        """A link that opens the experiment's runs table in the "Model training" view, showing only one sweep
-        (its parent run with its child runs) when `parent_run_id` is given."""
+        """A link that opens the experiment's runs table in the "Model training" view; with `parent_run_id`, only
+        that sweep's child runs (flat, not folded under the parent), best first by regret_vs_uniform."""
         if not self.enabled:
             return None
         query = "workflowType=machine_learning"
         if parent_run_id:
-            query += "&searchFilter=" + quote(f"tags.`ldpfed.sweep_id` = '{parent_run_id}'", safe="")
+            search = f"tags.`ldpfed.sweep_id` = '{parent_run_id}' and tags.`ldpfed.kind` = 'run'"
+            query += (f"&searchFilter={quote(search, safe='')}&orderByKey={quote('metrics.`regret_vs_uniform`', safe='')}"
+                      "&orderByAsc=true")
         return f"{self.ui_address()}/#/experiments/{self.experiment_id}/runs?{query}"
+
+    def artifact_url(self, run_id: str, path: str) -> str | None:
+        """A link to one artifact of a run, shown in the UI's artifact viewer (e.g. a sweep's report/report.html)."""
+        if not self.enabled:
+            return None
+        return (f"{self.ui_address()}/#/experiments/{self.experiment_id}/runs/{run_id}/artifacts/{path}"
+                "?workflowType=machine_learning")
 
     @staticmethod
     def _artifact_location(uri: str) -> str | None:
