@@ -194,7 +194,7 @@ def test_ledger_and_noise_calibration():
     assert set(rows) == {"M", "u"}
     for row in rows.values():
         assert (row["eps"], row["delta"], row["model"]) == (eps / 2, delta / 2, "ldp")
-    c_r = ols.env.reward_bound
+    c_r = ols.world.reward_bound
     assert ols.mech_M.sigma == pytest.approx(math.sqrt(2) * math.sqrt(2 * math.log(1.25 / (delta / 2))) / (eps / 2))
     assert ols.mech_u.sigma == pytest.approx(2 * c_r * math.sqrt(2 * math.log(1.25 / (delta / 2))) / (eps / 2))
     T_ = ols.T
@@ -204,7 +204,7 @@ def test_ledger_and_noise_calibration():
     sgd = make_algorithm(make_env(config), config)
     (row,) = sgd.ledger()
     assert (row["message"], row["mechanism"], row["eps"], row["delta"]) == ("Z", "l2-ball", eps, 0.0)
-    assert row["sensitivity"] == pytest.approx(2 * sgd.env.reward_bound)            # R = 2 c_r C_B
+    assert row["sensitivity"] == pytest.approx(2 * sgd.world.reward_bound)            # R = 2 c_r C_B
 
     config = RunConfig("ldp-ols-multi", eps=eps, delta=0.1)
     multi = make_algorithm(make_env(config), config)

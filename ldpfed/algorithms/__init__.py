@@ -10,7 +10,8 @@ for _module in (glm_ldp, ldp_linear, ldp_reductions, central_linucb, private_las
 
 
 def make_algorithm(env, config) -> Algorithm:
-    return REGISTRY[config.algorithm](env, config)
+    """The run's algorithm, handed only the env's public description (no ground truth)."""
+    return REGISTRY[config.algorithm](env.public(), config)
 
 
 __all__ = ["REGISTRY", "Algorithm", "make_algorithm"]

@@ -31,18 +31,20 @@ class Algorithm:
     # {"authors-code": {"step": 5.0}}; every key must be in `defaults`. No entry: identical under both profiles.
     profile_defaults: dict = {}
 
-    def __init__(self, env, config):
+    def __init__(self, world, config):
+        """world: the env's PublicWorld (ldpfed.envs.base), never the env itself: an algorithm sees only what its
+        paper assumes public, no ground truth (tests/test_public_world.py walks every algorithm to check)."""
         unknown = set(config.params) - set(self.defaults)
         if unknown:
             name = sorted(unknown)[0]
             raise ConfigError(f"params.{name}", config.params[name],
                               f"unknown option of {self.name}; known: {sorted(self.defaults)}")
-        self.env = env
+        self.world = world
         self.config = config
         self.profile = config.profile
         self.params = {**self.defaults, **self.profile_defaults.get(self.profile, {}), **config.params}
         self.eps, self.delta, self.T = float(config.eps), float(config.delta), int(config.users)
-        self.d, self.K = env.d, env.K
+        self.d, self.K = world.d, world.K
         self.mechanisms: dict = {}   # message field (or release) -> mechanism; the ledger is built from these
         self.setup()
 

@@ -60,8 +60,9 @@ class CentralRows:
     context_norm = "l2"
 
     def client_bounds(self):
-        self.L = float(getattr(self.env, "context_bound", 1.0))
-        self.R = float(self.env.reward_bound)
+        bound = self.world.context_bound
+        self.L = 1.0 if bound is None else float(bound)
+        self.R = float(self.world.reward_bound)
 
     def message_spec(self):
         return {"z": (self.d + 1,)}
@@ -288,7 +289,8 @@ class LinUCBDGS(LinUCB):
         super().setup()
         lam0 = self.params["lambda_0"]
         if lam0 is None:
-            lam0 = getattr(self.env, "context_min_eig", 1.0 / self.d)
+            lam0 = self.world.context_min_eig
+            lam0 = 1.0 / self.d if lam0 is None else lam0
         self.lambda_0 = option_float("lambda_0", lam0)
         self.S = option_float("S", self.params["S"])
         self.noise = option_choice("noise", self.params["noise"], ("laplace", "gaussian"))

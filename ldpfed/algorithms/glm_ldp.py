@@ -112,11 +112,11 @@ class _GLMBase(Algorithm):
 
     def setup(self):
         multi = self.name.endswith("-multi")
-        if bool(self.env.multi) != multi:
-            raise ConfigError("env", self.env.name, f"{self.name} runs on {list(self.env_kinds)}")
+        if bool(self.world.multi) != multi:
+            raise ConfigError("env", self.world.name, f"{self.name} runs on {list(self.env_kinds)}")
         self.C_B = _positive("context_bound", self.params["context_bound"])
-        self.c_r = float(self.env.reward_bound)
-        self.mu = _links(getattr(self.env, "link", "identity"))
+        self.c_r = float(self.world.reward_bound)
+        self.mu = _links(self.world.link or "identity")
         self._I = np.eye(self.d)
         self._setup()
 

@@ -153,7 +153,7 @@ class SWKLUCBCF(Algorithm):
         if self.windowed:
             L_T = _optional_int("L_T", self.params["L_T"])
             if L_T is None:
-                L_T = len(getattr(self.env, "change_points", ())) + 1
+                L_T = self.world.segments or 1   # public: the number of stationary segments, not their times
             self.L_T = L_T
             window = _optional_int("window", self.params["window"])
             self.w = paper_window(self.T, L_T) if window is None else window

@@ -104,7 +104,7 @@ class LdpUcb(Algorithm):
     def setup(self):
         self.alpha = _option(self.params, "alpha", 0.0, 1.0)
         calibration = _calibration(self.params)
-        self.c_r = float(self.env.reward_bound)
+        self.c_r = float(self.world.reward_bound)
         eps, delta = self.eps / self.shares, self.delta / self.shares
         self.mechanisms["M"] = SymmetricGaussianMechanism(2.0, eps, delta, calibration=calibration)
         self.sigma = self.mechanisms["M"].sigma
@@ -188,9 +188,9 @@ class LdpGloc(LdpUcb):
     shares = 3
 
     def _setup_fields(self, eps, delta, calibration):
-        link = self.env.link
+        link = self.world.link
         if link not in LINKS:
-            raise ConfigError("env", self.env.name, f"ldp-gloc supports links {sorted(LINKS)}")
+            raise ConfigError("env", self.world.name, f"ldp-gloc supports links {sorted(LINKS)}")
         self.S = _option(self.params, "S", 0.0)
         self.g, g_max, mu = LINKS[link]
         self.mu = mu(self.S)

@@ -147,7 +147,7 @@ class LdpMabUcb(_OnePointMab):
     paper_setting = {"env_params": {"K": 10}, "users": 10**5, "eps": 1.0, "delta": 0.01, "params": {}}
 
     def setup(self):
-        self.c_r = float(self.env.reward_bound)
+        self.c_r = float(self.world.reward_bound)
         self.sigma = self._build_mechanism(self.c_r)
         self.proxy = self.c_r ** 2 + self.sigma ** 2
 
@@ -225,7 +225,7 @@ class LdpMabAdversarial(_OnePointMab):
     paper_setting = {"env_params": {"K": 10}, "users": 10**5, "eps": 1.0, "delta": 0.01, "params": {}}
 
     def setup(self):
-        self.c_r = float(self.env.reward_bound)
+        self.c_r = float(self.world.reward_bound)
         self.sigma = self._build_mechanism(self.c_r)
         sigma_loss = self.sigma / (2.0 * self.c_r)
         self.eta_scale = _positive(self.params, "eta_scale") / math.sqrt(1.0 + sigma_loss ** 2)
@@ -276,9 +276,9 @@ class _BallBco(_OnePointScalar):
     public_fields = frozenset({"u"})
 
     def _domain(self):
-        env = self.env
-        self.R, self.r = float(env.radius), float(env.inner_radius)
-        self.B, self.G = float(env.reward_bound), float(env.lipschitz)
+        world = self.world
+        self.R, self.r = float(world.radius), float(world.inner_radius)
+        self.B, self.G = float(world.reward_bound), float(world.lipschitz)
 
     def _set_steps(self, eta: float, rho: float):
         if not 0 < rho < self.r:

@@ -143,13 +143,15 @@ class PrivateThresholdLasso(CentralRows, Algorithm):
         self.client_bounds()   # self.L: coordinate bound C_X, self.R: reward bound C_r
         s0 = self.params["s0"]
         if s0 is None:
-            s0 = getattr(self.env, "sparsity", None)
+            s0 = self.world.sparsity   # seed 003 assumes s0 known (public)
         if isinstance(s0, bool) or not isinstance(s0, (int, np.integer)) or not 1 <= s0 <= self.d:
             raise ConfigError("params.s0", s0, f"must be an integer in [1, d={self.d}]")
         self.s0 = int(s0)
         self.lambda_0 = option_float("lambda_0", self.params["lambda_0"], strict=True)
         phi2 = self.params["phi2"]
-        self.phi2 = option_float("phi2", getattr(self.env, "context_min_eig", 1.0) if phi2 is None else phi2,
+        if phi2 is None:
+            phi2 = 1.0 if self.world.context_min_eig is None else self.world.context_min_eig
+        self.phi2 = option_float("phi2", phi2,
                                  strict=True)
         self.C_theta = option_float("C_theta", self.params["C_theta"], strict=True)
         s_bar = self.params["s_bar"]

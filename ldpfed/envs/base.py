@@ -6,9 +6,41 @@ Regret is a simulation metric: it never travels to the server.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ldpfed.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class PublicWorld:
+    """Everything an algorithm may know about its world: what the papers assume public, and no ground truth.
+
+    Built by `Env.public()`; `make_algorithm` hands an algorithm this, never the env (which holds theta*,
+    the change points, the support, x*, ...). Scalars only, frozen: an algorithm cannot reach or alter the truth.
+    Fields that a world does not define are None.
+    """
+    name: str                   # the env's name
+    d: int                      # context (or action) dimension; 0 for context-free worlds
+    K: int                      # number of arms; 0 for continuous actions
+    multi: bool                 # one parameter per arm (contexts (n, d)) instead of (n, K, d)
+    horizon: int                # T, the number of users (every paper assumes T known or uses a doubling trick)
+    reward_bound: float         # |r| <= reward_bound: clients clip to it before privatizing
+    link: str | None = None     # GLM link ("identity", "logistic", "poisson")
+    context_bound: float | None = None    # ||x|| <= context_bound (sparse-linear: every coordinate |x_i| <= it)
+    context_min_eig: float | None = None  # smallest eigenvalue of E[x x^T] (seed 001's lambda_0, seed 003's phi^2)
+    # Seed 003 assumes s0 known ("assuming the knowledge of s0 ... needed for calibrating noise", Section 1).
+    sparsity: int | None = None
+    # Seed 004's L_T, the number of stationary segments, enters its window w = sqrt(4 e T / (L_T + 4))
+    # (Theorem 1); the change times themselves are unknown to the learner.
+    segments: int | None = None
+    # Seed 002's BCO on a ball: domain radius R, inner radius r, loss bound B (= reward_bound), Lipschitz
+    # constant G and strong-convexity modulus mu, all assumed known by its Theorems 5-6.
+    radius: float | None = None
+    inner_radius: float | None = None
+    lipschitz: float | None = None
+    strong_convexity: float | None = None
 
 
 class Env:
@@ -20,6 +52,7 @@ class Env:
     K: int = 0          # number of arms; 0 for continuous actions
     multi: bool = False  # contexts (n, d) with one parameter per arm, instead of (n, K, d)
     reward_bound: float = 1.0  # a public bound |r| <= c_r that clients clip to before privatizing
+    link: str | None = None    # GLM link, where the world has one
 
     def __init__(self, rng: np.random.Generator, users: int, **params):
         unknown = set(params) - set(self.defaults)
@@ -40,6 +73,11 @@ class Env:
     def estimation_error(self, estimate) -> float | None:
         """Distance of an algorithm's parameter estimate from the truth, where defined."""
         return None
+
+    def public(self) -> PublicWorld:
+        """What the algorithms may know (see PublicWorld); subclasses add their public parameters."""
+        return PublicWorld(name=self.name, d=int(self.d), K=int(self.K), multi=bool(self.multi),
+                           horizon=int(self.horizon), reward_bound=float(self.reward_bound), link=self.link)
 
     def describe(self) -> dict:
         return {"env": self.name, "d": self.d, "K": self.K, **self.params}

@@ -14,6 +14,7 @@ model on these contexts classifies about 91% of the data set correctly.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 
 import numpy as np
@@ -86,6 +87,9 @@ class DigitsClassification(Env):
             raise RuntimeError("classification env: step() for users whose contexts() were not drawn")
         correct = (np.asarray(actions) == labels).astype(float)
         return correct, 1.0 - correct
+
+    def public(self):
+        return replace(super().public(), context_bound=1.0)   # ||x|| <= 1 by construction
 
     def describe(self):
         return {**super().describe(), "data": "sklearn.datasets.load_digits", "points": self.n_points}

@@ -21,6 +21,8 @@ user each count as one unit of the horizon.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from ldpfed.envs.base import Env, nonneg_float, positive_int, unit_sphere
@@ -90,6 +92,13 @@ class ConvexBall(Env):
     def uniform_regret(self) -> float:
         """Expected per-user regret of a point drawn uniformly in the domain (E||U||^2 = R^2 d/(d+2))."""
         return self.scale * (self.radius ** 2 * self.d / (self.d + 2) + float(self.x_star @ self.x_star))
+
+    def public(self):
+        # Seed 002's Theorems 5-6 assume R, r, B, G and the strong-convexity modulus mu known. f_t = s ||x - c_t||^2
+        # has Hessian 2 s I, so mu = 2 s. (s and G depend on ||x*|| = target_norm * R, a config value, not on the
+        # direction of x*, which stays hidden.)
+        return replace(super().public(), radius=self.radius, inner_radius=self.inner_radius,
+                       lipschitz=float(self.lipschitz), strong_convexity=2.0 * float(self.scale))
 
     def describe(self):
         return {**super().describe(), "lipschitz": self.lipschitz, "scale": self.scale,

@@ -12,6 +12,8 @@ and N(0, I_d) contexts on the multi-parameter envs.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 from scipy.special import expit
 
@@ -44,6 +46,9 @@ class GLMContextual(Env):
         # Public bound the clients clip rewards to: |x^T theta| <= 1, so the mean is bounded; the
         # Gaussian noise of the identity link is cut at 3 std, Poisson(e) exceeds 8 with prob. ~0.3%.
         self.reward_bound = {"identity": 1.0 + 3.0 * self.noise_std, "logistic": 1.0, "poisson": 8.0}[self.link]
+
+    def public(self):
+        return replace(super().public(), context_bound=1.0)   # unit-sphere contexts
 
     def contexts(self, users, rng):
         n = len(users)

@@ -1,6 +1,8 @@
 """Bernoulli multi-armed bandits, stationary or piecewise stationary (seeds 002, 004)."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from ldpfed.envs.base import Env, positive_int
@@ -39,6 +41,10 @@ class PiecewiseBernoulli(Env):
         chosen = means[np.arange(len(actions)), actions]
         rewards = (rng.random(len(actions)) < chosen).astype(float)
         return rewards, means.max(axis=1) - chosen
+
+    def public(self):
+        # Seed 004's L_T (the number of stationary segments) is public, the change times are not.
+        return replace(super().public(), segments=len(self.change_points) + 1)
 
     def describe(self):
         return {**super().describe(), "change_points": self.change_points.tolist()}

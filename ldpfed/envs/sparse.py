@@ -15,6 +15,8 @@ Both are single-parameter linear worlds: contexts (n, K, d), mean reward x^T the
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from ldpfed.envs.base import Env, nonneg_float, positive_int
@@ -98,6 +100,10 @@ class ArmPool(_LinearSingle):
         s = np.sort(idx, axis=1)
         return (s[:, 1:] == s[:, :-1]).any(axis=1)
 
+    def public(self):
+        # The pool's features are public item data, so lambda_0 computed from them is public.
+        return replace(super().public(), context_bound=self.context_bound, context_min_eig=self.context_min_eig)
+
     def contexts(self, users, rng):
         return self.pool[self.shown(users, rng)]
 
@@ -129,6 +135,11 @@ class SparseLinear(_LinearSingle):
         self.context_min_eig = 1.0 / 3.0
         # |x^T theta| <= ||theta||_1 <= sqrt(s0) for a unit-norm s0-sparse theta; noise cut at 3 std.
         self.reward_bound = float(np.sqrt(self.sparsity)) + 3.0 * self.noise_std
+
+    def public(self):
+        # s0 is public: seed 003 assumes it known (it calibrates the noise); the support is not.
+        return replace(super().public(), context_bound=self.context_bound, context_min_eig=self.context_min_eig,
+                       sparsity=self.sparsity)
 
     def contexts(self, users, rng):
         return rng.uniform(-1.0, 1.0, (len(users), self.K, self.d))

@@ -1,0 +1,146 @@
+"""Algorithms see only what is public: `make_algorithm` hands them the env's PublicWorld, never the env.
+
+Two checks: (1) the public description itself holds no ground truth (only scalars, none of them a truth value);
+(2) for every registered algorithm on every world it runs on, nothing reachable from the algorithm object (its
+attributes, containers, mechanisms, closures of its functions, bound methods) is an Env or a ground-truth array.
+"""
+import dataclasses
+import types
+
+import numpy as np
+import pytest
+
+from ldpfed.algorithms import REGISTRY, make_algorithm
+from ldpfed.config import RunConfig
+from ldpfed.envs import ENVS, make_env
+from ldpfed.envs.base import Env, PublicWorld
+
+# The ground truth of each world (attribute names on the env object).
+TRUTH = ("theta", "x_star", "segment_means", "change_points", "support", "labels", "X", "_pending")
+
+# Every (algorithm, env) pair the registry allows.
+PAIRS = sorted((name, env) for name, cls in REGISTRY.items() for env in cls.env_kinds)
+
+
+def _config(name, env):
+    return RunConfig(name, env=env, users=400, round_size=20, eps=1.0, delta=0.05, seed=5)
+
+
+def _truth_arrays(env):
+    arrays = []
+    for attr in TRUTH:
+        value = getattr(env, attr, None)
+        if isinstance(value, np.ndarray) and value.size > 1:
+            arrays.append((attr, value))
+        elif isinstance(value, dict) and value:
+            arrays.append((attr, value))
+    return arrays
+
+
+def _reachable(root):
+    """Every object reachable from root through attributes, containers, closures and bound methods."""
+    seen, stack, out = set(), [root], []
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen or isinstance(obj, (type, types.ModuleType, str, bytes, int, float, bool, type(None))):
+            continue
+        seen.add(id(obj))
+        out.append(obj)
+        if isinstance(obj, dict) or isinstance(obj, types.MappingProxyType):
+            stack.extend(obj.keys())
+            stack.extend(obj.values())
+        elif isinstance(obj, (list, tuple, set, frozenset)):
+            stack.extend(obj)
+        elif isinstance(obj, np.ndarray):
+            if obj.dtype == object:
+                stack.extend(obj.ravel().tolist())
+            if obj.base is not None:
+                stack.append(obj.base)
+            continue
+        if isinstance(obj, types.MethodType):
+            stack.append(obj.__self__)
+            stack.append(obj.__func__)
+        if isinstance(obj, types.FunctionType):
+            stack.extend(cell.cell_contents for cell in (obj.__closure__ or ()) if _has_contents(cell))
+            stack.extend((obj.__defaults__ or ()))
+            continue
+        if isinstance(obj, np.random.Generator):
+            continue
+        if hasattr(obj, "__dict__"):
+            stack.append(vars(obj))
+        for slot in getattr(type(obj), "__slots__", ()):
+            if hasattr(obj, slot):
+                stack.append(getattr(obj, slot))
+    return out
+
+
+def _has_contents(cell):
+    try:
+        cell.cell_contents
+    except ValueError:
+        return False
+    return True
+
+
+def _is_truth(obj, truths):
+    for _, truth in truths:
+        if obj is truth:
+            return True
+        if isinstance(obj, np.ndarray) and isinstance(truth, np.ndarray) and obj.size > 1:
+            if np.shares_memory(obj, truth):
+                return True
+            if obj.shape == truth.shape and np.array_equal(obj, truth):
+                return True
+    return False
+
+
+@pytest.mark.parametrize("name,env_name", PAIRS)
+def test_no_algorithm_reaches_the_truth(name, env_name):
+    config = _config(name, env_name)
+    env = make_env(config)
+    truths = _truth_arrays(env)
+    algo = make_algorithm(env, config)
+    assert isinstance(algo.world, PublicWorld)
+    for obj in _reachable(algo):
+        assert not isinstance(obj, Env), f"{name} can reach the env object"
+        assert not _is_truth(obj, truths), f"{name} can reach a ground-truth value ({type(obj).__name__})"
+
+
+def test_the_walk_finds_a_leak():
+    """The check above can fail: an algorithm that keeps the env (or a copy of theta*) is caught."""
+    config = _config("ldp-ucb", "linear")
+    env = make_env(config)
+    algo = make_algorithm(env, config)
+    algo.mechanisms["hidden"] = {"nested": [lambda: env]}          # the env behind a closure in a container
+    assert any(isinstance(obj, Env) for obj in _reachable(algo))
+    algo2 = make_algorithm(env, config)
+    algo2.cache = (env.theta.copy(),)                                 # an equal copy of theta*
+    assert any(_is_truth(obj, _truth_arrays(env)) for obj in _reachable(algo2))
+
+
+@pytest.mark.parametrize("env_name", sorted(ENVS))
+def test_public_description_holds_no_truth(env_name):
+    algo = next(cls for cls in REGISTRY.values() if env_name in cls.env_kinds)
+    env = make_env(RunConfig(algo.name, env=env_name, users=400, round_size=20, seed=5))
+    world = env.public()
+    assert dataclasses.is_dataclass(world) and type(world).__dataclass_params__.frozen
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        world.d = 3
+    values = [getattr(world, f.name) for f in dataclasses.fields(world)]
+    # Scalars only: no array, list or object a truth could hide in.
+    assert all(v is None or isinstance(v, (str, int, float, bool)) for v in values), values
+    truth_scalars = set()
+    for _, truth in _truth_arrays(env):
+        if isinstance(truth, np.ndarray) and truth.dtype.kind == "f":
+            truth_scalars.update(float(v) for v in truth.ravel() if v != 0)
+    floats = [v for v in values if isinstance(v, float) and not isinstance(v, bool)]
+    assert not truth_scalars.intersection(floats), "a ground-truth coordinate is in the public description"
+    assert world.d == env.d and world.K == env.K and world.horizon == 400
+    assert world.reward_bound == env.reward_bound
+
+
+def test_public_parameters_the_papers_assume_known():
+    sparse = make_env(RunConfig("private-lasso", users=400, round_size=20, env_params={"d": 50, "s0": 3}))
+    assert sparse.public().sparsity == 3                   # seed 003 assumes s0 known
+    pw = make_env(RunConfig("sw-klucb-cf", users=400, round_size=20, env_params={"breakpoints": 4}))
+    assert pw.public().segments == 5                       # seed 004's L_T; the change times stay hidden
