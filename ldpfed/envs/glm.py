@@ -48,7 +48,8 @@ class GLMContextual(Env):
         self.reward_bound = {"identity": 1.0 + 3.0 * self.noise_std, "logistic": 1.0, "poisson": 8.0}[self.link]
 
     def public(self):
-        return replace(super().public(), context_bound=1.0)   # unit-sphere contexts
+        # Unit-sphere contexts are bounded by 1; N(0, I) contexts (authors-code) have no bound.
+        return replace(super().public(), context_bound=None if self.gaussian_contexts else 1.0)
 
     def contexts(self, users, rng):
         n = len(users)
