@@ -120,8 +120,10 @@ ANALYTIC = {"calibration": "analytic"}
     # FKM with LDP noise learns slowly (its y is a random walk of size ~R for T ~ 1e5 at eps = 1, see report):
     # eps = 4 (analytic calibration)
     ("ldp-bco-one-point", "bco-one-point", dict(users=100_000, round_size=10, eps=4.0), ANALYTIC),
-    # the paper's two-point parameters at the paper's eps need T ~ 1e6
-    ("ldp-bco-two-point", "bco-two-point", dict(users=1_000_000, round_size=100, eps=1.0), {}),
+    # the paper's two-point parameters (Theorem 6's strongly convex step eta_t = 1/(mu t)) at the paper's eps
+    ("ldp-bco-two-point", "bco-two-point", dict(users=100_000, round_size=10, eps=1.0), {}),
+    # Theorem 6's convex step eta = 1/sqrt(T) (ignores strong convexity) needs T ~ 1e6 at eps = 1
+    ("ldp-bco-two-point", "bco-two-point", dict(users=1_000_000, round_size=100, eps=1.0), {"step": "convex"}),
     # the scaled step at eps = 1, T = 1e5
     ("ldp-bco-two-point", "bco-two-point", dict(users=100_000, round_size=10, eps=1.0), {"step": "scaled"}),
 ])
@@ -137,16 +139,65 @@ def test_bco_beats_uniform_points_and_baseline_beats_private(private, baseline, 
     assert plain < ldp, (plain, ldp)
 
 
-def test_two_point_beats_one_point_at_same_eps():
-    """The paper's claim (sqrt(T) against T^{3/4}) at eps = 1, T = 1e5 (rounds of 20), mean over three seeds (the one-point
-    regret varies a lot from seed to seed). Two-point with the scaled step: with the paper's literal
-    eta = 1/sqrt(T) its iterate is noise-dominated at eps = 1 until T ~ 1e6 (see the report)."""
-    one, two = [], []
+def sgd_regret_bound(env, algo, T):
+    """Upper bound on the expected average regret of two-point BCO with eta_t = 1/(mu t), sequential (B = 1).
+
+    The two-point estimate g_t = (d/(2 rho)) D_t u_t is unbiased for the gradient of the rho-ball smoothing of
+    F = E f_t, which for the quadratic f_t = s||x - c_t||^2 is F plus a constant (same minimizer x*, same
+    modulus mu = 2 s); E||g_t||^2 <= (d/(2 rho))^2 E[D_t^2] <= d^2 (G^2 + sigma^2) since |f(x1) - f(x2)| <= 2 rho G
+    and the noise of D_t has std 2 rho sigma. Projected SGD with eta_t = 1/(mu t) and E||g||^2 <= Gt^2 then has
+    E||y_t - x*||^2 <= 4 Gt^2 / (mu^2 t) (Rakhlin, Shamir, Sridharan 2012, Lemma 1), so the average regret of
+    a user, F(y_t) - F(x*) + s rho^2 (the two probes at +- rho u), is at most
+    (1/T) sum_t min(s (R + ||x*||)^2, s 4 Gt^2 / (mu^2 t)) + s rho^2."""
+    s, mu = env.scale, algo.mu
+    gt2 = algo.d ** 2 * (algo.G ** 2 + algo.sigma ** 2)
+    t = np.arange(1, T + 1)
+    far = s * (env.radius + np.linalg.norm(env.x_star)) ** 2
+    return float(np.minimum(far, s * 4 * gt2 / (mu ** 2 * t)).mean() + s * algo.rho ** 2)
+
+
+def test_two_point_strongly_convex_step_within_its_bound():
+    """Theorem 6's strongly convex step (the default on the strongly convex "convex" env), sequential (B = 1, as the
+    bound assumes), T = 1e4, eps = 1, seeds 0-2, start on the domain's boundary: every seed's average regret is
+    within the SGD bound above. It is an expectation bound; a single run exceeds it with probability < 1 by Markov,
+    and the measured runs sit well below it, so this checks the step 1/(mu t) and the estimator's scale (a step
+    10 times too large or the convex step 1/sqrt(T) breaks it)."""
+    T = 10_000
     for seed in range(3):
-        run = dict(users=100_000, round_size=20, eps=1.0, delta=0.01, seed=seed)
-        one.append(bco_regret_per_user("ldp-bco-one-point", **run))
-        two.append(bco_regret_per_user("ldp-bco-two-point", params={"step": "scaled"}, **run))
-    assert np.mean(two) < 0.5 * np.mean(one), (two, one)
+        run = dict(users=T, eps=1.0, delta=0.01, seed=seed)
+        config = RunConfig("ldp-bco-two-point", **run)
+        env = make_env(config)
+        algo = make_algorithm(env, config)
+        assert algo.mu == pytest.approx(2 * env.scale)
+        two = bco_regret_per_user("ldp-bco-two-point", **run)
+        assert two <= sgd_regret_bound(env, algo, T), (seed, two, sgd_regret_bound(env, algo, T))
+
+
+def test_two_point_beats_one_point_at_same_eps():
+    """The paper's claim (Table 1: two-point O(log T / eps^2) for strongly convex losses against one-point
+    O(T^{3/4}/eps)) at eps = 1, T = 1e5 (rounds of 10), seeds 0-2: on each seed two-point with the paper's step
+    has at most half the regret of one-point and of two-point with the convex step 1/sqrt(T) (an ordering on fixed
+    seeds; the measured factors are about 10 and 5, see REPRODUCTION.md)."""
+    for seed in range(3):
+        run = dict(users=100_000, round_size=10, eps=1.0, delta=0.01, seed=seed)
+        two = bco_regret_per_user("ldp-bco-two-point", **run)
+        one = bco_regret_per_user("ldp-bco-one-point", **run)
+        convex = bco_regret_per_user("ldp-bco-two-point", params={"step": "convex"}, **run)
+        assert 2 * two < one and 2 * two < convex, (seed, two, one, convex)
+
+
+def test_bco_start_point_and_steps():
+    """The boundary start (default) is a public point of the shrunk domain; the strongly convex steps decay as
+    1/(mu t) per user; the convex and non-strongly-convex steps are constant."""
+    config = RunConfig("ldp-bco-two-point", users=1000, seed=0)
+    algo = make_algorithm(make_env(config), config)
+    y = algo.initial_state(derive(0, "init"))["y"]
+    assert np.linalg.norm(y) == pytest.approx(algo.proj_radius) and y[0] > 0
+    users = np.array([0, 9, 99])
+    np.testing.assert_allclose(algo.step_sizes(users), 1.0 / (algo.mu * np.array([1, 10, 100])))
+    centre = make_algorithm(make_env(config), config.replace(params={"start": "centre", "step": "convex"}))
+    assert not centre.initial_state(derive(0, "init"))["y"].any()
+    np.testing.assert_allclose(centre.step_sizes(users), 1 / math.sqrt(1000))
 
 
 # ---- contextual --------------------------------------------------------------------------------
@@ -255,6 +306,7 @@ def test_ldp_gloc_message_noise():
     ("ldp-bco-two-point", "eta_scale", float("nan")),
     ("ldp-bco-two-point", "rho_scale", 1e9),
     ("ldp-bco-two-point", "step", "fast"),
+    ("ldp-bco-one-point", "start", "corner"),
     ("ldp-ucb", "alpha", 1.5),
     ("ldp-gloc", "zeta_scale", "big"),
 ])

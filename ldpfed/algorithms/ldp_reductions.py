@@ -10,8 +10,8 @@
       sphere-sampling estimate (d/rho) f(x) u (`ldp-bco-one-point`, non-private `bco-one-point`).
 * Algorithm 2 (two-point BCO): the user sends f(x1) - f(x2) + n^T (x1 - x2), n ~ N(0, sigma^2 I_d),
   sigma = 2G sqrt(2 ln(1.25/delta))/eps, to the two-point algorithm of Agarwal, Dekel and Xiao 2010 (the paper's
-  Algorithm 4) with eta = 1/sqrt(T), rho = log T / T, xi = rho/r (`ldp-bco-two-point`, non-private
-  `bco-two-point`).
+  Algorithm 4) with rho = log T / T, xi = rho/r and the step of Theorem 6: eta = 1/sqrt(T) for convex losses,
+  eta_t = 1/(mu t) for mu-strongly convex ones (`ldp-bco-two-point`, non-private `bco-two-point`).
 
 Privacy: every user sends ONE privatized scalar (the noisy reward, loss or loss difference) at the full
 (eps, delta); the other message fields (the arm, the sampling direction u) are chosen by the algorithm from public
@@ -269,7 +269,15 @@ class TsallisInf(LdpMabAdversarial):
 class _BallBco(_OnePointScalar):
     """Projected gradient descent on a ball domain (env "convex", X = R * unit ball, r = R) from sphere-sampled
     gradient estimates. State: the centre y. Messages: the public direction u and one private scalar; the
-    aggregate is sum_i scalar_i * u_i (post-processing with public vectors)."""
+    aggregate is sum_i eta_i * scalar_i * u_i (post-processing with public vectors and the public step eta_i of
+    user i, so a round of B users is B stale-gradient steps, and B = 1 is the sequential algorithm exactly).
+
+    Start point (`start`; the paper leaves x_1 to the black box): "boundary" (default) y_1 = (1 - xi) R e_1, a
+    fixed public point on the edge of the domain. x*'s direction is uniform, so E||y_1 - x*||^2 = R^2 + ||x*||^2,
+    more than a uniform random point's R^2 d/(d+2) + ||x*||^2: an algorithm that does not learn does worse
+    than uniform play. "centre" (y_1 = 0, Agarwal et al.'s and FKM's choice) sits at distance ||x*|| = R/2 of
+    x* on the default env, so standing still already scores a third of uniform play's regret there.
+    """
 
     env_kinds = ("convex",)
     default_env = "convex"
@@ -287,9 +295,17 @@ class _BallBco(_OnePointScalar):
         self.eta, self.rho = eta, rho
         self.xi = rho / self.r
         self.proj_radius = (1.0 - self.xi) * self.R           # y stays in (1 - xi) X, so y + rho u stays in X
+        self.start = _choice(self.params, "start", ("boundary", "centre"))
 
     def initial_state(self, rng):
-        return {"y": np.zeros(self.d)}
+        y = np.zeros(self.d)
+        if self.start == "boundary":
+            y[0] = self.proj_radius
+        return {"y": y}
+
+    def step_sizes(self, users: np.ndarray) -> np.ndarray:
+        """The step eta_t of each user t (public: it depends on the user's index only)."""
+        return np.full(len(users), self.eta)
 
     def publish(self, state):
         return {"y": state["y"]}
@@ -298,7 +314,7 @@ class _BallBco(_OnePointScalar):
         return state["y"]
 
     def aggregate(self, messages, users):
-        return {"grad": messages[self.private_field] @ messages["u"]}
+        return {"grad": (self.step_sizes(np.asarray(users)) * messages[self.private_field]) @ messages["u"]}
 
     def _scalar_bound(self) -> float:
         return self.diff_bound if self.private_field == "diff" else self.B
@@ -317,7 +333,8 @@ class _BallBco(_OnePointScalar):
                                   group_max=np.array([cap]))}
 
     def _descend(self, state, grad_sum: np.ndarray, scale: float):
-        y = state["y"] - self.eta * scale * grad_sum
+        """grad_sum: sum of eta_t * scalar_t * u_t; scale turns a scalar times u into a gradient estimate."""
+        y = state["y"] - scale * grad_sum
         norm = float(np.sqrt(y @ y))
         if norm > self.proj_radius:
             y *= self.proj_radius / norm
@@ -340,7 +357,7 @@ class LdpBcoOnePoint(_BallBco):
 
     name = "ldp-bco-one-point"
     paper = "seed 002 Zheng et al. 2020, Algorithm 1 with one-point BCO (FKM sphere-sampling estimator)"
-    defaults = {"calibration": "classic", "eta_scale": 1.0, "rho_scale": 1.0}
+    defaults = {"calibration": "classic", "eta_scale": 1.0, "rho_scale": 1.0, "start": "boundary"}
     private_field = "loss"
     # The paper has no BCO experiment; a reconstruction on the default "convex" env.
     paper_setting = {"env_params": {"d": 2}, "users": 10**5, "eps": 1.0, "delta": 0.01, "params": {}}
@@ -391,19 +408,21 @@ class LdpBcoTwoPoint(_BallBco):
     difference, whose range is [-2 rho G, 2 rho G] (G-Lipschitz loss), i.e. L2 sensitivity 4 rho G, and
     whose noise std 4 rho G sqrt(2 ln(1.25/delta))/eps = 2 rho sigma. The client clips the difference to
     2 rho G (counted). Server: g_t = (d / (2 rho)) D_t u_t, y_{t+1} = Proj_{(1-xi) X}(y_t - eta g_t).
-    Parameters (paper, Algorithm 2): eta = 1/sqrt(T), rho = log T / T, xi = rho/r; `eta_scale`, `rho_scale`
-    multiply eta and rho (1 = the paper).
-    The paper's eta = 1/sqrt(T) is not scale-free: the online-gradient-descent bound behind it,
+    Parameters: rho = log T / T, xi = rho/r (Algorithm 2), and the step of Theorem 6 (`step="paper"`, the
+    default): eta_t = 1/(mu t) when the losses are mu-strongly convex with mu public (the "convex" env: f_t =
+    s ||x - c_t||^2, mu = 2 s), eta = 1/sqrt(T) otherwise (Algorithm 2's line 2, the convex case).
+    `step="convex"` forces 1/sqrt(T). `eta_scale`, `rho_scale` multiply eta and rho (1 = the paper).
+    The convex step eta = 1/sqrt(T) is not scale-free: the online-gradient-descent bound behind it,
     D^2/(2 eta) + eta T E||g||^2 / 2 with D = 2R the diameter of X and E||g_t||^2 <= d^2 (G^2 + sigma^2), is
     minimized by eta = D / (d sqrt(G^2 + sigma^2) sqrt(T)), which at eps = 1 is about 15 times smaller than
     1/sqrt(T) on the default "convex" env (G ~ 1, R = 1, d = 2): with the paper's step the private iterate is
     dominated by the noise for T up to about 1e6. `step="scaled"` uses that minimizer (times eta_scale;
-    a reconstruction, not the paper's text); the default `step="paper"` is the paper's.
+    a reconstruction, not the paper's text, for the convex case).
     """
 
     name = "ldp-bco-two-point"
     paper = "seed 002 Zheng et al. 2020, Algorithm 2 (two-point feedback LDP BCO)"
-    defaults = {"calibration": "classic", "eta_scale": 1.0, "rho_scale": 1.0, "step": "paper"}
+    defaults = {"calibration": "classic", "eta_scale": 1.0, "rho_scale": 1.0, "step": "paper", "start": "boundary"}
     private_field = "diff"
     # Reconstruction (the paper has no BCO experiment).
     paper_setting = {"env_params": {"d": 2}, "users": 10**5, "eps": 1.0, "delta": 0.01, "params": {}}
@@ -412,13 +431,22 @@ class LdpBcoTwoPoint(_BallBco):
         self._domain()
         T = self.T
         rho = _positive(self.params, "rho_scale") * math.log(max(T, 3)) / T
-        step = _choice(self.params, "step", ("paper", "scaled"))
-        self._set_steps(_positive(self.params, "eta_scale") / math.sqrt(T), rho)
+        step = _choice(self.params, "step", ("paper", "convex", "scaled"))
+        self.eta_scale = _positive(self.params, "eta_scale")
+        self._set_steps(self.eta_scale / math.sqrt(T), rho)
         self.diff_bound = 2.0 * self.rho * self.G
         self.mech_sigma = self._build_mechanism(self.diff_bound)   # = 2 rho sigma
         self.sigma = self.mech_sigma / (2.0 * self.rho)              # the paper's sigma (0 when not private)
+        mu = self.world.strong_convexity
+        # Theorem 6's strongly convex case (eta_t = 1/(mu t)) when mu is public and positive.
+        self.mu = float(mu) if step == "paper" and mu is not None and mu > 0 else None
         if step == "scaled":
             self.eta *= 2.0 * self.R / (self.d * math.sqrt(self.G ** 2 + self.sigma ** 2))
+
+    def step_sizes(self, users):
+        if self.mu is None:
+            return super().step_sizes(users)
+        return self.eta_scale / (self.mu * (users + 1.0))     # user t = users + 1 (1-based)
 
     def act(self, model, contexts, users, rng):
         offset = self.rho * unit_sphere(rng, len(users), self.d)
