@@ -184,7 +184,9 @@ def test_ledgers():
     (row,) = make_algorithm(env, config).ledger()
     assert row["mechanism"] == "tree-gaussian" and row["model"] == "central" and row["eps"] == 0.5
     assert row["sensitivity"] == pytest.approx(math.sqrt(2) * (1 + env.reward_bound ** 2))
-    assert make_algorithm(env, config.replace(algorithm="linucb-dgs")).ledger()[0]["mechanism"] == "tree-gaussian"
+    (dgs,) = make_algorithm(env, config.replace(algorithm="linucb-dgs")).ledger()
+    # Gaussian DGS: delta for the high-probability sensitivity event plus delta for the Gaussian tree
+    assert dgs["mechanism"] == "tree-gaussian" and dgs["eps"] == 0.5 and dgs["delta"] == pytest.approx(0.2)
     laplace = config.replace(algorithm="linucb-dgs", params={"noise": "laplace"})
     (row,) = make_algorithm(env, laplace).ledger()
     assert row["mechanism"] == "tree-laplace" and row["delta"] == 0.1

@@ -126,6 +126,32 @@ def test_exploration_function_and_window():
     assert make_algorithm(make_env(config), config).w == 77
 
 
+def test_eps_aware_window():
+    """window_rule="eps-aware": Theorem 1's window divided by tanh(eps/2), the factor randomized response shrinks
+    every feedback gap by (see klucb.py); the paper's window stays the default, the non-private sw-klucb ignores
+    the rule (its gaps are not shrunk), and the window never exceeds T."""
+    config = RunConfig("sw-klucb-cf", users=10**5, eps=1.0, env_params={"K": 5, "breakpoints": 4})
+    assert make_algorithm(make_env(config), config).w == 348                             # the paper's, default
+    aware = config.replace(params={"window_rule": "eps-aware"})
+    w = make_algorithm(make_env(aware), aware).w
+    assert w == int(np.ceil(np.sqrt(4 * np.e * 1e5 / 9) / np.tanh(0.5)))                # 753
+    for eps in (0.25, 0.5, 2.0):
+        cfg = aware.replace(eps=eps)
+        assert make_algorithm(make_env(cfg), cfg).w == int(np.ceil(np.sqrt(4 * np.e * 1e5 / 9) / np.tanh(eps / 2)))
+    plain = aware.replace(algorithm="sw-klucb")
+    assert make_algorithm(make_env(plain), plain).w == 348
+    tiny = aware.replace(users=50, eps=0.01, env_params={"K": 5, "breakpoints": 1})
+    assert make_algorithm(make_env(tiny), tiny).w == 50
+    with pytest.raises(ConfigError):
+        bad = config.replace(params={"window_rule": "long"})
+        make_algorithm(make_env(bad), bad)
+    # the longer window runs (its ring buffer holds the rounds of the last w users) and learns
+    env, params = CHANGING
+    run = RunConfig("sw-klucb-cf", env=env, users=T, round_size=B, eps=4.0, seed=0, env_params=dict(params),
+                    params={"window_rule": "eps-aware"})
+    assert run_local(run).summary["final_regret"] < 0.5 * uniform_expected(CHANGING)[0]
+
+
 @pytest.mark.parametrize("name,params", [
     ("sw-klucb-cf", {"L_T": 0}), ("sw-klucb-cf", {"L_T": 2.5}), ("sw-klucb-cf", {"window": -3}),
     ("sw-klucb-cf", {"window": True}), ("klucb-cf", {"window": 100}), ("klucb", {"L_T": 3}),

@@ -307,8 +307,11 @@ class LinUCBDGS(LinUCB):
         else:
             self.unit_scale = math.sqrt(self.depth) * gaussian_sigma(1.0, self.eps, self.delta, self.calibration)
             self.var_per_scale2 = 1.0
+        # Delta_e holds with probability 1 - delta (Assumption 1); the Gaussian tree adds its own delta on top:
+        # (eps, 2 delta) as the docstring says, (eps, delta) for the Laplace tree.
+        ledger_delta = 2.0 * self.delta if self.noise == "gaussian" else self.delta
         self.mechanisms["theta"] = _Release(Guarantee(
-            f"tree-{self.noise}", "central", self.eps, self.delta, self.sensitivity_at(1) * factor,
+            f"tree-{self.noise}", "central", self.eps, ledger_delta, self.sensitivity_at(1) * factor,
             "l1" if self.noise == "laplace" else "l2"))
 
     def sensitivity_at(self, e: int) -> float:

@@ -19,8 +19,16 @@ Protocol (Bernoulli arms, envs "piecewise-bernoulli" and "bernoulli"):
     continuous, non-decreasing and >= 0 for x >= 1.
   * w = sqrt(4 e T / (L_T + 4)) (Theorem 1), rounded up to an integer. L_T (option "L_T") is the number of
     breakpoints in the paper's convention, where the first breakpoint is at t = 1 (so L_T is the number of
-    stationary segments); its default is taken from the env: (its `breakpoints` change points) + 1. The option
-    "window" overrides w directly.
+    stationary segments); its default is public: the world's number of segments (PublicWorld.segments; the
+    change times stay hidden). The option "window" overrides w directly.
+  * Option "window_rule": "paper" (default, Theorem 1's w) or "eps-aware": w_eps = w / tanh(eps/2), rounded up
+    (at most T). Derivation: the sliding-window analysis balances the cost of forgetting, about L_T w (after each
+    change up to w users still see the old segment's data), against the cost of learning inside each of the
+    T / w windows, which grows as log(w) / kl(lambda_a, lambda_*) with the FEEDBACK gap. Randomized response maps a
+    reward mean mu to g(mu) = 1/(1+e^eps) + tanh(eps/2) mu, so every feedback gap is tanh(eps/2) times the reward
+    gap and kl shrinks by tanh(eps/2)^2 (kl(p, q) ~ 2 (p - q)^2 near the middle). The balance
+    L_T w = (T / w) c / tanh(eps/2)^2 gives w proportional to sqrt(T / L_T) / tanh(eps/2): Theorem 1's window
+    (whose constant assumes the reward gap) divided by tanh(eps/2). Non-private (g = identity): w_eps = w.
   * The index max{q} is solved by vectorized bisection over arms (`klucb_upper`) on the bracket
     [lambda_hat, min(1, lambda_hat + sqrt(f / (2 N)))] (Pinsker: kl(p, q) >= 2 (q - p)^2).
 
@@ -130,6 +138,12 @@ def paper_window(T: int, L_T: int) -> int:
     return max(1, math.ceil(math.sqrt(4.0 * math.e * T / (L_T + 4))))
 
 
+def eps_aware_window(T: int, L_T: int, gap_factor: float) -> int:
+    """Theorem 1's window divided by the factor that shrinks every feedback gap (tanh(eps/2) under randomized
+    response, 1 for the paper's window), rounded up, at most T."""
+    return min(T, max(1, math.ceil(math.sqrt(4.0 * math.e * T / (L_T + 4)) / gap_factor)))
+
+
 class SWKLUCBCF(Algorithm):
     """SW-KLUCB-CF (see the module docstring). Privacy: the whole eps goes to the randomized response of the
     reward bit (pure eps-LDP; delta unused); the pulled arm is a function of the published index: public."""
@@ -140,7 +154,7 @@ class SWKLUCBCF(Algorithm):
     default_env = "piecewise-bernoulli"
     # L_T: the paper's number of breakpoints (counting t = 1); None: the env's change points + 1.
     # window: w in users; None: sqrt(4 e T / (L_T + 4)) (Theorem 1).
-    defaults = {"L_T": None, "window": None}
+    defaults = {"L_T": None, "window": None, "window_rule": "paper"}
     public_fields = frozenset({"pulls"})
     # The paper has no experiments; ALGORITHMS.md proposes T = 1e5..1e6, K = 5, L_T = 4, eps in {0.5, 1, 2}.
     # delta is not used (pure eps-LDP); RunConfig needs one.
@@ -156,7 +170,13 @@ class SWKLUCBCF(Algorithm):
                 L_T = self.world.segments or 1   # public: the number of stationary segments, not their times
             self.L_T = L_T
             window = _optional_int("window", self.params["window"])
-            self.w = paper_window(self.T, L_T) if window is None else window
+            rule = self.params["window_rule"]
+            if rule not in ("paper", "eps-aware"):
+                raise ConfigError("params.window_rule", rule, "must be 'paper' or 'eps-aware'")
+            if window is None:
+                gap_factor = math.tanh(self.eps / 2.0) if (self.private and rule == "eps-aware") else 1.0
+                window = eps_aware_window(self.T, L_T, gap_factor)
+            self.w = window
         else:
             self.L_T, self.w = None, None
         B = int(self.config.round_size)
