@@ -312,7 +312,7 @@ class KlucbKernel(Kernel):
     algorithms = ("sw-klucb-cf", "klucb-cf", "sw-klucb", "klucb")
     envs = ("bernoulli", "piecewise-bernoulli")
     env_keys = frozenset({"K", "breakpoints"})
-    options = frozenset({"L_T", "window"})
+    options = frozenset({"L_T", "window", "window_rule"})   # the kernel reads the algorithm's w
     metrics = ("clipped",)
 
     def load(self, state):
