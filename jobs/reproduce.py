@@ -615,6 +615,7 @@ def main(argv=None) -> int:
     parser.add_argument("--experiment", default="reproduce")
     parser.add_argument("--out", default="results/reproduce")
     parser.add_argument("--no-tracking", action="store_true")
+    parser.add_argument("--max-points", type=int, default=200, help="points per logged curve")
     args = parser.parse_args(argv)
     if args.paper is None and not args.batching:
         parser.error("give --paper or --batching")
@@ -628,8 +629,9 @@ def main(argv=None) -> int:
     if args.slope_T:
         preset["slope_T"] = tuple(int(float(t)) for t in args.slope_T.split(","))
     try:
+        # Curves of at most 200 points per child run: thousands of runs, each logged to MLflow, on a shared machine.
         tracker = Tracker(experiment=args.experiment, tracking_uri=args.tracking_uri, out_dir=args.out,
-                          enabled=not args.no_tracking)
+                          enabled=not args.no_tracking, max_points=args.max_points)
     except TrackingUnavailable as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n(use --no-tracking to keep local results only)\n")
     if args.paper:
