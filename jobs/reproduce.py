@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ldpfed.algorithms import REGISTRY
 from ldpfed.config import RunConfig
 from ldpfed.engine import run
 from ldpfed.envs import make_env
@@ -52,8 +53,9 @@ class Setting:
     eps: tuple = (0.5, 1.0)
     profiles: tuple = ("paper",)
     delta: float = 0.01
-    round_size: int = 10
+    round_size: int = 1
     params: dict = field(default_factory=dict)        # per algorithm: options
+    users: int | None = None                          # T, if not the preset's
 
 
 @dataclass
@@ -65,8 +67,9 @@ class Slope:
     theory_text: str
     env_params: dict = field(default_factory=dict)
     delta: float = 0.01
-    round_size: int = 10
+    round_size: int = 1
     params: dict = field(default_factory=dict)
+    T: tuple | None = None                            # the horizons, if not the preset's
 
 
 SEED_FILES = {"000": "000_8e49bbe7304106c3.txt", "001": "001_ef734e0ecc6b6b32.txt",
@@ -90,30 +93,32 @@ PAPERS = {
     "001": {
         "title": "Wang, Zhao, Wang 2022: Dynamic Global Sensitivity for Differentially Private Contextual Bandits",
         "settings": [Setting("arm pool", "arm-pool", ["linucb-dgs", "private-linucb", "linucb", "uniform"],
-                             eps=(0.5, 1.0, 2.0), delta=0.1)],
+                             eps=(0.5, 1.0, 2.0), delta=0.1, users=30_000)],
         "slopes": [],
     },
     "002": {
         "title": "Zheng, Cai, Huang, Li, Wang 2020: Locally Differentially Private (Contextual) Bandits Learning",
         "settings": [
-            Setting("BCO (strongly convex)", "convex", ["ldp-bco-two-point", "ldp-bco-one-point", "bco-two-point",
-                                                          "bco-one-point"], {"d": 2}),
-            Setting("MAB", "bernoulli", ["ldp-mab-ucb", "ldp-mab-adversarial", "ucb", "tsallis-inf"], {"K": 10}),
+            Setting("BCO (strongly convex)", "convex", ["ldp-bco-two-point", "ldp-bco-one-point", "bco-two-point"],
+                    {"d": 2}),
+            Setting("MAB", "bernoulli", ["ldp-mab-ucb", "ldp-mab-adversarial", "ucb"], {"K": 10}),
             Setting("contextual linear", "linear", ["ldp-ucb", "uniform"], SINGLE),
             Setting("contextual logistic", "logistic", ["ldp-gloc", "uniform"], SINGLE),
         ],
         "slopes": [Slope("ldp-ucb", "linear", 0.75, "T^{3/4} (Table 1)", SINGLE),
                    Slope("ldp-gloc", "logistic", 0.75, "T^{3/4} (Table 1)", SINGLE),
-                   Slope("ldp-bco-two-point", "convex", 0.0, "log T (Table 1, MP-BCO strongly convex)", {"d": 2}),
-                   Slope("ldp-bco-one-point", "convex", 0.75, "T^{3/4} (Table 1, BCO convex)", {"d": 2})],
+                   Slope("ldp-bco-two-point", "convex", 0.0, "log T (Table 1, MP-BCO strongly convex)", {"d": 2},
+                         T=(10_000, 30_000, 100_000)),
+                   Slope("ldp-bco-one-point", "convex", 0.75, "T^{3/4} (Table 1, BCO convex)", {"d": 2},
+                         T=(10_000, 30_000, 100_000))],
     },
     "003": {
         "title": "Shukla 2024: Differentially private LASSO bandits (PrivateLASSO)",
         "settings": [Setting("sparse linear d=1000, s0=5", "sparse-linear",
                              ["private-lasso", "lasso-bandit", "uniform"], {"d": 1000, "s0": 5, "K": 10},
-                             eps=(1.0, 4.0), round_size=10)],
+                             eps=(1.0, 4.0), users=30_000)],
         "slopes": [],
-        "support": {"env_params": {"d": 1000, "s0": 5, "K": 10}, "round_size": 10},
+        "support": {"env_params": {"d": 1000, "s0": 5, "K": 10}},
     },
     "004": {
         "title": "Gajane 2023: Local differential privacy for sequential decision making in a changing environment",
@@ -127,18 +132,35 @@ PAPERS = {
 # Pseudo-algorithm names: an algorithm with options (name -> (registered algorithm, params)).
 VARIANTS = {"sw-klucb-cf-eps": ("sw-klucb-cf", {"window_rule": "eps-aware"})}
 
-# What 2 shared cores allow (see REPRODUCTION.md): T = 30,000 for the main experiments, slopes up to T = 1e5.
-FULL = {"users": 30_000, "seeds": 10, "slope_T": (10_000, 30_000, 100_000), "slope_seeds": 5,
+# What 2 shared cores allow (see REPRODUCTION.md): T = 1e5 for the main experiments (3e4 where a setting says so),
+# slopes over T = 1e4 .. 1e6 where the compiled sequential engine runs the algorithm.
+FULL = {"users": 100_000, "seeds": 10, "slope_T": (10_000, 100_000, 1_000_000), "slope_seeds": 5,
         "lasso_T": (10_000, 30_000), "lasso_eps": (1.0, 4.0, 16.0, 64.0), "lasso_seeds": 2}
-QUICK = {"users": 5_000, "seeds": 3, "slope_T": (2_000, 5_000, 10_000), "slope_seeds": 3,
+QUICK = {"users": 5_000, "seeds": 3, "slope_T": (2_000, 5_000, 10_000), "slope_seeds": 3, "quick": True,
          "lasso_T": (2_000, 8_000), "lasso_eps": (4.0, 64.0), "lasso_seeds": 2}
 
 
 # ---- running --------------------------------------------------------------------------------------
-def make_config(algorithm, env, env_params, users, round_size, eps, delta, seed, profile, params=None):
+FALLBACK_ROUND_SIZE = 10      # round size 1 where the compiled sequential engine runs the algorithm, else this
+UNIFORM_ROUND_SIZE = 1_000    # uniform play does not learn: its round size does not matter
+
+
+def make_config(algorithm, env, env_params, users, round_size, eps, delta, seed, profile, params=None,
+                fallback=True):
+    """The RunConfig of one simulation. Round size 1 (the papers' sequential algorithms) runs on the compiled
+    sequential engine (engine.run); an algorithm it does not support runs in rounds of FALLBACK_ROUND_SIZE users
+    (about 10 times cheaper per user than round size 1 on the generic engine; see the price-of-batching table)."""
+    from ldpfed.engine.sequential import sequential_unsupported
+
     base, extra = VARIANTS.get(algorithm, (algorithm, {}))
-    return RunConfig(algorithm=base, env=env, users=users, round_size=min(round_size, users), eps=eps, delta=delta,
-                     seed=seed, env_params=dict(env_params), params={**extra, **(params or {})}, profile=profile)
+    if base == "uniform":
+        round_size = UNIFORM_ROUND_SIZE
+    config = RunConfig(algorithm=base, env=env, users=users, round_size=min(round_size, users), eps=eps,
+                       delta=delta, seed=seed, env_params=dict(env_params), params={**extra, **(params or {})},
+                       profile=profile)
+    if fallback and config.round_size == 1 and sequential_unsupported(config) is not None:
+        config = config.replace(round_size=min(FALLBACK_ROUND_SIZE, users))
+    return config
 
 
 def jobs_for(paper: dict, preset: dict) -> list[dict]:
@@ -147,17 +169,19 @@ def jobs_for(paper: dict, preset: dict) -> list[dict]:
     for s in paper["settings"]:
         if preset.get("round_size"):
             s = Setting(**{**s.__dict__, "round_size": preset["round_size"]})
+        users = preset["users"] if (s.users is None or preset.get("quick")) else s.users
         for profile in s.profiles:
             for name in s.algorithms:
-                for eps in (s.eps if name != "uniform" else s.eps[:1]):
+                private = REGISTRY[VARIANTS.get(name, (name,))[0]].privacy_model != "none"
+                for eps in (s.eps if private else s.eps[:1]):      # non-private: eps does not matter
                     for seed in range(preset["seeds"]):
                         jobs.append({"part": "main", "label": s.label, "name": name, "config": make_config(
-                            name, s.env, s.env_params, preset["users"], s.round_size, eps, s.delta, seed, profile,
+                            name, s.env, s.env_params, users, s.round_size, eps, s.delta, seed, profile,
                             s.params.get(name))})
     for sl in paper["slopes"]:
         if preset.get("round_size"):
             sl = Slope(**{**sl.__dict__, "round_size": preset["round_size"]})
-        for T in preset["slope_T"]:
+        for T in (sl.T if (sl.T and not preset.get("quick")) else preset["slope_T"]):
             for seed in range(preset["slope_seeds"]):
                 jobs.append({"part": "slope", "label": sl.env, "name": sl.algorithm, "config": make_config(
                     sl.algorithm, sl.env, sl.env_params, T, sl.round_size, 1.0, sl.delta, seed, "paper", sl.params)})
@@ -167,8 +191,7 @@ def jobs_for(paper: dict, preset: dict) -> list[dict]:
             for eps in preset["lasso_eps"]:
                 for seed in range(preset["lasso_seeds"]):
                     jobs.append({"part": "support", "label": "support", "name": "private-lasso", "config": make_config(
-                        "private-lasso", "sparse-linear", support["env_params"], T, support["round_size"], eps, 0.01,
-                        seed, "paper")})
+                        "private-lasso", "sparse-linear", support["env_params"], T, 10, eps, 0.01, seed, "paper")})
     return jobs
 
 
@@ -209,7 +232,7 @@ def _num(x: float) -> str:
 
 def values(runs, algorithm, eps=None, profile="paper", part="main", column="final_regret", env=None):
     sel = (runs["part"] == part) & (runs["algorithm"] == algorithm) & (runs["profile"] == profile)
-    if eps is not None and algorithm != "uniform":
+    if eps is not None and REGISTRY[VARIANTS.get(algorithm, (algorithm,))[0]].privacy_model != "none":
         sel &= np.isclose(runs["eps"], eps)
     if env is not None:
         sel &= runs["env"] == env
@@ -498,10 +521,11 @@ def reproduce_paper(paper_id: str, preset: dict, args, tracker) -> Path:
     claims = claim_rows(paper_id, runs, slopes)
     cpu = runs["cpu_s"].sum()
     header = (f"### Paper {paper_id}: {paper['title']}\n\n"
-              f"`python jobs/reproduce.py --paper {paper_id}{' --quick' if args.quick else ''}`: round size "
-              f"{preset.get('round_size') or 10}, T = "
-              f"{preset['users']:,} users, {preset['seeds']} seeds (main), slopes over T = "
-              f"{', '.join(f'{t:,}' for t in preset['slope_T'])} with {preset['slope_seeds']} seeds; "
+              f"`python jobs/reproduce.py --paper {paper_id}{' --quick' if args.quick else ''}`: "
+              f"T = {', '.join(f'{t:,}' for t in sorted(runs[runs['part'] == 'main']['users'].unique()))} users, "
+              f"round sizes {', '.join(str(b) for b in sorted(runs['round_size'].unique()))} (1: compiled sequential "
+              f"engine; 10: algorithms it does not run; 1,000: uniform play), {preset['seeds']} seeds (main), "
+              f"slopes with {preset['slope_seeds']} seeds; "
               f"{len(runs)} simulations, {cpu / 60:,.2f} CPU-minutes (machine shared).\n\n")
     text = header + markdown(claims, ["claim", "measured", "reproduced", "why not"]) + "\n"
     (local_dir / "claims.md").write_text(text)
@@ -537,7 +561,7 @@ BATCH_SIZES = (1, 10, 100, 1_000, 10_000)
 def price_of_batching(args, tracker) -> Path:
     T, seeds = args.batch_users, args.batch_seeds
     jobs = [{"part": "batching", "label": env, "name": algo, "config": make_config(
-        algo, env, SINGLE, T, B, 1.0, 0.01, seed, "paper")}
+        algo, env, SINGLE, T, B, 1.0, 0.01, seed, "paper", fallback=False)}
         for algo, env in BATCH_ALGORITHMS for B in BATCH_SIZES if B <= T for seed in range(seeds)]
     print(f"batching: {len(jobs)} simulations at T = {T:,}", flush=True)
     rows, started = [], time.perf_counter()
