@@ -171,7 +171,7 @@ def jobs_for(paper: dict, preset: dict) -> list[dict]:
     for s in paper["settings"]:
         if preset.get("round_size"):
             s = Setting(**{**s.__dict__, "round_size": preset["round_size"]})
-        users = preset["users"] if (s.users is None or preset.get("quick")) else s.users
+        users = preset["users"] if (s.users is None or preset.get("quick") or preset.get("forced")) else s.users
         for profile in s.profiles:
             for name in s.algorithms:
                 private = REGISTRY[VARIANTS.get(name, (name,))[0]].privacy_model != "none"
@@ -184,7 +184,7 @@ def jobs_for(paper: dict, preset: dict) -> list[dict]:
     for sl in paper["slopes"]:
         if preset.get("round_size"):
             sl = Slope(**{**sl.__dict__, "round_size": preset["round_size"]})
-        for T in (sl.T if (sl.T and not preset.get("quick")) else preset["slope_T"]):
+        for T in (sl.T if (sl.T and not preset.get("quick") and not preset.get("forced_T")) else preset["slope_T"]):
             for seed in range(preset["slope_seeds"]):
                 jobs.append({"part": "slope", "label": sl.env, "name": sl.algorithm, "config": make_config(
                     sl.algorithm, sl.env, sl.env_params, T, sl.round_size, 1.0, sl.delta, seed, "paper", sl.params)})
@@ -648,13 +648,14 @@ def main(argv=None) -> int:
         parser.error("give --paper or --batching")
     preset = dict(QUICK if args.quick else FULL)
     if args.users:
-        preset["users"] = args.users
+        preset["users"], preset["forced"] = args.users, True       # every setting
     if args.seeds:
         preset["seeds"] = args.seeds
     if args.round_size:
         preset["round_size"] = args.round_size
     if args.slope_T:
         preset["slope_T"] = tuple(int(float(t)) for t in args.slope_T.split(","))
+        preset["forced_T"] = True
     try:
         # Curves of at most 200 points per child run: thousands of runs, each logged to MLflow, on a shared machine.
         tracker = Tracker(experiment=args.experiment, tracking_uri=args.tracking_uri, out_dir=args.out,
