@@ -105,8 +105,31 @@ def _unit_vector(rng: np.random.Generator, d: int) -> np.ndarray:
     return theta / np.linalg.norm(theta)
 
 
+def authors_sigma(eps: float, delta: float, shares: float = 2.5) -> float:
+    """The noise std of seed 000's public code (OLS, UCB: 6 sqrt(2 ln(2.5/delta))/eps; GLOC: shares = 3.75), the same
+    for every field of the message whatever its sensitivity."""
+    return 6.0 * math.sqrt(2.0 * math.log(shares / delta)) / eps
+
+
+def authors_gaussian(cls, sigma: float, sensitivity: float, eps: float, delta: float):
+    """A Gaussian mechanism (class cls) with noise std `sigma`, recorded in the ledger at its budget share
+    (eps, delta) with the sensitivity that sigma covers under the classic calibration; and whether that covers the
+    field's true sensitivity (if not, the share's (eps, delta) claim does not hold)."""
+    covered = sigma * eps / math.sqrt(2.0 * math.log(1.25 / delta))
+    return cls(covered, eps, delta, calibration="classic"), covered >= sensitivity * (1.0 - 1e-12)
+
+
+def l2_ball_gamma_ratio(dim: int) -> float:
+    """Gamma((dim+1)/2) / Gamma(dim/2): the part of the l2-ball mechanism's B that depends on the dimension."""
+    return math.exp(math.lgamma((dim + 1) / 2.0) - math.lgamma(dim / 2.0))
+
+
 class _GLMBase(Algorithm):
-    """What every seed-000 algorithm shares: the link, the public bounds, the client's clipping."""
+    """What every seed-000 algorithm shares: the link, the public bounds, the client's clipping.
+
+    profile "authors-code" (`self.authors`): the choices of the public code (liangzp/LDP-Bandit, Scheme1/), listed per
+    class; the multi-parameter versions then do not clip inputs (the code does not), and where that or the code's
+    noise leaves a field's sensitivity uncovered the ledger rows carry "claim_void" with the reason."""
 
     private = True
 
@@ -114,20 +137,42 @@ class _GLMBase(Algorithm):
         multi = self.name.endswith("-multi")
         if bool(self.world.multi) != multi:
             raise ConfigError("env", self.world.name, f"{self.name} runs on {list(self.env_kinds)}")
+        self.authors = self.profile == "authors-code"
+        self.void_reasons: list[str] = []
         self.C_B = _positive("context_bound", self.params["context_bound"])
         self.c_r = float(self.world.reward_bound)
-        self.mu = _links(self.world.link or "identity")
+        self.link = self.world.link or "identity"
+        self.mu = _links(self.link)
         self._I = np.eye(self.d)
+        # The authors' multi-parameter code privatizes raw N(0, I_d) contexts and noisy rewards without clipping.
+        self.clip_inputs = not (self.authors and multi and self.private)
+        if not self.clip_inputs:
+            self.void_reasons.append(
+                f"inputs are not clipped (authors' code): contexts and rewards may exceed the bounds C_B = {self.C_B:g}, "
+                f"c_r = {self.c_r:g} the noise is calibrated for (N(0, I_d) contexts have norm ~ sqrt(d))")
         self._setup()
 
     def _setup(self):
         pass
 
     def _clip(self, x, r):
-        """Clip contexts to C_B and rewards to c_r (public bounds) before anything is privatized."""
-        x, n_x = clip_rows(np.asarray(x, dtype=float), self.C_B)
-        r, n_r = clip_values(np.asarray(r, dtype=float), self.c_r)
+        """Clip contexts to C_B and rewards to c_r (public bounds) before anything is privatized; without clipping
+        (authors' multi-parameter code) only count the inputs beyond the bounds."""
+        x, r = np.asarray(x, dtype=float), np.asarray(r, dtype=float)
+        if not self.clip_inputs:
+            over_x = int(np.count_nonzero(np.einsum("...i,...i->...", x, x) > self.C_B ** 2 * (1 + 2 * CLIP_RTOL)))
+            over_r = int(np.count_nonzero(np.abs(r) > self.c_r))
+            return x, r, {"unclipped_context_over_bound": over_x, "unclipped_reward_over_bound": over_r}
+        x, n_x = clip_rows(x, self.C_B)
+        r, n_r = clip_values(r, self.c_r)
         return x, r, {"clipped_context": n_x, "clipped_reward": n_r}
+
+    def ledger(self):
+        rows = super().ledger()
+        if self.void_reasons:
+            reason = "; ".join(self.void_reasons)
+            rows = [{**row, "claim_void": reason} for row in rows]
+        return rows
 
     def _ols_sensitivities(self):
         return math.sqrt(2.0) * self.C_B ** 2, 2.0 * self.c_r * self.C_B
@@ -162,7 +207,11 @@ class _SingleBase(_GLMBase):
 
 
 class LdpOls(_SingleBase):
-    """LDP-OLS (Algorithm 1 with eq. 3-4). Budget: (eps/2, delta/2) for M, (eps/2, delta/2) for u (module doc)."""
+    """LDP-OLS (Algorithm 1 with eq. 3-4). Budget: (eps/2, delta/2) for M, (eps/2, delta/2) for u (module doc).
+
+    profile "authors-code" (Scheme1 GOLSServer + OLSMechanism): noise std 6 sqrt(2 ln(2.5/delta))/eps on every
+    entry of M and u (more than the calibration above needs while c_r C_B <= 1.5, so the claim stands), and theta_hat
+    = (sum M)^{-1} sum u with NO shift (the code's greedy OLS; its shifted variant ROLSServer is not the one run)."""
 
     name = "ldp-ols"
     paper = f"{PAPER}, Algorithm 1 with the OLS mechanism (eq. 3-4)"
@@ -179,13 +228,24 @@ class LdpOls(_SingleBase):
             raise ConfigError("params.alpha", self.params["alpha"], "must be in (0, 1)")
         calibration = _choice("calibration", self.params["calibration"], ("classic", "analytic"))
         sens_M, sens_u = self._ols_sensitivities()
-        self.mech_M = SymmetricGaussianMechanism(sens_M, eps, delta, calibration=calibration)
-        self.mech_u = GaussianMechanism(sens_u, eps, delta, calibration=calibration)
+        if self.authors:
+            sigma = authors_sigma(self.eps, self.delta)   # the user's whole (eps, delta), for every field and slot
+            self.mech_M, ok_M = authors_gaussian(SymmetricGaussianMechanism, sigma, sens_M, eps, delta)
+            self.mech_u, ok_u = authors_gaussian(GaussianMechanism, sigma, sens_u, eps, delta)
+            if not (ok_M and ok_u):
+                self.void_reasons.append(
+                    f"the authors' noise std {sigma:.4g} is below the calibration of the fields' sensitivities "
+                    f"(M: {sens_M:.4g}, u: {sens_u:.4g}) at their shares (eps={eps:g}, delta={delta:g})")
+        else:
+            self.mech_M = SymmetricGaussianMechanism(sens_M, eps, delta, calibration=calibration)
+            self.mech_u = GaussianMechanism(sens_u, eps, delta, calibration=calibration)
         self.mechanisms = {"M": self.mech_M, "u": self.mech_u}
         # Theorem 3.1 (4.1 for multi: log(2TK/alpha)): c~ = 2 sigma (4 sqrt(d) + 2 log(2T/alpha)).
         self.c_shift = 2.0 * self.mech_M.sigma * (4.0 * math.sqrt(self.d) + 2.0 * math.log(log_arg / alpha))
 
     def shift(self, t):
+        if self.authors:
+            return 0.0       # the authors' greedy OLS inverts the noisy Gram matrix as it is
         return self.c_shift * math.sqrt(t)
 
     def initial_state(self, rng):
@@ -246,18 +306,37 @@ class LdpSgd(_SingleBase):
     unknown in practice). step_offset (default "auto" = B - 1: 0 at B = 1, the paper's c/t) is a reconstruction: a positive offset
     damps the first, largest steps (the public code's RSGD server used 1/(t+50)). Start: a
     random unit vector (public code), drawn from the run's init generator. No projection (the paper has none).
-    In a round every user's gradient is taken at the published theta and applied with its own eta_t (aggregate)."""
+    In a round every user's gradient is taken at the published theta and applied with its own eta_t (aggregate).
+
+    radius: the clip radius R of the gradient, "auto" = 2 c_r C_B (the paper). profile "authors-code" (Scheme1
+    GreedySGDServer + SGDLDPMechanism): R = 1 (the code's hemisphere probability 1/2 + ||g||/2 saturates at norm 1,
+    which is clipping at 1: still eps-LDP), mu evaluated at x^T theta clipped to [-20, 20], and a weight decay
+    theta <- theta - eta_t (Z + 0.05 theta) on the logistic and Poisson links (0 on the identity link)."""
 
     name = "ldp-sgd"
     paper = f"{PAPER}, Algorithm 1 with the SGD mechanism (eq. 5-6)"
     privacy_model = "ldp"
-    defaults = {"step": 5.0, "step_offset": "auto", "context_bound": 1.0}  # step: public code's 5/(t+1)
+    defaults = {"step": 5.0, "step_offset": "auto", "context_bound": 1.0, "radius": "auto"}  # step: code's 5/(t+1)
+    profile_defaults = {"authors-code": {"radius": 1.0}}
 
     def _setup(self):
         self._set_step()
-        self.R = 2.0 * self.c_r * self.C_B
+        self.R = self._radius()
         self.mech = L2BallMechanism(self.R, self.eps, self.d)
         self.mechanisms = {"Z": self.mech}
+        self.decay = 0.05 if self.authors and self.link != "identity" else 0.0
+        self.predict_clip = 20.0 if self.authors else math.inf    # |x^T theta| cap inside mu (authors' code)
+
+    def _radius(self):
+        radius = self.params["radius"]
+        return 2.0 * self.c_r * self.C_B if radius == "auto" else _positive("radius", radius)
+
+    def _predict(self, z):
+        return self.mu(z if math.isinf(self.predict_clip) else np.clip(z, -self.predict_clip, self.predict_clip))
+
+    def _eta(self, users):
+        """Step of each user (public: a function of the arrival index only; user i, 0-based, is the (i+1)-th)."""
+        return self.step / (np.asarray(users, dtype=float) + (1.0 + self.step_offset))
 
     def _set_step(self):
         self.step = _positive("step", self.params["step"])
@@ -298,18 +377,19 @@ class LdpSgd(_SingleBase):
 
     def encode(self, model, contexts, actions, rewards, users, rng):
         x, r, metrics = self._clip(self._chosen(contexts, actions), rewards)
-        g = (self.mu(x @ model["theta"]) - r)[:, None] * x
+        g = (self._predict(x @ model["theta"]) - r)[:, None] * x
         g, metrics["clipped"] = clip_rows(g, self.R)
         Z, _ = self.mech.privatize(g, rng)
         return {"Z": Z}, metrics
 
     def aggregate(self, messages, users):
-        # public: a function of the arrival index only (user i, 0-based, is the (i+1)-th)
-        eta = self.step / (np.asarray(users, dtype=float) + (1.0 + self.step_offset))
-        return {"Z": eta @ messages["Z"]}
+        return {"Z": self._eta(users) @ messages["Z"]}
 
     def update(self, state, sums, start, stop, rng):
-        return {"theta": state["theta"] - sums["Z"]}
+        theta = state["theta"]
+        if self.decay:   # the authors' weight decay, applied at the published theta for the whole round
+            theta = theta * (1.0 - self.decay * float(self._eta(np.arange(start, stop)).sum()))
+        return {"theta": theta - sums["Z"]}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -327,6 +407,8 @@ class _MultiBase(_GLMBase):
     h (elimination margin, eq. 7, in units of the linear predictor x^T theta): the paper sets h = h_sub, a property
     of the world unknown to the algorithm; default 1.0 is a reconstruction (eliminates only arms predicted at least
     0.5 below the best); h = inf turns elimination off, as in the authors' public code.
+    profile "authors-code" (Scheme1/instances/multiparam.py): s0 = "authors" = ceil(3000 / K) (the code's 3000
+    warm-up users in total), h = inf, and the inputs are not clipped (see _GLMBase).
     """
 
     env_kinds = MULTI_ENVS
@@ -337,8 +419,10 @@ class _MultiBase(_GLMBase):
         s0 = self.params["s0"]
         if s0 == "auto":
             s0 = min(3000, max(1, int(round(self.T / (100 * self.K)))))
+        elif s0 == "authors":
+            s0 = -(-3000 // self.K)
         elif isinstance(s0, (bool, np.bool_)) or not isinstance(s0, (int, np.integer)) or s0 < 1:
-            raise ConfigError("params.s0", s0, "must be a positive integer or 'auto'")
+            raise ConfigError("params.s0", s0, "must be a positive integer, 'auto' or 'authors'")
         self.s0 = int(s0)
         self.warm = self.K * self.s0
         self.h = _positive("h", self.params["h"], allow_inf=True)
@@ -398,18 +482,29 @@ class _MultiBase(_GLMBase):
 class LdpOlsMulti(_MultiBase, LdpOls):
     """LDP-OLS, multi parameter (Algorithm 2 with eq. 3-4). Each arm slot at (eps/2, delta/2), split evenly
     between M and u: (eps/4, delta/4) each. c~ = 2 sigma (4 sqrt(d) + 2 log(2TK/alpha)) (Theorem 4.1) with sigma the
-    std of W, and the shift of arm a is c~ sqrt(n_a), n_a = the number of (noisy) messages its slot received."""
+    std of W, and the shift of arm a is c~ sqrt(n_a), n_a = the number of (noisy) messages its slot received.
+    (paper_setting: s0 "auto" is the paper's 3000 at its T = 1e6.)
+
+    profile "authors-code" (multiparam.py): every slot's M and u get noise std 6 sqrt(2 ln(2.5/delta))/eps (the
+    user's whole budget, not split between slots or fields); every arm's shift is c~ sqrt(t), t = users so far, with
+    c~ = 2 sigma (4 sqrt(d) + 2 log(2T/alpha)); plus the _MultiBase choices (unclipped N(0, I_d) contexts: claim
+    void)."""
 
     name = "ldp-ols-multi"
     paper = f"{PAPER}, Algorithm 2 with the OLS mechanism"
     privacy_model = "ldp"
     defaults = {"s0": "auto", "h": 1.0, "alpha": 0.1, "calibration": "classic", "context_bound": 1.0}
-    paper_setting = {"env_params": {"d": 20, "K": 3}, "users": 10**6, "eps": 1.0, "delta": 0.1,
-                     "params": {"s0": 3000}}
+    profile_defaults = {"authors-code": {"s0": "authors", "h": math.inf}}
+    paper_setting = {"env_params": {"d": 20, "K": 3}, "users": 10**6, "eps": 1.0, "delta": 0.1, "params": {}}
 
     def _setup(self):
         self._setup_multi()
-        self._set_noise(self.eps / 4, self.delta / 4, log_arg=2.0 * self.T * self.K)
+        self._set_noise(self.eps / 4, self.delta / 4, log_arg=2.0 * self.T * (1 if self.authors else self.K))
+
+    def _shifts(self, n, t):
+        if self.authors and self.private:
+            return np.full(self.K, self.c_shift * math.sqrt(t))
+        return self.shift(n)
 
     def shift(self, n):
         # an arm whose slot has received nothing yet has V = 0 and U = 0, so any positive shift gives theta = 0
@@ -441,7 +536,7 @@ class LdpOlsMulti(_MultiBase, LdpOls):
         V = state["V"] + sums["M"]
         U = state["U"] + sums["u"]
         n = state["n"] + sums["n"]
-        A = V + self.shift(n)[:, None, None] * self._I
+        A = V + self._shifts(n, stop)[:, None, None] * self._I
         theta = np.linalg.solve(A, U[:, :, None])[:, :, 0]
         return self._state_update(state, theta, V=V, U=U, n=n, stop=stop)
 
@@ -470,29 +565,71 @@ class LdpSgdMulti(_MultiBase, LdpSgd):
     Start theta_{0,a} = 0 (Algorithm 2). Step of arm a at its j-th message (j = 1, 2, ...): step / (j + step_offset).
     Theorem 4.1 writes the count as (t mod K) + 1 during warm-up and t - (K-1) s0 after; the latter is the per-arm
     message count and we read the former as its warm-up analogue floor(t/K) + 1 (also the per-arm count), so eta
-    decays like 1/(messages received) throughout."""
+    decays like 1/(messages received) throughout.
+    project: radius of a ball every theta_a is projected on after each update (post-processing, free of privacy
+    cost; the paper assumes ||theta*_a|| <= 1 but its SGD has no projection, so the default is inf = none). The first
+    steps (eta = 5 on messages of norm B ~ 59 at d = 20, eps/2 = 0.5) throw theta to norms of hundreds, which steps
+    5/j forget only like j^(-5 lambda), lambda ~ 1/(K d) the curvature an arm sees with unit contexts; project = 1
+    bounds them (see REPRODUCTION.md for what it does and does not change).
+    (paper_setting: s0 "auto" is the paper's 3000 at its T = 1e6.)
+
+    profile "authors-code" (multiparam.py): the warm-up runs the OLS mechanism and estimator (noise std
+    6 sqrt(2 ln(2.5/delta))/eps on M and u, shift c~ sqrt(t)) for the pulled arm, so SGD starts from the warm-up OLS
+    estimates (arms start at random unit vectors); after it each user sends ONE l2-ball message (eps, radius 1: the
+    code's hemisphere rule) of the whole (K d) gradient, whose B is the code's, computed for dimension d instead of
+    K d (the released gradient is shrunk by B_d / B_Kd, 0.57 at d = 20, K = 3); step 5 K/(t+1) with t the 0-based
+    user index; weight decay theta <- theta - eta (Z + 0.05 theta); no projection; plus the _MultiBase choices
+    (unclipped N(0, I_d) contexts: claim void)."""
 
     name = "ldp-sgd-multi"
     paper = f"{PAPER}, Algorithm 2 with the SGD mechanism"
     privacy_model = "ldp"
-    defaults = {"s0": "auto", "h": 1.0, "step": 5.0, "step_offset": 0.0, "context_bound": 1.0}
-    paper_setting = {"env_params": {"d": 20, "K": 3}, "users": 10**6, "eps": 1.0, "delta": 0.1,
-                     "params": {"s0": 3000}}
+    defaults = {"s0": "auto", "h": 1.0, "step": 5.0, "step_offset": 0.0, "context_bound": 1.0, "project": math.inf}
+    profile_defaults = {"authors-code": {"s0": "authors", "h": math.inf, "project": math.inf}}
+    paper_setting = {"env_params": {"d": 20, "K": 3}, "users": 10**6, "eps": 1.0, "delta": 0.1, "params": {}}
 
     def _setup(self):
         self._setup_multi()
         self._set_step()
+        self.project = _positive("project", self.params["project"], allow_inf=True)
+        self.decay = 0.0
+        if self.authors:
+            self._setup_authors()
+            return
         self.R = 2.0 * self.c_r * self.C_B
         self.mech = L2BallMechanism(self.R, self.eps / 2, self.d)
         self.mechanisms = {"Z": self.mech}
 
+    def _setup_authors(self):
+        sigma = authors_sigma(self.eps, self.delta)
+        sens_M, sens_u = self._ols_sensitivities()
+        # a warm-up user sends one slot (the public arm's): its budget split between M and u
+        self.mech_M, _ = authors_gaussian(SymmetricGaussianMechanism, sigma, sens_M, self.eps / 2, self.delta / 2)
+        self.mech_u, _ = authors_gaussian(GaussianMechanism, sigma, sens_u, self.eps / 2, self.delta / 2)
+        self.c_shift = 2.0 * sigma * (4.0 * math.sqrt(self.d) + 2.0 * math.log(2.0 * self.T / 0.1))  # alpha = 0.1
+        self.R = 1.0
+        self.mech = L2BallMechanism(self.R, self.eps, self.K * self.d)
+        self.b_scale = l2_ball_gamma_ratio(self.d) / l2_ball_gamma_ratio(self.K * self.d)
+        self.decay = 0.05
+        self.mechanisms = {"M": self.mech_M, "u": self.mech_u, "Z": self.mech}
+
     def initial_state(self, rng):
+        if self.authors:
+            K, d = self.K, self.d
+            theta = np.stack([_unit_vector(rng, d) for _ in range(K)])
+            return {"theta": theta, "V": np.zeros((K, d, d)), "U": np.zeros((K, d)), "n": np.zeros(K),
+                    "theta_warm": None}
         return {"theta": np.zeros((self.K, self.d)), "n": np.zeros(self.K), "theta_warm": None}
 
     def message_spec(self):
-        return {"Z": (self.K, self.d), "n": (self.K,)}
+        K, d = self.K, self.d
+        if self.authors:
+            return {"M": (K, d, d), "u": (K, d), "Z": (K, d), "n": (K,)}
+        return {"Z": (K, d), "n": (K,)}
 
     def encode(self, model, contexts, actions, rewards, users, rng):
+        if self.authors:
+            return self._encode_authors(model, contexts, actions, rewards, users, rng)
         x, r, metrics = self._clip(contexts, rewards)
         n = len(actions)
         sent, pulled = self._slots(users, actions)
@@ -505,6 +642,28 @@ class LdpSgdMulti(_MultiBase, LdpSgd):
         Z = Z.reshape(n, self.K, self.d) * sent[:, :, None]
         return {"Z": Z, "n": sent}, metrics
 
+    def _encode_authors(self, model, contexts, actions, rewards, users, rng):
+        x, r, metrics = self._clip(contexts, rewards)
+        n, K, d = len(actions), self.K, self.d
+        sent, pulled = self._slots(users, actions)
+        warm = np.asarray(users) < self.warm             # public: a function of the arrival index
+        M, u, Z = np.zeros((n, K, d, d)), np.zeros((n, K, d)), np.zeros((n, K, d))
+        if warm.any():                                   # OLS message in the public arm's slot only
+            w = pulled[warm]
+            M[warm] = self.mech_M.privatize(w[:, :, None, None] * (x[warm, :, None] * x[warm, None, :])[:, None],
+                                            rng) * w[:, :, None, None]
+            u[warm] = self.mech_u.privatize(w[:, :, None] * (r[warm, None] * x[warm])[:, None], rng) * w[:, :, None]
+        post = ~warm
+        if post.any():                                   # one l2-ball message of the whole (K d) gradient
+            idx = np.flatnonzero(post)
+            theta_a = model["theta"][actions[idx]]
+            z = np.clip(np.einsum("ij,ij->i", x[idx], theta_a), -20.0, 20.0)
+            g = np.zeros((len(idx), K, d))
+            g[np.arange(len(idx)), actions[idx]] = (self.mu(z) - r[idx])[:, None] * x[idx]
+            g, metrics["clipped"] = clip_rows(g.reshape(len(idx), K * d), self.R)
+            Z[idx] = self.mech.privatize(g, rng)[0].reshape(len(idx), K, d)
+        return {"M": M, "u": u, "Z": Z, "n": sent}, metrics
+
     def message_counts(self, users):
         """(n, K): the 1-based index of each user's message among those of each arm slot (public)."""
         users = np.asarray(users)
@@ -512,13 +671,42 @@ class LdpSgdMulti(_MultiBase, LdpSgd):
         post_count = (self.s0 + users - self.warm + 1)[:, None] * np.ones(self.K)
         return np.where((users >= self.warm)[:, None], post_count, warm_count)
 
+    def _authors_eta(self, users):
+        """The code's step 5 K/(t+1) (t = 0-based user index) after warm-up, 0 during it (public)."""
+        users = np.asarray(users, dtype=float)
+        return np.where(users >= self.warm, self.step * self.K / (users + 1.0), 0.0)
+
     def aggregate(self, messages, users):
+        if self.authors:
+            eta = self._authors_eta(users) * self.b_scale
+            return {"M": messages["M"].sum(axis=0), "u": messages["u"].sum(axis=0),
+                    "Z": np.einsum("i,ikd->kd", eta, messages["Z"]), "n": messages["n"].sum(axis=0)}
         eta = self.step / (self.message_counts(users) + self.step_offset)
         return {"Z": np.einsum("ik,ikd->kd", eta, messages["Z"]), "n": messages["n"].sum(axis=0)}
 
     def update(self, state, sums, start, stop, rng):
-        theta = state["theta"] - sums["Z"]
-        return self._state_update(state, theta, n=state["n"] + sums["n"], stop=stop)
+        n = state["n"] + sums["n"]
+        if self.authors:
+            return self._update_authors(state, sums, start, stop, n)
+        return self._state_update(state, self._projected(state["theta"] - sums["Z"]), n=n, stop=stop)
+
+    def _update_authors(self, state, sums, start, stop, n):
+        V, U, theta = state["V"] + sums["M"], state["U"] + sums["u"], state["theta"]
+        if start < self.warm:      # OLS re-estimate of the arms pulled (publicly) in this round's warm-up part
+            arms = np.unique(np.arange(start, min(stop, self.warm)) % self.K)
+            shift = self.c_shift * math.sqrt(min(stop, self.warm))
+            theta = theta.copy()
+            theta[arms] = np.linalg.solve(V[arms] + shift * self._I, U[arms][:, :, None])[:, :, 0]
+        if stop > self.warm:
+            eta_sum = float(self._authors_eta(np.arange(max(start, self.warm), stop)).sum())
+            theta = theta * (1.0 - self.decay * eta_sum) - sums["Z"]
+        return self._state_update(state, self._projected(theta), V=V, U=U, n=n, stop=stop)
+
+    def _projected(self, theta):
+        if math.isinf(self.project):
+            return theta
+        norms = np.linalg.norm(theta, axis=1, keepdims=True)
+        return theta * np.minimum(1.0, self.project / np.maximum(norms, 1e-300))
 
 
 ALGORITHMS = [LdpOls, Ols, LdpSgd, LdpOlsMulti, OlsMulti, LdpSgdMulti]

@@ -30,6 +30,14 @@ Privacy (clients clip to the public bounds before privatizing, and count clipped
   norm; the paper's C is the bound of |g|, which bounds |g(a) - y| only for particular rewards).
 Both are (eps, delta)-LDP per user by basic composition.
 
+Profile "authors-code" (seed 000's public code, liangzp/LDP-Bandit Scheme1/, which ran both as baselines):
+* ldp-ucb (LDPUCBServer + OLSMechanism): noise std 6 sqrt(2 ln(2.5/delta))/eps on M and u (and in Upsilon_t,
+  beta_t); V~ starts at I instead of 0. (More noise than the calibration above: the claim stands.)
+* ldp-gloc (LDPGLMServer + GLMMechanism): noise std sigma on the gradient too (not C_g sigma); zeta = 1/sqrt(T);
+  no projection of theta^ (S = inf); theta^ and theta~ start at random unit vectors; z = x^T theta^ unclipped in
+  u = z x; the gradient (g(clip(z, -5, 5)) - y) x unclipped. Both leave sensitivities uncovered: the ledger says
+  "claim_void".
+
 Rounds: with B users per round every user of the round sees the same published state (theta~, V~^{-1},
 beta, theta^); the server adds the round's summed messages, then recomputes with t = number of users so far.
 """
@@ -41,6 +49,7 @@ import numpy as np
 from scipy.special import expit
 
 from ldpfed.algorithms.base import Algorithm, clip_norm
+from ldpfed.algorithms.glm_ldp import authors_gaussian, authors_sigma
 from ldpfed.errors import ConfigError
 from ldpfed.mechanisms import GaussianMechanism, SymmetricGaussianMechanism
 
@@ -101,12 +110,20 @@ class LdpUcb(Algorithm):
     paper_setting = {"env_params": {"d": 2, "K": 10}, "users": 10**5, "eps": 1.0, "delta": 0.01, "params": {}}
     shares = 2   # number of mechanisms sharing (eps, delta)
 
+    authors_shares = 2.5   # the public code's sigma = 6 sqrt(2 ln(authors_shares/delta))/eps
+
     def setup(self):
         self.alpha = _option(self.params, "alpha", 0.0, 1.0)
         calibration = _calibration(self.params)
         self.c_r = float(self.world.reward_bound)
+        self.authors = self.profile == "authors-code"
+        self.void_reasons: list[str] = []
         eps, delta = self.eps / self.shares, self.delta / self.shares
-        self.mechanisms["M"] = SymmetricGaussianMechanism(2.0, eps, delta, calibration=calibration)
+        if self.authors:
+            self.authors_sigma = authors_sigma(self.eps, self.delta, self.authors_shares)
+            self.mechanisms["M"] = self._authors_mechanism(SymmetricGaussianMechanism, "M", 2.0, eps, delta)
+        else:
+            self.mechanisms["M"] = SymmetricGaussianMechanism(2.0, eps, delta, calibration=calibration)
         self.sigma = self.mechanisms["M"].sigma
         self._setup_fields(eps, delta, calibration)
         d, T = self.d, self.T
@@ -114,8 +131,26 @@ class LdpUcb(Algorithm):
         self.upsilon_unit = self.sigma * (4.0 * math.sqrt(d) + 2.0 * math.log(2.0 * T / self.alpha))
         self.eye = np.eye(d)
 
+    def _authors_mechanism(self, cls, field, sensitivity, eps, delta):
+        """The public code's noise std on a field; notes in the ledger when it does not cover the sensitivity."""
+        mech, covered = authors_gaussian(cls, self.authors_sigma, sensitivity, eps, delta)
+        if not covered:
+            self.void_reasons.append(f"{field}: the authors' noise std {self.authors_sigma:.4g} covers sensitivity "
+                                     f"{mech.guarantee.sensitivity:.4g} at (eps={eps:g}, delta={delta:g}), "
+                                     f"not the field's {sensitivity:.4g}")
+        return mech
+
     def _setup_fields(self, eps, delta, calibration):
+        if self.authors:
+            self.mechanisms["u"] = self._authors_mechanism(GaussianMechanism, "u", 2.0 * self.c_r, eps, delta)
+            return
         self.mechanisms["u"] = GaussianMechanism(2.0 * self.c_r, eps, delta, calibration=calibration)
+
+    def ledger(self):
+        rows = super().ledger()
+        if self.void_reasons:
+            rows = [{**row, "claim_void": "; ".join(self.void_reasons)} for row in rows]
+        return rows
 
     # ---- the shared noisy-Gram UCB ------------------------------------------------------------------
     def _beta(self, t: int) -> float:
@@ -141,7 +176,8 @@ class LdpUcb(Algorithm):
 
     # ---- server half ------------------------------------------------------------------------------
     def initial_state(self, rng):
-        return self._ucb_state(np.zeros((self.d, self.d)), np.zeros(self.d), 0)
+        # the authors' code starts V~ at I (before the shift); the paper at 0
+        return self._ucb_state(np.eye(self.d) if self.authors else np.zeros((self.d, self.d)), np.zeros(self.d), 0)
 
     def publish(self, state):
         return {"theta": state["theta"], "V_inv": state["V_inv"], "beta": state["beta"]}
@@ -183,6 +219,8 @@ class LdpGloc(LdpUcb):
     env_kinds = SINGLE_GLM_ENVS
     default_env = "logistic"
     defaults = {"alpha": 0.1, "calibration": "classic", "zeta_scale": 1.0, "S": 1.0}
+    profile_defaults = {"authors-code": {"S": math.inf}}
+    authors_shares = 3.75
     # Reconstruction: the seed-000 comparison setting (d=2, K=10) on its GLM (logistic) env.
     paper_setting = {"env_params": {"d": 2, "K": 10}, "users": 10**5, "eps": 1.0, "delta": 0.01, "params": {}}
     shares = 3
@@ -191,7 +229,11 @@ class LdpGloc(LdpUcb):
         link = self.world.link
         if link not in LINKS:
             raise ConfigError("env", self.world.name, f"ldp-gloc supports links {sorted(LINKS)}")
+        if self.authors:
+            self._setup_authors_fields(link, eps, delta)
+            return
         self.S = _option(self.params, "S", 0.0)
+        self.grad_z_clip = self.S                        # the gradient is taken at z clipped to [-S, S]
         self.g, g_max, mu = LINKS[link]
         self.mu = mu(self.S)
         self.grad_bound = g_max(self.S) + self.c_r      # |g(z) - y| <= max|g| + c_r with |z| <= S
@@ -204,12 +246,29 @@ class LdpGloc(LdpUcb):
         self.mechanisms["u"] = GaussianMechanism(2.0 * self.S, eps, delta, calibration=calibration)
         self.mechanisms["grad"] = GaussianMechanism(2.0 * self.grad_bound, eps, delta, calibration=calibration)
 
+    def _setup_authors_fields(self, link, eps, delta):
+        """LDPGLMServer + GLMMechanism: mu = inf g' on [-1, 1] (the code's constants), zeta = 1/sqrt(T), no
+        projection (S = inf unless params.S), z = x^T theta^ unclipped in u, gradient at z clipped to [-5, 5]."""
+        self.S = float(self.params["S"])
+        self.g, _, mu = LINKS[link]
+        self.mu = mu(1.0)
+        self.zeta = 1.0 / math.sqrt(self.T)
+        self.grad_z_clip = 5.0                           # z is clipped to [-5, 5] inside the gradient only
+        z_max = min(self.S, 5.0)
+        self.grad_bound = LINKS[link][1](z_max) + self.c_r
+        self.mechanisms["u"] = self._authors_mechanism(GaussianMechanism, "u", 2.0 * self.S, eps, delta)
+        self.mechanisms["grad"] = self._authors_mechanism(GaussianMechanism, "grad", 2.0 * self.grad_bound, eps, delta)
+
     def _beta(self, t: int) -> float:
         return math.sqrt(self.sigma / self.mu * math.sqrt(self.d * t))
 
     def initial_state(self, rng):
         state = self._ucb_state(np.zeros((self.d, self.d)), np.zeros(self.d), 0)
         state["theta_hat"] = np.zeros(self.d)
+        if self.authors:     # both estimates start at random unit vectors (theta~ is replaced at the first update)
+            for key in ("theta", "theta_hat"):
+                v = rng.standard_normal(self.d)
+                state[key] = v / np.linalg.norm(v)
         return state
 
     def publish(self, state):
@@ -233,12 +292,21 @@ class LdpGloc(LdpUcb):
     def encode(self, model, contexts, actions, rewards, users, rng):
         x, n_x = _clip_contexts(contexts[np.arange(len(actions)), actions])
         y, n_y = _clip(rewards, self.c_r)
+        if self.authors:
+            return self._encode_authors(model, x, y, rng), {"clipped": n_x + n_y}
         z, n_z = _clip(x @ model["theta_hat"], self.S)   # |z| <= S already when theta^ is in W
         grad, n_g = clip_norm((self.g(z) - y)[:, None] * x, self.grad_bound)
         messages = {"M": self._gram_messages(x, rng),
                     "u": self.mechanisms["u"].privatize(z[:, None] * x, rng),
                     "grad": self.mechanisms["grad"].privatize(grad, rng)}
         return messages, {"clipped": n_x + n_y + n_z + n_g}
+
+    def _encode_authors(self, model, x, y, rng):
+        z = x @ model["theta_hat"]
+        grad = (self.g(np.clip(z, -5.0, 5.0)) - y)[:, None] * x
+        return {"M": self._gram_messages(x, rng),
+                "u": self.mechanisms["u"].privatize(z[:, None] * x, rng),
+                "grad": self.mechanisms["grad"].privatize(grad, rng)}
 
 
 ALGORITHMS = [LdpUcb, LdpGloc]

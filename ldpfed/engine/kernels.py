@@ -118,8 +118,9 @@ def _l2_ball(g, radius, ball_B, tanh_half, gauss, unif, out):
 # ------------------------------------------------------------------------------------------------------------
 @njit(cache=True)
 def ldp_sgd(theta, t0, ctx, wnoise, theta_star, env_link, noise_std, alg_link, C_B, c_r, R, ball_B, tanh_half,
-            step, offset, rtol, gauss, unif, snap_at, snaps, regret, counts):
-    """LdpSgd: counts columns (clipped_context, clipped_reward, clipped)."""
+            step, offset, predict_clip, decay, rtol, gauss, unif, snap_at, snaps, regret, counts):
+    """LdpSgd: counts columns (clipped_context, clipped_reward, clipped). predict_clip: |x^T theta| cap inside the
+    link (inf: none); decay: weight decay theta <- theta - eta (Z + decay theta) (both: profile authors-code)."""
     n, K, d = ctx.shape
     x = np.empty(d)
     g = np.empty(d)
@@ -131,14 +132,14 @@ def ldp_sgd(theta, t0, ctx, wnoise, theta_star, env_link, noise_std, alg_link, C
             x[j] = ctx[i, a, j]
         counts[i, 0] = _clip_rows(x, C_B, rtol)
         r, counts[i, 1] = _clip_value(reward, c_r)
-        coef = _link(alg_link, _dot(x, theta)) - r
+        coef = _link(alg_link, min(max(_dot(x, theta), -predict_clip), predict_clip)) - r
         for j in range(d):
             g[j] = coef * x[j]
         counts[i, 2] = _clip_rows(g, R, rtol)
         _l2_ball(g, R, ball_B, tanh_half, gauss[i], unif[i], z)
         eta = step / ((t0 + i) + (1.0 + offset))
         for j in range(d):
-            theta[j] = theta[j] - eta * z[j]
+            theta[j] = theta[j] * (1.0 - decay * eta) - eta * z[j]
         if snap_at[i] >= 0:
             snaps[snap_at[i], :] = theta
 
@@ -181,7 +182,7 @@ def ldp_ols(V, U, theta, ctx, wnoise, theta_star, env_link, noise_std, C_B, c_r,
 # ------------------------------------------------------------------------------------------------------------
 @njit(cache=True)
 def ldp_ucb(M, u, theta, V_inv, theta_hat, ctx, wnoise, theta_star, env_link, noise_std, c_r, sigma_M, sigma_u,
-            sigma_g, upper, shifts, betas, gloc, S, grad_bound, zeta, gauss_M, gauss_u, gauss_g, snap_at, snaps,
+            sigma_g, upper, shifts, betas, gloc, S, grad_bound, zeta, grad_z, gauss_M, gauss_u, gauss_g, snap_at, snaps,
             regret, counts):
     """LdpUcb (gloc False) / LdpGloc (gloc True): counts column (clipped,). betas[i] is the beta user i sees
     (betas[0] the published one, betas[i + 1] = algo._beta(t0 + i + 1)); shifts[i] = c_t after user i."""
@@ -220,7 +221,7 @@ def ldp_ucb(M, u, theta, V_inv, theta_hat, ctx, wnoise, theta_star, env_link, no
             if zc != z:
                 clipped += 1
             coef = zc
-            gcoef = _link(env_link, zc) - y
+            gcoef = _link(env_link, min(max(zc, -grad_z), grad_z)) - y   # grad_z: profile authors-code
             for j in range(d):
                 g[j] = gcoef * x[j]
             gnorm = math.sqrt(_dot(g, g))

@@ -54,9 +54,12 @@ class Kernel:
     env_keys: frozenset = frozenset()
     options: frozenset = frozenset()  # algorithm option keys the kernel knows (any value: constants are read)
     metrics: tuple = ()              # the algorithm's metric counters, in the order its encode returns them
+    authors_code: bool = True        # also mirrors the algorithm under profile "authors-code"
 
     @classmethod
     def unsupported(cls, algo, env) -> str | None:
+        if algo.profile != "paper" and not cls.authors_code:
+            return f"profile {algo.profile} (this kernel mirrors the paper profile only)"
         if env.name not in cls.envs:
             return f"env {env.name} (kernel supports {list(cls.envs)})"
         extra = set(env.params) - cls.env_keys
@@ -102,7 +105,7 @@ class _GLMSingle(Kernel):
 
 class LdpSgdKernel(_GLMSingle):
     algorithms = ("ldp-sgd",)
-    options = frozenset({"step", "step_offset", "context_bound"})
+    options = frozenset({"step", "step_offset", "context_bound", "radius"})
     metrics = ("clipped_context", "clipped_reward", "clipped")
 
     def load(self, state):
@@ -118,8 +121,8 @@ class LdpSgdKernel(_GLMSingle):
     def run(self, t0, world, client, snap_at, snaps, regret, counts):
         a, mech = self.algo, self.algo.mech
         kn.ldp_sgd(self.theta, t0, world[0], world[1], *self.env_args(), LINK_CODES[self.env.link], a.C_B, a.c_r,
-                   a.R, mech.B, mech._tanh, a.step, a.step_offset, _clip_rtol(), client[0], client[1], snap_at,
-                   snaps, regret, counts)
+                   a.R, mech.B, mech._tanh, a.step, a.step_offset, a.predict_clip, a.decay, _clip_rtol(), client[0],
+                   client[1], snap_at, snaps, regret, counts)
 
 
 class LdpOlsKernel(_GLMSingle):
@@ -191,9 +194,10 @@ class LdpUcbKernel(_GLMSingle):
         mech = a.mechanisms
         sigma_g = mech["grad"].sigma if self.gloc else 0.0
         S, bound, zeta = (a.S, a.grad_bound, a.zeta) if self.gloc else (1.0, 1.0, 0.0)
+        grad_z = a.grad_z_clip if self.gloc else math.inf
         kn.ldp_ucb(s["M"], s["u"], s["theta"], s["V_inv"], s["theta_hat"], world[0], world[1], *self.env_args(),
                    a.c_r, mech["M"].sigma, mech["u"].sigma, sigma_g, self.upper, shifts, betas, self.gloc, S, bound,
-                   zeta, client[0], client[1], client[2], snap_at, snaps, regret, counts)
+                   zeta, grad_z, client[0], client[1], client[2], snap_at, snaps, regret, counts)
         if n:
             s["t"], s["beta"] = max(t0 + n, 1), float(betas[-1])
 
@@ -259,8 +263,13 @@ class _GLMMulti(_GLMSingle):
 
 class LdpSgdMultiKernel(_GLMMulti):
     algorithms = ("ldp-sgd-multi",)
-    options = frozenset({"s0", "h", "step", "step_offset", "context_bound"})
+    options = frozenset({"s0", "h", "step", "step_offset", "context_bound", "project"})
     metrics = ("clipped_context", "clipped_reward", "clipped")
+    authors_code = False
+
+    @classmethod
+    def more_unsupported(cls, algo, env):
+        return super().more_unsupported(algo, env) or (None if math.isinf(algo.project) else "projection")
 
     def state(self):
         return {**self.common_state(), "n": self.n_msgs.copy()}
@@ -283,6 +292,7 @@ class LdpOlsMultiKernel(_GLMMulti):
     algorithms = ("ldp-ols-multi", "ols-multi")
     options = frozenset({"s0", "h", "alpha", "calibration", "context_bound", "ridge"})
     metrics = ("clipped_context", "clipped_reward")
+    authors_code = False
 
     def load_more(self, state):
         self.V = np.array(state["V"], dtype=float)
