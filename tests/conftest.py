@@ -17,6 +17,10 @@ def ray_session():
     if os.environ.get("RAY_ADDRESS"):
         ray.init(log_to_driver=False, logging_level="ERROR")
     else:   # a new local instance on loopback (127.0.0.1 would be replaced by the machine's outward address)
+        from ldpfed.engine.ray_security import disable_metrics_export, enable_token_auth
+
+        enable_token_auth()         # as ensure_ray does: a private (0600) token, no token warning
+        disable_metrics_export()
         ray.init(address="local", _node_ip_address="127.0.0.2", num_cpus=2, include_dashboard=False,
                  log_to_driver=False, logging_level="ERROR", object_store_memory=512 * 1024**2)
     try:
