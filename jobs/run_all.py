@@ -39,7 +39,12 @@ OVERRIDES = [("algorithms", "algorithms", None), ("envs", "envs", None), ("eps",
 
 
 class _Help(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    pass
+    """The docstring as written, and each option's default where it has one (the help says what None means)."""
+
+    def _get_help_string(self, action):
+        if action.default is None or action.default is False:
+            return action.help
+        return super()._get_help_string(action)
 
 
 def parse_args(argv=None):

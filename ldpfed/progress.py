@@ -11,6 +11,7 @@ not counted, as in the summary).
 from __future__ import annotations
 
 import sys
+import time
 
 from tqdm import tqdm
 
@@ -36,10 +37,10 @@ class _Lines:
         self.stream.flush()
 
 
-def _bar(total: int, label: str, unit: str, stream) -> tqdm:
+def _bar(total: int, label: str, unit: str, stream, log_interval: float = LOG_INTERVAL) -> tqdm:
     live = _live(stream)
     return tqdm(total=total, desc=label, unit=unit, file=stream if live else _Lines(stream), smoothing=0,
-                dynamic_ncols=live, ncols=None if live else 110, mininterval=0.2 if live else LOG_INTERVAL,
+                dynamic_ncols=live, ncols=None if live else 130, mininterval=0.2 if live else log_interval,
                 leave=True)
 
 
@@ -73,7 +74,9 @@ class SweepProgress:
         self.failures = 0
         self.running: list[str] = []
         self.live = _live(stream)
-        self.bar = _bar(total_runs, label, "runs", stream)
+        # in a log file this class decides when to print (when a run starts, so the line names it)
+        self.bar = _bar(total_runs, label, "runs", stream, log_interval=1e9)
+        self._printed = time.monotonic()
         self._show()
 
     def _show(self) -> None:
@@ -85,7 +88,8 @@ class SweepProgress:
     def started(self, name: str) -> None:
         self.running.append(name)
         self._show()
-        if self.live:           # a terminal shows the run now; a log file gets its line at the next update
+        if self.live or time.monotonic() - self._printed >= LOG_INTERVAL:
+            self._printed = time.monotonic()
             self.bar.refresh()
 
     def finished(self, name: str, failed: bool = False) -> None:
@@ -94,6 +98,8 @@ class SweepProgress:
         self.failures += bool(failed)
         self._show()
         self.bar.update(1)
+        if failed and not self.live:     # a log file hears of a failure at once
+            self.bar.refresh()
 
     def close(self) -> None:
         self.running = []
