@@ -410,6 +410,8 @@ class Sweep(_DriverOnly):
         row = {"key": key, **{f: config.get(f) for f in ("algorithm", "env", "eps", "delta", "seed", "users",
                                                          "round_size")},
                "status": "FAILED", "error": text, "local_dir": None, "run_id": None}
+        if not records.is_private(config):
+            row["eps"] = None
         self.run_ids[key] = None
         self._rows.append(row)
         self.failures[key] = text
@@ -417,6 +419,8 @@ class Sweep(_DriverOnly):
         if self._mlflow:
             client = self.tracker.client
             params = flatten_params(config)
+            if not records.is_private(config):
+                params["eps"] = "n/a"
             try:
                 with self.tracker.http():
                     run = client.create_run(self.tracker.experiment_id, run_name=records.run_name(config),
