@@ -137,7 +137,7 @@ VARIANTS = {"sw-klucb-cf-eps": ("sw-klucb-cf", {"window_rule": "eps-aware"})}
 # What 2 shared cores allow (see REPRODUCTION.md): T = 1e5 for the main experiments (3e4 where a setting says so),
 # slopes over T = 1e4 .. 1e6 where the compiled sequential engine runs the algorithm.
 FULL = {"users": 100_000, "seeds": 10, "slope_T": (10_000, 100_000, 1_000_000), "slope_seeds": 3,
-        "lasso_T": (10_000, 30_000), "lasso_eps": (1.0, 4.0, 16.0, 64.0), "lasso_seeds": 2}
+        "lasso_T": (10_000, 30_000), "lasso_eps": (4.0, 64.0, 1024.0, 16384.0), "lasso_seeds": 2}
 QUICK = {"users": 5_000, "seeds": 3, "slope_T": (2_000, 5_000, 10_000), "slope_seeds": 3, "quick": True,
          "lasso_T": (2_000, 8_000), "lasso_eps": (4.0, 64.0), "lasso_seeds": 2}
 
@@ -175,7 +175,7 @@ def jobs_for(paper: dict, preset: dict) -> list[dict]:
         for profile in s.profiles:
             for name in s.algorithms:
                 private = REGISTRY[VARIANTS.get(name, (name,))[0]].privacy_model != "none"
-                eps_values = s.profile_eps.get(profile, s.eps)
+                eps_values = preset.get("eps") or s.profile_eps.get(profile, s.eps)
                 for eps in (eps_values if private else eps_values[:1]):      # non-private: eps does not matter
                     for seed in range(preset["seeds"]):
                         jobs.append({"part": "main", "label": s.label, "name": name, "config": make_config(
@@ -561,6 +561,32 @@ BATCH_ALGORITHMS = [("ldp-sgd", "linear"), ("ldp-ols", "linear"), ("ldp-ucb", "l
 BATCH_SIZES = (1, 10, 100, 1_000, 10_000)
 
 
+def batching_markdown(runs: pd.DataFrame, T: int, seeds: int) -> str:
+    """The batching table: per algorithm and round size B, the final regret, its ratio to B = 1 and a verdict:
+    "changed" if a two-sided Mann-Whitney test against B = 1 rejects at 5%; "same" if it does not AND the median
+    ratio is within [2/3, 3/2]; else "inconclusive" (a large ratio that the seeds cannot confirm)."""
+    from scipy.stats import mannwhitneyu
+
+    table = []
+    for algorithm, group in runs.groupby("algorithm"):
+        base = group[group["round_size"] == 1]["final_regret"].astype(float).to_numpy()
+        for B, g in group.groupby("round_size"):
+            v = g["final_regret"].astype(float).to_numpy()
+            ratio = float(np.median(v) / np.median(base)) if len(base) else float("nan")
+            if B == 1 or not len(base):
+                verdict = "reference"
+            else:
+                p = float(mannwhitneyu(v, base, alternative="two-sided").pvalue)
+                verdict = f"p={p:.2g}: " + ("changed" if p < 0.05 else "same" if 2 / 3 <= ratio <= 1.5
+                                            else "inconclusive")
+            table.append({"algorithm": algorithm, "env": g["env"].iloc[0], "round size": f"{int(B):,}",
+                          "final regret": spread(v), "ratio to B=1 (medians)": f"{ratio:.2f}",
+                          "verdict (Mann-Whitney vs B=1)": verdict, "CPU s / run": f"{g['cpu_s'].median():.1f}"})
+    return (f"`python jobs/reproduce.py --batching --batch-users {T} --batch-seeds {seeds}`: T = {T:,}, eps = 1, "
+            f"{seeds} seeds, {len(runs)} simulations, {runs['cpu_s'].sum() / 60:,.1f} CPU-minutes (machine "
+            f"shared).\n\n" + markdown(table, list(table[0])) + "\n")
+
+
 def price_of_batching(args, tracker) -> Path:
     T, seeds = args.batch_users, args.batch_seeds
     jobs = [{"part": "batching", "label": env, "name": algo, "config": make_config(
@@ -579,24 +605,7 @@ def price_of_batching(args, tracker) -> Path:
         local_dir = sweep.local_dir
     runs = pd.DataFrame(rows)
     runs.to_csv(local_dir / "runs.csv", index=False)
-    table = []
-    for algorithm, group in runs.groupby("algorithm"):
-        base = group[group["round_size"] == 1]["final_regret"].astype(float).to_numpy()
-        for B, g in group.groupby("round_size"):
-            v = g["final_regret"].astype(float).to_numpy()
-            ratio = float(np.median(v) / np.median(base)) if len(base) else float("nan")
-            if B == 1 or not len(base):
-                verdict = "reference"
-            else:
-                from scipy.stats import mannwhitneyu
-                p = float(mannwhitneyu(v, base, alternative="two-sided").pvalue)
-                verdict = f"p={p:.2g}: " + ("same" if (p >= 0.05 or 0.8 <= ratio <= 1.25) else "changed")
-            table.append({"algorithm": algorithm, "env": g["env"].iloc[0], "round size": int(B),
-                          "final regret": spread(v), "ratio to B=1 (medians)": f"{ratio:.2f}",
-                          "verdict (Mann-Whitney vs B=1)": verdict, "CPU s / run": f"{g['cpu_s'].median():.1f}"})
-    md = (f"`python jobs/reproduce.py --batching --batch-users {T} --batch-seeds {seeds}`: T = {T:,}, eps = 1, "
-          f"{seeds} seeds, {len(runs)} simulations, {runs['cpu_s'].sum() / 60:,.1f} CPU-minutes.\n\n"
-          + markdown(table, list(table[0])) + "\n")
+    md = batching_markdown(runs, T, seeds)
     (local_dir / "batching.md").write_text(md)
     import matplotlib
     matplotlib.use("Agg")
@@ -634,6 +643,10 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", type=int, default=None, help="seeds of the main experiments (override)")
     parser.add_argument("--slope-T", default=None, help="comma-separated horizons of the slope fits (override)")
     parser.add_argument("--round-size", type=int, default=None, help="users per round of every run (override)")
+    parser.add_argument("--eps", default=None, help="comma-separated eps values of every setting (override)")
+    parser.add_argument("--lasso-T", default=None, help="seed 003's support grid: comma-separated T (override)")
+    parser.add_argument("--lasso-eps", default=None, help="seed 003's support grid: comma-separated eps (override)")
+    parser.add_argument("--lasso-seeds", type=int, default=None, help="seed 003's support grid: seeds (override)")
     parser.add_argument("--batching", action="store_true", help="the price-of-batching experiment")
     parser.add_argument("--batch-users", type=int, default=100_000)
     parser.add_argument("--batch-seeds", type=int, default=5)
@@ -651,6 +664,14 @@ def main(argv=None) -> int:
         preset["users"], preset["forced"] = args.users, True       # every setting
     if args.seeds:
         preset["seeds"] = args.seeds
+    if args.eps:
+        preset["eps"] = tuple(float(e) for e in args.eps.split(","))
+    if args.lasso_T:
+        preset["lasso_T"] = tuple(int(float(t)) for t in args.lasso_T.split(","))
+    if args.lasso_eps:
+        preset["lasso_eps"] = tuple(float(e) for e in args.lasso_eps.split(","))
+    if args.lasso_seeds:
+        preset["lasso_seeds"] = args.lasso_seeds
     if args.round_size:
         preset["round_size"] = args.round_size
     if args.slope_T:
