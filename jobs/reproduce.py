@@ -337,8 +337,7 @@ def claim_rows(paper_id: str, runs: pd.DataFrame, slopes: pd.DataFrame) -> list[
                     ok = ratio <= 0.4
                     add(f"{claim} [{profile}, eps=1: {a} at most 0.4 of uniform play]",
                         f"{a} {spread(v)}; uniform {spread(uni)}; ratio {ratio:.2f}", ok,
-                        "" if ok else "does not learn within T (warm-up s0 = 3000 users and the noise of the "
-                                      "synthetic updates dominate)")
+                        "" if ok else "does not learn within T")
     elif paper_id == "001":
         eps = 1.0
         dgs, priv, plain = (values(runs, a, eps) for a in ("linucb-dgs", "private-linucb", "linucb"))
@@ -524,7 +523,7 @@ def reproduce_paper(paper_id: str, preset: dict, args, tracker) -> Path:
     claims = claim_rows(paper_id, runs, slopes)
     cpu = runs["cpu_s"].sum()
     header = (f"### Paper {paper_id}: {paper['title']}\n\n"
-              f"`python jobs/reproduce.py --paper {paper_id}{' --quick' if args.quick else ''}`: "
+              f"`{args.command}`: "
               f"T = {', '.join(f'{t:,}' for t in sorted(runs[runs['part'] == 'main']['users'].unique()))} users, "
               f"round sizes {', '.join(str(b) for b in sorted(runs['round_size'].unique()))} (1: compiled sequential "
               f"engine; 10: algorithms it does not run; 1,000: uniform play), {preset['seeds']} seeds (main), "
@@ -657,6 +656,7 @@ def main(argv=None) -> int:
     parser.add_argument("--no-tracking", action="store_true")
     parser.add_argument("--max-points", type=int, default=200, help="points per logged curve")
     args = parser.parse_args(argv)
+    args.command = " ".join(["python jobs/reproduce.py", *(sys.argv[1:] if argv is None else argv)])
     if args.paper is None and not args.batching:
         parser.error("give --paper or --batching")
     preset = dict(QUICK if args.quick else FULL)
