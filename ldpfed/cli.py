@@ -13,7 +13,7 @@ from ldpfed.tracking.store import TrackingUnavailable
 # Where a RunConfig field comes from on the command line, so an error names the option the user typed.
 OPTION_OF_FIELD = {"algorithm": "ALGORITHM", "env": "--env", "users": "--users", "round_size": "--round-size",
                    "populations": "--populations", "eps": "--eps", "delta": "--delta", "seed": "--seed",
-                   "profile": "--profile"}
+                   "profile": "--profile", "out": "--out", "resume": "--resume"}
 
 
 def _key_value(text: str):
@@ -82,7 +82,18 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--shards", type=_positive_int, default=1, help="server shard actors (ray engine)")
     run.add_argument("--mode", choices=["pre-aggregated", "per-user"], default="pre-aggregated",
                      help="ray engine: populations send their sums, or every user's message")
-    run.add_argument("--out", type=Path, default=None, help="write the results table (Parquet) and summary here")
+    run.add_argument("--out", type=Path, default=None,
+                     help="write the results table (Parquet) and summary here; checkpoints go to OUT/checkpoint")
+    run.add_argument("--resume", type=Path, default=None, metavar="DIR",
+                     help="continue the run whose --out was DIR from its last checkpoint (same options; a "
+                          "finished run is not run again)")
+    run.add_argument("--checkpoint-every-s", type=_float, default=20.0,
+                     help="with --out: write a checkpoint at least this often (seconds; 0 = every round)")
+    run.add_argument("--checkpoint-every-rounds", type=_positive_int, default=None,
+                     help="with --out: also write a checkpoint every N rounds")
+    run.add_argument("--round-timeout", type=_float, default=None,
+                     help="ray engine: seconds before a round counts as failed and its frozen actors are "
+                          "replaced (default: 10x the slowest recent round, at least 5 s)")
     run.add_argument("--quiet", action="store_true", help="no progress display")
     run.add_argument("--track", action="store_true", help="log the run to MLflow (one run, no parent)")
     run.add_argument("--tracking-uri", default=None,
@@ -169,11 +180,45 @@ def cmd_run(args) -> int:
     config = RunConfig(algorithm=args.algorithm, env=args.env, users=args.users, round_size=args.round_size,
                        populations=args.populations, eps=args.eps, delta=args.delta, seed=args.seed,
                        params=dict(args.param), env_params=dict(args.env_param), profile=args.profile)
-    progress = None if args.quiet else Progress(config.users, label=config.algorithm)
     from ldpfed.engine import run
+    from ldpfed.engine.checkpoint import Checkpointer, CheckpointError
+    from ldpfed.signals import Terminated, exit_status, interruptible
 
+    if args.resume is not None:
+        if args.out is not None and args.out.resolve() != args.resume.resolve():
+            raise ConfigError("out", str(args.out), f"--resume {args.resume} writes there; give one of them")
+        if not args.resume.is_dir():
+            raise ConfigError("resume", str(args.resume), "no such folder (the --out of the run to continue)")
+        args.out = args.resume
+        if (args.out / "results.parquet").exists() and (args.out / "summary.json").exists():
+            print(f"{args.out}: this run is finished (results.parquet, summary.json); nothing to do")
+            return 0
+    checkpointer = None
+    if args.out is not None:    # before any simulation: an unwritable --out fails now, not after the run
+        try:
+            args.out.mkdir(parents=True, exist_ok=True)
+            checkpointer = Checkpointer(args.out / "checkpoint", every_rounds=args.checkpoint_every_rounds,
+                                        every_s=args.checkpoint_every_s)
+            checkpointer.check_writable()
+        except (OSError, CheckpointError) as error:
+            raise ConfigError("out", str(args.out), f"cannot write there ({error})") from None
+    progress = None if args.quiet else Progress(config.users, label=config.algorithm)
     options = {"actors": args.actors, "shards": args.shards, "mode": args.mode} if args.engine == "ray" else {}
-    result = run(config, engine=args.engine, progress=progress, **options)
+    if args.engine == "ray" and args.round_timeout is not None:
+        options["round_timeout"] = args.round_timeout
+    try:
+        with interruptible():
+            result = run(config, engine=args.engine, progress=progress, checkpointer=checkpointer, **options)
+    except CheckpointError as error:
+        raise ConfigError("resume", str(args.out), str(error)) from None
+    except KeyboardInterrupt as error:
+        why = "terminated (SIGTERM)" if isinstance(error, Terminated) else "interrupted"
+        if checkpointer is not None and checkpointer.path.exists():
+            print(f"\n{why}; checkpoint in {checkpointer.path}. Continue with the same options and "
+                  f"--resume {args.out}", file=sys.stderr)
+        else:
+            print(f"\n{why}; nothing saved (give --out DIR to keep checkpoints)", file=sys.stderr)
+        return exit_status(error)
     s = result.summary
     if args.track:
         from ldpfed.tracking import Tracker
@@ -182,9 +227,16 @@ def cmd_run(args) -> int:
                           out_dir=args.out if args.out is not None else None)
         run_id = tracker.log_run(result)
     if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        result.table.to_parquet(args.out / "results.parquet")
-        (args.out / "summary.json").write_text(json.dumps({**s, "ledger": result.ledger}, indent=2, default=str))
+        from ldpfed.tracking import records
+
+        records.write_parquet(args.out / "results.parquet", result.table)
+        records.write_json(args.out / "summary.json", {**s, "ledger": result.ledger})
+        if checkpointer is not None:          # finished: results.parquet says so; the checkpoint is spent
+            checkpointer.path.unlink(missing_ok=True)
+            try:
+                checkpointer.directory.rmdir()
+            except OSError:
+                pass
     error = s.get("final_estimation_error")
     print(f"{config.algorithm} on {config.env}: T={config.users:,} B={config.round_size} eps={config.eps} "
           f"delta={config.delta} seed={config.seed} profile={config.profile}")

@@ -225,3 +225,51 @@ def test_faults_that_keep_coming_end_the_run_with_a_clear_error(ray_session):
     with pytest.raises(RunFault, match="max_recoveries"):
         _run_with_fault(config, 150, lambda pids: os.kill(pids["shard"][0], signal.SIGKILL), actors=2, shards=1,
                         max_recoveries=0)
+
+
+# ---- `ldpfed run --out`: SIGTERM, then --resume ------------------------------------------------------------
+
+RUN = ["-m", "ldpfed", "run", "ldp-ols", "--env", "linear", "--users", "30000", "--round-size", "100",
+       "--populations", "2", "--env-param", "d=3", "--env-param", "K=4", "--seed", "5", "--quiet",
+       "--checkpoint-every-rounds", "20"]
+
+
+def test_cli_sigterm_writes_a_checkpoint_and_resume_finishes_the_run_identically(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = tmp_path / "run"
+    child = subprocess.Popen([sys.executable, *RUN, "--out", str(out)], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    checkpoint = out / "checkpoint" / "checkpoint.npz"
+    deadline = time.monotonic() + 120
+    while not checkpoint.exists() and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child.send_signal(signal.SIGTERM)
+    _, err = child.communicate(timeout=60)
+    assert child.returncode == 143, err
+    assert f"--resume {out}" in err and checkpoint.exists() and not (out / "results.parquet").exists()
+    stopped_at = load(checkpoint)["next_round"]
+    done = subprocess.run([sys.executable, *RUN, "--resume", str(out)], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert not checkpoint.exists()                 # spent once the results are written
+    again = subprocess.run([sys.executable, *RUN, "--resume", str(out)], env=env, capture_output=True, text=True)
+    assert again.returncode == 0 and "finished" in again.stdout
+    config = RunConfig("ldp-ols", env="linear", users=30000, round_size=100, populations=2, seed=5,
+                       env_params={"d": 3, "K": 4})
+    pd.testing.assert_frame_equal(run_local(config).table, pd.read_parquet(out / "results.parquet"),
+                                  check_exact=True)
+    assert json.loads((out / "summary.json").read_text())["resumed_from_round"] == stopped_at > 0
+    bad = subprocess.run([sys.executable, *RUN, "--seed", "6", "--resume", str(tmp_path / "nothing")], env=env,
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "--resume" in bad.stderr
+
+
+def test_cli_unwritable_out_fails_before_simulating(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, *RUN, "--users", "10000000", "--out", str(blocker / "sub")], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "--out" in done.stderr and "cannot write" in done.stderr
+    assert time.perf_counter() - started < 60     # 1e7 users would take minutes: nothing was simulated

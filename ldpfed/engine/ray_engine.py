@@ -36,7 +36,7 @@ from ldpfed.engine.driver import Backend, drive
 from ldpfed.engine.ray_security import disable_metrics_export, enable_token_auth
 from ldpfed.engine.ray_shard import MODES, LatencyHistogram, ShardCore, current_rss_bytes, make_plan, peak_rss_bytes
 from ldpfed.envs import make_env
-from ldpfed.errors import ConfigError
+from ldpfed.errors import ConfigError, describe_error
 
 
 class PopulationActor:
@@ -471,21 +471,6 @@ def _gather(refs: list, deadline: float, r: int) -> list:
         for ref, value in zip(ready + more, ray.get(ready + more)):
             values[ref] = value
     return [values[ref] for ref in refs]
-
-
-def describe_error(error: BaseException) -> str:
-    """Type, message and (for Ray) the actor or node it concerns, in one line."""
-    text = str(error).strip().splitlines()
-    where = []
-    for attr in ("actor_id", "node_ip_address", "pid"):
-        value = getattr(error, attr, None)
-        if value:
-            where.append(f"{attr}={value}")
-    message = text[0] if text else ""
-    for line in text[1:]:    # Ray's messages name the actor (class, id, pid, ip) on later lines
-        if any(key in line for key in ("actor_id", "pid", "ip", "Actor ID", "node")):
-            message += " | " + line.strip()
-    return f"{type(error).__name__}: {message}" + (f" ({', '.join(where)})" if where else "")
 
 
 def run_ray(config, *, actors: int = 2, shards: int = 1, mode: str = "pre-aggregated", max_in_flight: int | None = None,

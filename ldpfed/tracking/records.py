@@ -257,6 +257,12 @@ def to_jsonable(value):
     return str(value)
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def _atomic(path: Path, write) -> Path:
     """Write through a temporary file in the same folder, then rename: a crash never leaves half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -264,6 +270,7 @@ def _atomic(path: Path, write) -> Path:
     os.close(fd)
     try:
         write(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())    # mkstemp makes 0600; the result gets the mode any new file would
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
