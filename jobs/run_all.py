@@ -22,13 +22,16 @@ import traceback
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
+from ldpfed import signals
 from ldpfed import sweep as sweeps
 from ldpfed.algorithms import REGISTRY
 from ldpfed.config import PROFILES
 from ldpfed.engine import ENGINES, run
-from ldpfed.errors import ConfigError
+from ldpfed.engine.checkpoint import Checkpointer
+from ldpfed.errors import ConfigError, describe_error
+from ldpfed.signals import Terminated, exit_status, interruptible
 from ldpfed.progress import SweepProgress
-from ldpfed.tracking import Tracker, TrackingUnavailable
+from ldpfed.tracking import Tracker, TrackingUnavailable, records
 from ldpfed.tracking.report import markdown_table
 
 # Command-line options that override a key of the sweep file: (option dest, sweep key, parser of the text).
@@ -77,12 +80,35 @@ def parse_args(argv=None):
     parser.add_argument("--experiment", default="run_all", help="MLflow experiment")
     parser.add_argument("--out", default="results/run_all", help="local copy of every result")
     parser.add_argument("--no-tracking", action="store_true", help="local results only, no MLflow")
+    parser.add_argument("--resume", nargs="?", const="", default=None, metavar="DIR",
+                        help="continue an interrupted sweep in its folder DIR (default: --out/<name>): its finished "
+                             "runs are kept, an interrupted run continues from its checkpoint, the rest run; the "
+                             "sweep is DIR/sweep.toml (no other option needed)")
+    parser.add_argument("--checkpoint-every-s", type=float, default=20.0,
+                        help="each run writes a checkpoint at least this often (seconds)")
     return parser, parser.parse_args(argv)
 
 
-def load_sweep(args) -> tuple[sweeps.Sweep, Path]:
-    """The sweep file with the command line's overrides applied, validated; and the file it came from."""
+def resume_folder(args) -> Path | None:
+    """The folder of the sweep to continue (--resume DIR, or --out/<name> for a bare --resume), or None."""
+    if args.resume is None:
+        return None
+    if args.resume:
+        return Path(args.resume)
+    sweep, _ = load_sweep(args, resuming=False)
+    from ldpfed.tracking.tracker import _slug
+
+    return Path(args.out) / _slug(sweep.name)
+
+
+def load_sweep(args, resuming: bool = True) -> tuple[sweeps.Sweep, Path]:
+    """The sweep file with the command line's overrides applied, validated; and the file it came from. When
+    resuming, the sweep as it was run (its folder's sweep.toml)."""
     path = args.sweep or sweeps.SWEEPS_DIR / f"{args.preset}.toml"
+    if resuming and args.resume is not None:
+        path = resume_folder(args) / "sweep.toml"
+        if not path.exists():
+            raise ValueError(f"--resume: {path} not found (not the folder of a sweep run by run_all)")
     data = sweeps.read(path)
     overridden = False
     for dest, key, convert in OVERRIDES:
@@ -117,19 +143,41 @@ def main(argv=None) -> int:
     if not configs:
         parser.exit(2, f"{parser.prog}: error: the sweep has no run (no algorithm supports the listed envs)\n")
 
+    resume_dir = resume_folder(args)
+    experiment, out_dir = args.experiment, args.out
+    if resume_dir is not None:
+        try:
+            experiment = records.read_json(resume_dir / "sweep.json").get("experiment") or experiment
+        except (OSError, ValueError):
+            pass
+        out_dir = resume_dir.parent
     # Before any simulation: a tracking server that cannot be reached is reported now, not after an hour.
     try:
-        tracker = Tracker(experiment=args.experiment, tracking_uri=args.tracking_uri, out_dir=args.out,
+        tracker = Tracker(experiment=experiment, tracking_uri=args.tracking_uri, out_dir=out_dir,
                           enabled=not args.no_tracking)
     except TrackingUnavailable as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n(use --no-tracking to keep local results only)\n")
 
     engine, options = sweep.engine, {}
+    ray_started = False
     if engine == "ray":
         from ldpfed.engine.ray_engine import ensure_ray
 
-        ensure_ray(args.address)
+        ray_started = ensure_ray(args.address)
         options = {"actors": 2, "shards": 2, **sweep.ray}
+    try:
+        with interruptible():
+            return _run_sweep(args, sweep, sweep_file, configs, tracker, engine, options, resume_dir)
+    except KeyboardInterrupt as error:
+        return exit_status(error)
+    finally:
+        if ray_started:          # no orphans: the Ray this job started stops with it
+            import ray
+
+            ray.shutdown()
+
+
+def _run_sweep(args, sweep, sweep_file, configs, tracker, engine, options, resume_dir) -> int:
     algorithms = sorted({c.algorithm for c in configs})
     print(f"run_all: sweep {sweep.name!r}, {len(algorithms)} algorithms, {len(configs)} runs, "
           f"{sum(c.users for c in configs):,} users, engine {engine}", flush=True)
@@ -141,44 +189,66 @@ def main(argv=None) -> int:
                    f"{', '.join(map(str, sweep.seeds))}, engine {engine}. Rerun: "
                    f"`python jobs/run_all.py --sweep sweep.toml` with this run's sweep.toml artifact.")
     failures, started = [], time.perf_counter()
-    bar = SweepProgress(len(configs), label=f"sweep {sweep.name}")
-    try:
-        with tracker.sweep(sweep.name, params={**sweep.to_dict(), "file": str(sweep_file)},
+    logged = tracker.sweep(sweep.name, params={**sweep.to_dict(), "file": str(sweep_file)},
                            tags={"job": "run_all", "engine": engine}, description=description,
-                           files={"sweep.toml": effective}) as logged:
+                           files={"sweep.toml": effective}, resume_dir=resume_dir)
+    done = logged.finished_keys
+    todo = [c for c in configs if records.run_key(records.config_dict(c)) not in done]
+    if resume_dir is not None:
+        print(f"resuming {logged.local_dir}: {len(configs) - len(todo)} of {len(configs)} runs finished earlier, "
+              f"{len(todo)} to run", flush=True)
+        for problem in logged.unreadable:
+            print(f"  unreadable, run again: {problem}", file=sys.stderr)
+    checkpoint_every = args.checkpoint_every_s
+
+    def checkpointer(config):
+        return Checkpointer(logged.checkpoint_dir(config), every_s=checkpoint_every)
+
+    bar = SweepProgress(len(configs), label=f"sweep {sweep.name}")
+    for _ in range(len(configs) - len(todo)):
+        bar.finished("(earlier)", failed=False)
+    interrupted = None
+    try:
+        with logged:
             def finish(config, result=None, error=None):
                 label = _label(config)
                 if error is None:
                     logged.log_result(result)
+                    spent = logged.checkpoint_dir(config) / "checkpoint.npz"
+                    spent.unlink(missing_ok=True)     # the run is finished: its checkpoint is not needed
                 else:
                     failures.append((config, error))
                     logged.log_failure(config, error)
                     bar.write(f"FAILED {label}: {error}")
                 bar.finished(label, failed=error is not None)
 
-            if engine == "local" and args.workers > 1:
-                with ProcessPoolExecutor(args.workers) as pool:
-                    futures = {pool.submit(run, c, engine=engine, **options): c for c in configs}
-                    for config in configs[:args.workers]:     # the pool starts them in submission order
+            try:
+                if engine == "local" and args.workers > 1:
+                    _run_pool(args.workers, todo, engine, options, checkpointer, bar, finish)
+                else:
+                    for config in todo:
                         bar.started(_label(config))
-                    waiting = iter(configs[args.workers:])
-                    for future in as_completed(futures):
-                        following = next(waiting, None)
-                        if following is not None:
-                            bar.started(_label(following))
                         try:
-                            finish(futures[future], future.result())
-                        except Exception as error:  # one bad run must not lose the others
-                            finish(futures[future], error=repr(error))
-            else:
-                for config in configs:
-                    bar.started(_label(config))
-                    try:
-                        finish(config, run(config, engine=engine, **options))
-                    except Exception as error:
-                        traceback.print_exc()
-                        finish(config, error=repr(error))
+                            result = run(config, engine=engine, checkpointer=checkpointer(config), **options)
+                        except Exception as error:
+                            traceback.print_exc()
+                            finish(config, error=describe_error(error))
+                        else:
+                            finish(config, result)
+            except KeyboardInterrupt as error:
+                interrupted = error
+                raise
             summary, local_dir = logged.summary, logged.local_dir
+    except KeyboardInterrupt:
+        bar.close()
+        finished = len(logged.finished_keys)
+        why = "terminated (SIGTERM)" if isinstance(interrupted, Terminated) else "interrupted"
+        print(f"\n{why}: {finished} of {len(configs)} runs finished, {len(logged.failures)} failed; the running "
+              f"one kept its checkpoint. Results so far: {logged.local_dir}"
+              f"{f'; MLflow parent run {logged.parent_run_id} marked KILLED' if logged.parent_run_id else ''}.\n"
+              f"Resume with:  python jobs/run_all.py --resume {logged.local_dir.resolve()}"
+              f"{f' --tracking-uri {tracker.display_uri}' if args.tracking_uri else ''}", file=sys.stderr)
+        raise
     finally:
         bar.close()
     elapsed = time.perf_counter() - started
@@ -186,7 +256,7 @@ def main(argv=None) -> int:
     print(f"\n{table}\n\n{len(configs) - len(failures)} runs in {elapsed:,.0f} s; results in {local_dir} "
           f"(report/report.html: this table with the plots)")
     if tracker.enabled:
-        print(f"\nMLflow: experiment {args.experiment!r}, parent run {logged.parent_run_id}, at {tracker.display_uri}")
+        print(f"\nMLflow: experiment {tracker.experiment!r}, parent run {logged.parent_run_id}, at {tracker.display_uri}")
         if tracker.ui_command():
             print(f"Open the UI:   {tracker.ui_command()}")
         print(f"Sweep's runs:  {tracker.runs_url(logged.parent_run_id)}")
@@ -196,6 +266,37 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 1
     return 0
+
+
+def _run_pool(workers, configs, engine, options, checkpointer, bar, finish) -> None:
+    """The local engine on `workers` processes. On Ctrl-C or SIGTERM the workers are stopped with SIGTERM, which
+    each turns into an interrupt: the run it was doing writes its checkpoint."""
+    pool = ProcessPoolExecutor(workers, initializer=signals.install)
+    try:
+        futures = {pool.submit(run, c, engine=engine, checkpointer=checkpointer(c), **options): c for c in configs}
+        for config in configs[:workers]:     # the pool starts them in submission order
+            bar.started(_label(config))
+        waiting = iter(configs[workers:])
+        for future in as_completed(futures):
+            following = next(waiting, None)
+            if following is not None:
+                bar.started(_label(following))
+            try:
+                result = future.result()
+            except Exception as error:  # one bad run must not lose the others
+                finish(futures[future], error=describe_error(error))
+            else:
+                finish(futures[future], result)
+    except KeyboardInterrupt:
+        processes = list((pool._processes or {}).values())   # the pool's own worker processes (ours)
+        pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            if process.is_alive():
+                process.terminate()
+        for process in processes:
+            process.join(timeout=30)
+        raise
+    pool.shutdown()
 
 
 def _label(config) -> str:

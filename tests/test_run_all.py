@@ -155,3 +155,49 @@ def test_run_bar_ends_on_the_summary_rate():
     result = run(RunConfig("ldp-sgd", users=3000, round_size=10), progress=bar)
     rates = re.findall(r"([\d.]+)users/s", screen.text)
     assert rates and float(rates[-1]) == pytest.approx(result.summary["users_per_s"], rel=0.1)
+
+
+def test_an_interrupted_sweep_resumes_to_the_same_results(tmp_path, monkeypatch, capsys):
+    # Ctrl-C in the middle of the 2nd run (after its round 10): the sweep is KILLED with a checkpoint; --resume
+    # keeps the finished run, continues the 2nd from its checkpoint and runs the 3rd; the results equal an
+    # uninterrupted sweep's, bit for bit.
+    monkeypatch.chdir(tmp_path)
+    args = ["--engine", "local", "--algorithms", "ldp-sgd", "--users", "400", "--round-size", "20",
+            "--seeds", "0-2", "--eps", "1", "--no-tracking", "--checkpoint-every-s", "1000"]
+    assert run_all.main(args + ["--out", "whole"]) == 0
+    real_run, calls = run_all.run, []
+
+    def interrupted(config, **options):
+        calls.append(config)
+        if len(calls) == 2:
+            def progress(done, regret):
+                if done == 200:
+                    raise KeyboardInterrupt
+            return real_run(config, progress=progress, **options)
+        return real_run(config, **options)
+
+    monkeypatch.setattr(run_all, "run", interrupted)
+    assert run_all.main(args + ["--out", "out"]) == 130
+    folder = tmp_path / "out" / "custom"
+    err = capsys.readouterr().err
+    assert "1 of 3 runs finished" in err and f"--resume {folder}" in err
+    assert sweeps_status(folder) == "KILLED"
+    assert len(list((folder / "checkpoints").glob("*/checkpoint.npz"))) == 1
+    monkeypatch.setattr(run_all, "run", real_run)
+    assert run_all.main(["--resume", str(folder), "--no-tracking"]) == 0
+    assert "1 of 3 runs finished earlier, 2 to run" in capsys.readouterr().out
+    assert sweeps_status(folder) == "FINISHED" and not list((folder / "checkpoints").glob("*/checkpoint.npz"))
+    whole = pd.read_parquet(tmp_path / "whole" / "custom" / "summary" / "summary.parquet").set_index("key")
+    resumed = pd.read_parquet(folder / "summary" / "summary.parquet").set_index("key")
+    assert sorted(resumed.index) == sorted(whole.index) and (resumed["status"] == "FINISHED").all()
+    assert resumed["final_regret"].to_dict() == whole["final_regret"].to_dict()
+    assert resumed["resumed_from_round"].dropna().tolist() == [10]
+    for key in whole.index:
+        pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "whole" / "custom" / "runs" / key / "table.parquet"),
+                                      pd.read_parquet(folder / "runs" / key / "table.parquet"), check_exact=True)
+
+
+def sweeps_status(folder):
+    import json
+
+    return json.loads((folder / "sweep.json").read_text())["status"]

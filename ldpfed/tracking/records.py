@@ -287,6 +287,11 @@ def write_json(path: Path, data) -> Path:
     return _atomic(Path(path), write)
 
 
+def read_json(path: Path):
+    with open(path) as handle:
+        return json.load(handle)
+
+
 def write_parquet(path: Path, frame: pd.DataFrame) -> Path:
     return _atomic(Path(path), lambda tmp: frame.to_parquet(tmp, index=False))
 

@@ -173,12 +173,12 @@ class Tracker(_DriverOnly):
         return http_policy(self.request_retries, self.request_timeout, override_user=False)
 
     def sweep(self, name: str, params: dict | None = None, tags: dict | None = None, description: str = "",
-              files: dict | None = None) -> "Sweep":
+              files: dict | None = None, resume_dir: str | Path | None = None) -> "Sweep":
         """A context manager: one MLflow parent run, `log_result` per simulated run, sweep artifacts on exit.
         `description` (Markdown) is the parent run's description, followed on exit by the results table;
         `files` ({file name: text}, e.g. the sweep file) are written to the sweep folder and logged on the parent
         run at its start."""
-        return Sweep(self, name, params or {}, tags or {}, description, files or {})
+        return Sweep(self, name, params or {}, tags or {}, description, files or {}, resume_dir)
 
     def _log_run(self, result, config, tags, curves, folder: Path, parent_run_id: str | None = None) -> str:
         """One MLflow run of a RunResult (a child of `parent_run_id` if given): params, tags, metric curves with
@@ -244,7 +244,7 @@ class Sweep(_DriverOnly):
     """
 
     def __init__(self, tracker: Tracker, name: str, params: dict, tags: dict, description: str = "",
-                 files: dict | None = None):
+                 files: dict | None = None, resume_dir: str | Path | None = None):
         if not isinstance(name, str) or not name.strip():
             raise ValueError(f"sweep name={name!r}: must be a non-empty string")
         if not isinstance(params, dict) or not isinstance(tags, dict):
@@ -261,10 +261,61 @@ class Sweep(_DriverOnly):
         self._curves: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._active = False
         self._mlflow = False
+        self.resumed = resume_dir is not None
+        self.unreadable: list[str] = []             # local files of an earlier session that could not be read
+        self.local_errors: list[str] = []           # writes of the sweep's own files that failed (disk full...)
+        if resume_dir is not None:
+            self.local_dir = Path(resume_dir)
+            self._load_previous()
+
+    # ------------------------------------------------------------------ resume
+    def _load_previous(self) -> None:
+        """Continue the sweep in `local_dir`: its finished runs (rows of the summary whose run files are intact)
+        are kept and not run again; failed or missing runs will be run; its MLflow parent run is reused."""
+        try:
+            index = records.read_json(self.local_dir / "sweep.json")
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{self.local_dir}: not a sweep folder to resume ({type(exc).__name__}: {exc})") from exc
+        self.parent_run_id = index.get("parent_run_id")
+        summary_path = self.local_dir / "summary" / "summary.parquet"
+        try:
+            frame = pd.read_parquet(summary_path) if summary_path.exists() else pd.DataFrame()
+        except Exception as exc:  # noqa: BLE001 - a corrupt table: rebuild from the run folders below
+            self.unreadable.append(f"{summary_path}: {type(exc).__name__}: {_first_line(exc)}")
+            frame = pd.DataFrame()
+        rows = frame.to_dict("records") if not frame.empty and "status" in frame.columns else []
+        for row in rows:
+            row = {k: (None if isinstance(v, float) and not np.isfinite(v) else v) for k, v in row.items()}
+            if row.get("status") != "FINISHED" or not row.get("local_dir"):
+                continue
+            table_path = self.local_dir / str(row["local_dir"]) / "table.parquet"
+            try:
+                table = pd.read_parquet(table_path, columns=["users", "cumulative_regret"])
+            except Exception as exc:  # noqa: BLE001 - that run is run again
+                self.unreadable.append(f"{table_path}: {type(exc).__name__}: {_first_line(exc)}")
+                continue
+            key = str(row["key"])
+            self._rows.append(row)
+            self.run_ids[key] = (index.get("runs") or {}).get(key) or row.get("run_id")
+            users = table["users"].to_numpy(dtype=np.int64)
+            keep = records.downsample_index(len(users), self.tracker.max_points)
+            self._curves[key] = (users[keep], table["cumulative_regret"].to_numpy(dtype=float)[keep])
+
+    @property
+    def finished_keys(self) -> set[str]:
+        """Keys of the runs this sweep holds as finished (after a resume: those of the earlier sessions too)."""
+        return {str(row["key"]) for row in self._rows if row.get("status") == "FINISHED"}
+
+    def checkpoint_dir(self, config) -> Path:
+        """Where the run of `config` keeps its checkpoints while it runs."""
+        return self.local_dir / "checkpoints" / records.run_key(records.config_dict(config))
 
     # ------------------------------------------------------------------ lifecycle
     def __enter__(self) -> "Sweep":
-        self._prepare_local_dir()
+        if self.resumed:
+            self.local_dir.mkdir(parents=True, exist_ok=True)
+        else:
+            self._prepare_local_dir()
         self._active = True
         self._mlflow = self.tracker.enabled
         for file_name, text in self.files.items():
@@ -277,10 +328,13 @@ class Sweep(_DriverOnly):
             params = {records.mlflow_key(k): records.param_text(v) for k, v in records.flatten(self.params).items()}
             try:
                 with self.tracker.http():
-                    run = client.create_run(self.tracker.experiment_id, run_name=self.name, tags=tags)
-                    self.parent_run_id = run.info.run_id
-                    client.log_batch(self.parent_run_id, params=_params(params),
-                                     tags=_tags({"ldpfed.sweep_id": self.parent_run_id}))
+                    if self.resumed and self._parent_exists():     # the same parent run, running again
+                        client.update_run(self.parent_run_id, status="RUNNING")
+                    else:
+                        run = client.create_run(self.tracker.experiment_id, run_name=self.name, tags=tags)
+                        self.parent_run_id = run.info.run_id
+                        client.log_batch(self.parent_run_id, params=_params(params),
+                                         tags=_tags({"ldpfed.sweep_id": self.parent_run_id}))
                     for file_name in self.files:
                         client.log_artifact(self.parent_run_id, str(self.local_dir / file_name))
             except Exception as exc:  # noqa: BLE001
@@ -293,13 +347,24 @@ class Sweep(_DriverOnly):
         records.write_json(self.local_dir / "sweep.json", self._index())
         return self
 
+    def _parent_exists(self) -> bool:
+        if not self.parent_run_id:
+            return False
+        try:
+            run = self.tracker.client.get_run(self.parent_run_id)
+        except Exception:  # noqa: BLE001 - not there (another store, deleted): a new parent
+            return False
+        return run.info.lifecycle_stage == "active"
+
     def __exit__(self, exc_type, exc, tb):
         self._active = False
+        # MLflow's statuses: an interrupt (Ctrl-C, SIGTERM) is KILLED, an error FAILED
+        status = "FINISHED" if exc_type is None else "KILLED" if issubclass(exc_type, KeyboardInterrupt) else "FAILED"
         self._add_relative_regret()
         self._write_combined()
         plot_files = self._write_plots()
         table = self._write_report(plot_files)
-        records.write_json(self.local_dir / "sweep.json", self._index(status="FAILED" if exc_type else "FINISHED"))
+        records.write_json(self.local_dir / "sweep.json", self._index(status=status))
         if self._mlflow and self.parent_run_id:
             client = self.tracker.client
             try:
@@ -310,7 +375,7 @@ class Sweep(_DriverOnly):
                         client.log_artifact(self.parent_run_id, str(path), "plots")
                     client.log_artifact(self.parent_run_id, str(self.local_dir / "sweep.json"))
                     self._log_aggregates(client, table)
-                    client.set_terminated(self.parent_run_id, status="FAILED" if exc_type else "FINISHED")
+                    client.set_terminated(self.parent_run_id, status=status)
             except Exception as error:  # noqa: BLE001
                 self._mlflow_failed("finishing the sweep's parent run", error)
         elif self.errors and self.parent_run_id and self.tracker.enabled:
@@ -376,7 +441,10 @@ class Sweep(_DriverOnly):
         tags = {**self.tags, **records.run_tags(result), "ldpfed.kind": "run", "ldpfed.sweep": self.name,
                 "ldpfed.key": key, **self._sweep_id()}
         folder = self.local_dir / "runs" / key
-        records.write_run(folder, result, tags)                     # 1. never lost
+        try:
+            records.write_run(folder, result, tags)                 # 1. never lost
+        except OSError as exc:    # disk full, unwritable: this run fails, the sweep goes on
+            return self.log_failure(config, f"{type(exc).__name__}: writing the results to {folder} failed: {exc}")
         curves = records.metric_curves(result, self.tracker.max_points)
         if "cumulative_regret" in curves:
             self._curves[key] = curves["cumulative_regret"]
@@ -389,14 +457,15 @@ class Sweep(_DriverOnly):
             row.setdefault(field, config.get(field))
         self.run_ids[key] = None
         self._rows.append(row)
-        self._write_combined()                                      # 2. the combined table, after every run
+        self._local("the combined summary", self._write_combined)  # 2. the combined table, after every run
         if self._mlflow:                                            # 3. MLflow
             try:
+                self._check_alive()
                 row["run_id"] = self.run_ids[key] = self._log_child(result, config, tags, curves, folder)
             except Exception as exc:  # noqa: BLE001
                 self._mlflow_failed(f"logging run {key}", exc)
-            self._write_combined()
-        records.write_json(self.local_dir / "sweep.json", self._index())
+            self._local("the combined summary", self._write_combined)
+        self._local("sweep.json", lambda: records.write_json(self.local_dir / "sweep.json", self._index()))
         return dict(row)
 
     def log_failure(self, config, error) -> dict:
@@ -415,13 +484,14 @@ class Sweep(_DriverOnly):
         self.run_ids[key] = None
         self._rows.append(row)
         self.failures[key] = text
-        self._write_combined()
+        self._local("the combined summary", self._write_combined)
         if self._mlflow:
             client = self.tracker.client
             params = flatten_params(config)
             if not records.is_private(config):
                 params["eps"] = "n/a"
             try:
+                self._check_alive()
                 with self.tracker.http():
                     run = client.create_run(self.tracker.experiment_id, run_name=records.run_name(config),
                                             tags={**self.tags, "ldpfed.kind": "run", "ldpfed.sweep": self.name,
@@ -433,8 +503,8 @@ class Sweep(_DriverOnly):
                 row["run_id"] = self.run_ids[key] = run.info.run_id
             except Exception as exc:  # noqa: BLE001
                 self._mlflow_failed(f"logging the failure of run {key}", exc)
-            self._write_combined()
-        records.write_json(self.local_dir / "sweep.json", self._index())
+            self._local("the combined summary", self._write_combined)
+        self._local("sweep.json", lambda: records.write_json(self.local_dir / "sweep.json", self._index()))
         return dict(row)
 
     def _sweep_id(self) -> dict:
@@ -454,6 +524,22 @@ class Sweep(_DriverOnly):
         return self.tracker._log_run(result, config, tags, curves, folder, self.parent_run_id)
 
     # ------------------------------------------------------------------ helpers
+    def _check_alive(self) -> None:
+        """One short request (probe_timeout, no retries) before a run's many: a frozen or dead server is found in
+        seconds, not after MLflow's retries and timeouts (minutes per call)."""
+        if is_http(self.tracker.tracking_uri):
+            probe(self.tracker.tracking_uri, self.tracker.probe_timeout)
+
+    def _local(self, what: str, write) -> None:
+        """A write of the sweep's own files while runs go on: a failure (disk full) is reported, not raised, so
+        one bad write never ends the sweep; each run's own files are written (and checked) by log_result."""
+        try:
+            write()
+        except OSError as exc:
+            message = f"writing {what} under {self.local_dir}: {type(exc).__name__}: {exc}"
+            self.local_errors.append(message)
+            warnings.warn(f"ldpfed.tracking: {message}", RuntimeWarning, stacklevel=3)
+
     @property
     def summary(self) -> pd.DataFrame:
         """The combined summary table: one row per logged run."""
