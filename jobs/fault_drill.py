@@ -100,6 +100,129 @@ def driver_kill(config, at_round: int, every_s: float) -> dict:
     return {"table": table, "recover_s": total, "resumed_from": killed_at, "wall_s": total}
 
 
+# ---- MLflow outage -------------------------------------------------------------------------------------------
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_mlflow(root: Path, port: int) -> subprocess.Popen:
+    """`mlflow server` on 127.0.0.1:port, SQLite and artifacts under root, in its own process group; returns once
+    it answers /health."""
+    import urllib.request
+
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    log = open(root / "server.log", "a")
+    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri",
+                             f"sqlite:///{root / 'server.db'}", "--artifacts-destination", str(root / "artifacts"),
+                             "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+                            cwd=root, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"mlflow server exited: {(root / 'server.log').read_text()[-2000:]}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as response:
+                if response.status == 200:
+                    return proc
+        except OSError:
+            pass
+        time.sleep(0.25)
+    signal_group(proc, signal.SIGKILL)
+    raise RuntimeError("mlflow server did not answer within 180 s")
+
+
+def signal_group(proc: subprocess.Popen, sig) -> None:
+    """Signal the server's own process group (it was started in a new session: only its processes)."""
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        pass
+    if sig == signal.SIGKILL:
+        proc.wait()
+
+
+def mlflow_outage(root: Path, how: str = "kill", runs: int = 5, users: int = 20_000, log=print) -> dict:
+    """A sweep of `runs` runs logging to a real server that is killed (or frozen: SIGSTOP) after 2 runs; the
+    sweep must finish locally; the server is restarted (or thawed) and `ldpfed sync` repairs MLflow. Returns
+    the figures and what MLflow holds at the end."""
+    import json
+
+    from mlflow import MlflowClient
+
+    root.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    uri = f"http://127.0.0.1:{port}"
+    server = start_mlflow(root, port)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    sweep_cmd = [sys.executable, str(ROOT / "jobs" / "run_all.py"), "--engine", "local", "--algorithms", "ldp-sgd",
+                 "--users", str(users), "--round-size", "50", "--seeds", f"0-{runs - 1}", "--eps", "1",
+                 "--tracking-uri", uri, "--out", str(root / "out"), "--name", "outage", "--experiment", "drill"]
+    folder = root / "out" / "outage"
+    try:
+        sweep = subprocess.Popen(sweep_cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        logged = []
+        while sweep.poll() is None:          # wait for 2 runs in MLflow, then take the server away
+            try:
+                logged = [v for v in json.loads((folder / "sweep.json").read_text())["runs"].values() if v]
+            except (OSError, ValueError, KeyError):
+                pass
+            if len(logged) >= 2:
+                break
+            time.sleep(0.1)
+        hit = time.time()
+        signal_group(server, signal.SIGKILL if how == "kill" else signal.SIGSTOP)
+        detected = None
+        while sweep.poll() is None:
+            try:
+                if detected is None and json.loads((folder / "sweep.json").read_text()).get("mlflow_errors"):
+                    detected = time.time()
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.1)
+        out, err = sweep.communicate()
+        if detected is None and json.loads((folder / "sweep.json").read_text()).get("mlflow_errors"):
+            detected = time.time()
+        local_ok = (folder / "report" / "regret_table.md").exists()
+        if how == "kill":
+            server = start_mlflow(root, port)
+        else:
+            signal_group(server, signal.SIGCONT)
+        back = time.perf_counter()
+        sync = subprocess.run([sys.executable, "-m", "ldpfed", "sync", str(folder), "--tracking-uri", uri], env=env,
+                              capture_output=True, text=True, timeout=600)
+        sync_s = time.perf_counter() - back
+        again = subprocess.run([sys.executable, "-m", "ldpfed", "sync", str(folder), "--tracking-uri", uri], env=env,
+                               capture_output=True, text=True, timeout=600)
+        client = MlflowClient(tracking_uri=uri)
+        experiment = client.get_experiment_by_name("drill")
+        index = json.loads((folder / "sweep.json").read_text())
+        parent = client.get_run(index["parent_run_id"])
+        children = client.search_runs([experiment.experiment_id],
+                                      f"tags.`ldpfed.sweep_id` = '{index['parent_run_id']}'")
+        children = [r for r in children if r.info.run_id != parent.info.run_id]
+        figures = {"sweep_exit": sweep.returncode, "sweep_err": err[-3000:], "sync_out": sync.stdout + sync.stderr,
+                   "sync_again_out": again.stdout, "sync_exit": sync.returncode, "local_report": local_ok,
+                   "runs_before": len(logged), "detect_s": None if detected is None else detected - hit,
+                   "sync_s": sync_s, "parent_status": parent.info.status,
+                   "children": sorted((r.data.tags.get("ldpfed.key"), r.info.status) for r in children),
+                   "runs": runs}
+        log(f"  MLflow server {'killed' if how == 'kill' else 'frozen'} after {len(logged)} of {runs} runs: the "
+            f"sweep went local-only {figures['detect_s'] or float('nan'):.1f} s later (exit {sweep.returncode}, "
+            f"regret_table.md written: {local_ok}); `ldpfed sync` after the restart: {sync_s:.1f} s; MLflow "
+            f"then holds {sum(s == 'FINISHED' for _, s in figures['children'])}/{runs} FINISHED runs, parent "
+            f"{parent.info.status}")
+        return figures
+    finally:
+        signal_group(server, signal.SIGCONT)
+        signal_group(server, signal.SIGKILL)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--algorithm", default="ldp-ols")
@@ -111,6 +234,7 @@ def main(argv=None) -> int:
     parser.add_argument("--round-timeout", type=float, default=None, help="fixed round timeout (default: derived)")
     parser.add_argument("--at-round", type=int, default=None, help="round after which to inject (default: T/B/3)")
     parser.add_argument("--skip-driver", action="store_true")
+    parser.add_argument("--skip-mlflow", action="store_true")
     args = parser.parse_args(argv)
     config = RunConfig(args.algorithm, env="linear", users=args.users, round_size=args.round_size,
                        populations=args.populations, env_params={"d": args.d, "K": args.K})
@@ -148,11 +272,20 @@ def main(argv=None) -> int:
         rows.append(("driver killed (resume)", None, out["recover_s"], out["wall_s"], same))
         print(f"  driver killed at checkpoint round {out['resumed_from']}: resumed run took {out['recover_s']:.1f} s, "
               f"identical table: {same}", flush=True)
+    if not args.skip_mlflow:
+        for how in ("kill", "freeze"):
+            with tempfile.TemporaryDirectory(prefix="ldpfed-drill-mlflow-") as tmp:
+                out = mlflow_outage(Path(tmp), how)
+            same = out["parent_status"] == "FINISHED" and len(out["children"]) == out["runs"] and all(
+                status == "FINISHED" for _, status in out["children"]) and out["local_report"]
+            rows.append((f"MLflow server {'killed' if how == 'kill' else 'frozen'} (sync after restart)",
+                         out["detect_s"], out["sync_s"], None, same))
     print("\n| scenario | time to detect (s) | time to recover (s) | run wall (s) | identical to undisturbed |")
     print("|---|---|---|---|---|")
     for name, detect, recover, wall, same in rows:
         d = "-" if detect is None else f"{detect:.2f}"
-        print(f"| {name} | {d} | {recover:.2f} | {wall:.1f} | {same} |")
+        w = "-" if wall is None else f"{wall:.1f}"
+        print(f"| {name} | {d} | {recover:.2f} | {w} | {same} |")
     return 0 if all(row[-1] for row in rows) else 1
 
 

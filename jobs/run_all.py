@@ -207,7 +207,7 @@ def _run_sweep(args, sweep, sweep_file, configs, tracker, engine, options, resum
     bar = SweepProgress(len(configs), label=f"sweep {sweep.name}")
     for _ in range(len(configs) - len(todo)):
         bar.finished("(earlier)", failed=False)
-    interrupted = None
+    interrupted, mlflow_lost = None, None
     try:
         with logged:
             def finish(config, result=None, error=None):
@@ -249,6 +249,9 @@ def _run_sweep(args, sweep, sweep_file, configs, tracker, engine, options, resum
               f"Resume with:  python jobs/run_all.py --resume {logged.local_dir.resolve()}"
               f"{f' --tracking-uri {tracker.display_uri}' if args.tracking_uri else ''}", file=sys.stderr)
         raise
+    except TrackingUnavailable as error:    # raised on exit, after every local file is written
+        mlflow_lost = error
+        summary, local_dir = logged.summary, logged.local_dir
     finally:
         bar.close()
     elapsed = time.perf_counter() - started
@@ -261,6 +264,10 @@ def _run_sweep(args, sweep, sweep_file, configs, tracker, engine, options, resum
             print(f"Open the UI:   {tracker.ui_command()}")
         print(f"Sweep's runs:  {tracker.runs_url(logged.parent_run_id)}")
         print(f"Its report:    {tracker.artifact_url(logged.parent_run_id, 'report/report.html')}")
+    if mlflow_lost is not None:
+        print(f"\n{mlflow_lost}\nWhen MLflow is back, upload what it lacks:  python -m ldpfed sync "
+              f"{local_dir.resolve()} --tracking-uri {tracker.display_uri}", file=sys.stderr)
+        return 1
     if failures:
         print(f"{len(failures)} runs failed:", *(f"  {_label(c)}: {e}" for c, e in failures), sep="\n",
               file=sys.stderr)

@@ -105,6 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
     describe = sub.add_parser("describe", help="an algorithm's options, envs, privacy model and paper",
                               formatter_class=defaults)
     describe.add_argument("algorithm", help="a name from `python -m ldpfed list`")
+    sync = sub.add_parser("sync", help="upload to MLflow what a sweep's local results hold and MLflow lacks "
+                                       "(runs, metrics, artifacts, statuses); idempotent", formatter_class=defaults)
+    sync.add_argument("results", type=Path, help="a sweep folder (with sweep.json), or a folder of them")
+    sync.add_argument("--tracking-uri", default=None,
+                      help="MLflow store (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here)")
+    sync.add_argument("--experiment", default=None, help="MLflow experiment (default: the sweep's own)")
     return parser
 
 
@@ -260,6 +266,14 @@ def main(argv=None) -> int:
             return cmd_list(args.markdown)
         if args.command == "describe":
             return cmd_describe(args.algorithm)
+        if args.command == "sync":
+            from ldpfed.tracking.sync import sync
+
+            try:
+                reports = sync(args.results, tracking_uri=args.tracking_uri, experiment=args.experiment)
+            except FileNotFoundError as error:
+                parser.exit(2, f"{parser.prog}: error: {error}\n")
+            return 1 if any(r.skipped for r in reports) else 0
         return cmd_run(args)
     except TrackingUnavailable as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")

@@ -273,3 +273,20 @@ def test_cli_unwritable_out_fails_before_simulating(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "--out" in done.stderr and "cannot write" in done.stderr
     assert time.perf_counter() - started < 60     # 1e7 users would take minutes: nothing was simulated
+
+
+# ---- a real `mlflow server` killed mid-sweep, restarted, `ldpfed sync` (slow: two server starts) -------------
+
+@pytest.mark.slow
+def test_mlflow_server_killed_mid_sweep_then_sync_restores_every_run(tmp_path):
+    sys.path.insert(0, str(ROOT / "jobs"))
+    import fault_drill
+
+    out = fault_drill.mlflow_outage(tmp_path, "kill", runs=4, users=10_000)
+    assert out["runs_before"] >= 2 and out["local_report"], out
+    assert out["sweep_exit"] == 1 and "ldpfed sync" in out["sweep_err"], out["sweep_err"]
+    assert out["sync_exit"] == 0, out["sync_out"]
+    assert out["parent_status"] == "FINISHED"
+    keys = [key for key, _ in out["children"]]
+    assert len(keys) == len(set(keys)) == 4 and all(status == "FINISHED" for _, status in out["children"])
+    assert "0 runs uploaded" in out["sync_again_out"]          # idempotent
