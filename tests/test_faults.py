@@ -290,3 +290,40 @@ def test_mlflow_server_killed_mid_sweep_then_sync_restores_every_run(tmp_path):
     keys = [key for key, _ in out["children"]]
     assert len(keys) == len(set(keys)) == 4 and all(status == "FINISHED" for _, status in out["children"])
     assert "0 runs uploaded" in out["sync_again_out"]          # idempotent
+
+
+# ---- disk: a failed write fails that run only, corrupt files are skipped and reported, the umask is respected --
+
+def test_a_failed_write_fails_that_run_only_and_corrupt_tables_are_skipped(tmp_path):
+    from ldpfed.tracking import Tracker, records
+    from ldpfed.tracking.plots import replot
+
+    results = [run_local(small("ldp-sgd", users=120, round_size=20, seed=s)) for s in range(3)]
+    blocked = records.run_key(records.config_dict(results[1].config))
+    tracker = Tracker("faults", out_dir=tmp_path, enabled=False)
+    old = os.umask(0o022)
+    try:
+        with pytest.warns(RuntimeWarning):
+            with tracker.sweep("disk") as sweep:
+                (sweep.local_dir / "runs").mkdir(parents=True)
+                (sweep.local_dir / "runs" / blocked).write_text("a file where the run's folder goes")
+                rows = [sweep.log_result(result) for result in results]
+                summary_dir = sweep.local_dir / "summary"     # the combined table cannot be rewritten (a file
+                summary_dir.rename(tmp_path / "aside")         # where its folder goes; chmod would not stop root)
+                summary_dir.write_text("")
+                sweep.log_result(run_local(small("ldp-sgd", users=120, round_size=20, seed=9)))
+                summary_dir.unlink()
+                (tmp_path / "aside").rename(summary_dir)
+    finally:
+        os.umask(old)
+    assert [row["status"] for row in rows] == ["FINISHED", "FAILED", "FINISHED"]
+    assert "writing the results" in rows[1]["error"] and sweep.local_errors
+    folder = tmp_path / "disk"
+    assert (folder / "runs" / rows[0]["key"] / "table.parquet").stat().st_mode & 0o777 == 0o644
+    summary = pd.read_parquet(folder / "summary" / "summary.parquet")
+    assert summary.set_index("key")["status"].to_dict()[blocked] == "FAILED"
+    assert "| ldp-sgd | ldp | 1 | 3 |" in (folder / "report" / "regret_table.md").read_text()  # 3 of 4: no FAILED
+    (folder / "runs" / rows[2]["key"] / "table.parquet").write_bytes(b"PAR1 corrupt")
+    skipped = []
+    assert replot(folder, log=skipped.append)
+    assert len(skipped) == 1 and rows[2]["key"] in skipped[0]

@@ -29,7 +29,9 @@ Fail fast
     During a sweep, MLflow calls use `request_retries`=3 and `request_timeout`=60 s unless the
     MLFLOW_HTTP_REQUEST_* variables are set; if a call still fails, the sweep warns, stops calling MLflow,
     keeps writing locally, and on exit raises TrackingUnavailable (unless strict=False or fallback_local=True)
-    after all local files are written.
+    after all local files are written. Before each run's upload a server is probed (probe_timeout, no retries),
+    so a dead or frozen one is found in seconds. `python -m ldpfed sync DIR` (tracking/sync.py) later uploads
+    what MLflow lacks from the local folder, idempotently.
 
 Tracker(experiment, tracking_uri=None, out_dir=None, *, enabled=True, fallback_local=False, probe_timeout=5.0,
         request_retries=3, request_timeout=60.0, max_points=2000, strict=True)

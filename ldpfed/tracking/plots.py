@@ -260,17 +260,28 @@ def sweep_plots(summary: pd.DataFrame, curves: dict, folder: Path, name: str) ->
     return written
 
 
-def replot(sweep_dir: Path, points: int = 2000) -> list[Path]:
+def replot(sweep_dir: Path, points: int = 2000, log=None) -> list[Path]:
     """Redraw the plots of a sweep from its local folder (summary/summary.parquet and runs/*/table.parquet),
     e.g. after a job died before its sweep finished: `python -c "from ldpfed.tracking.plots import replot;
-    replot('results/run_all/quick')"`."""
+    replot('results/run_all/quick')"`. A run whose table cannot be read is left out of the plots and reported
+    (`log`, default: a warning), never fatal; its row is marked FAILED so no figure counts it."""
+    import warnings
+
     sweep_dir = Path(sweep_dir)
     summary = pd.read_parquet(sweep_dir / "summary" / "summary.parquet")
     curves = {}
-    for key, local in zip(summary["key"], summary.get("local_dir", pd.Series([None] * len(summary)))):
+    for row, (key, local) in enumerate(zip(summary["key"], summary.get("local_dir", pd.Series([None] * len(summary))))):
         if local is None or pd.isna(local):
             continue
-        table = pd.read_parquet(sweep_dir / str(local) / "table.parquet", columns=["users", "cumulative_regret"])
+        path = sweep_dir / str(local) / "table.parquet"
+        try:
+            table = pd.read_parquet(path, columns=["users", "cumulative_regret"])
+        except Exception as error:  # noqa: BLE001 - a corrupt or missing file: skip that run, say so
+            message = f"replot: skipped {path}: {type(error).__name__}: {str(error).splitlines()[0][:200]}"
+            (log or (lambda text: warnings.warn(text, RuntimeWarning, stacklevel=3)))(message)
+            if "status" in summary.columns:
+                summary.loc[summary.index[row], "status"] = "FAILED"
+            continue
         index = np.unique(np.round(np.linspace(0, len(table) - 1, min(points, len(table)))).astype(int))
         curves[key] = (table["users"].to_numpy()[index], table["cumulative_regret"].to_numpy()[index])
     return sweep_plots(summary, curves, sweep_dir / "plots", sweep_dir.name)
