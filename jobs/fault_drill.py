@@ -263,11 +263,14 @@ def main(argv=None) -> int:
     rows = []
     ensure_ray(None)
     try:
-        for name, kind, how in () if args.skip_actors else (("population actor killed", "population", "kill"),
-                                ("shard actor killed", "shard", "kill"),
-                                ("population actor frozen", "population", "freeze"),
-                                ("shard actor frozen", "shard", "freeze")):
-            out = actor_fault(config, kind, how, at_round, options)
+        for name, kind, how, spares in () if args.skip_actors else (
+                ("population actor killed", "population", "kill", 0),
+                ("shard actor killed", "shard", "kill", 0),
+                ("population actor frozen", "population", "freeze", 0),
+                ("shard actor frozen", "shard", "freeze", 0),
+                ("population actor killed, 1 spare", "population", "kill", 1),
+                ("shard actor killed, 1 spare", "shard", "kill", 1)):
+            out = actor_fault(config, kind, how, at_round, {**options, "spares": spares})
             same = out["result"].table.equals(reference.table)
             rows.append((name, out["detect_s"], out["recover_s"], out["wall_s"], same))
             print(f"  {name}: detected in {out['detect_s']:.2f} s, recovered in {out['recover_s']:.2f} s "

@@ -327,3 +327,12 @@ def test_a_failed_write_fails_that_run_only_and_corrupt_tables_are_skipped(tmp_p
     skipped = []
     assert replot(folder, log=skipped.append)
     assert len(skipped) == 1 and rows[2]["key"] in skipped[0]
+
+
+def test_a_spare_actor_takes_over(ray_session):
+    config = small()
+    local = run_local(config)
+    result, pid = _run_with_fault(config, 150, lambda pids: (os.kill(pids["population"][0], signal.SIGKILL),
+                                                             pids["population"][0])[1], actors=2, shards=1, spares=1)
+    assert_same(local, result)
+    assert result.summary["recoveries"] == 1 and pid not in result.summary["actor_pids"]["population"]

@@ -234,6 +234,8 @@ class RayBackend(Backend):
     (`ShardCore.rewind`), and the whole round is simulated again from its derived streams: the result is the
     undisturbed one, bit for bit. Each recovery is recorded (round, actor, cause, old pid and node, time from
     the round's start to the fault's detection, time to recover); after `max_recoveries` in one run, RunFault.
+    spares: idle actor processes of each kind kept started, so that a recovery configures one instead of
+    starting a Python process (seconds on a busy machine); each spare costs one idle process.
     """
 
     name = "ray"
@@ -241,7 +243,7 @@ class RayBackend(Backend):
     def __init__(self, actors: int = 2, shards: int = 1, mode: str = "pre-aggregated",
                  max_in_flight: int | None = None, layout: str | None = None, round_timeout: float | None = None,
                  timeout_factor: float = 10.0, min_round_timeout: float = 5.0, first_round_timeout: float = 120.0,
-                 probe_timeout: float = 2.0, max_recoveries: int = 10):
+                 probe_timeout: float = 2.0, max_recoveries: int = 10, spares: int = 0):
         self.actors = _check_int("actors", actors)
         self.shards = _check_int("shards", shards)
         if mode not in MODES:
@@ -260,6 +262,8 @@ class RayBackend(Backend):
         self.min_round_timeout, self.first_round_timeout = float(min_round_timeout), float(first_round_timeout)
         self.probe_timeout = float(probe_timeout)
         self.max_recoveries = _check_int("max_recoveries", max_recoveries, low=0)
+        self.spares = _check_int("spares", spares, low=0)
+        self.spare: dict = {"population": [], "shard": []}   # started, idle actor processes: a recovery takes one
         self.handles: dict = {}      # (kind, index) -> actor handle of this run
         self.where: dict = {}        # (kind, index) -> (node id, pid)
         self.recoveries: list[dict] = []
@@ -276,7 +280,10 @@ class RayBackend(Backend):
         nodes = cluster_nodes()
         if node is None or node not in nodes:
             node = nodes[index % len(nodes)]
-        handle = POOL.take(self.CLASSES[kind], node)
+        if self.spare[kind]:        # a warm process: no interpreter and imports to wait for
+            node, handle = self.spare[kind].pop()
+        else:
+            handle = POOL.take(self.CLASSES[kind], node)
         self.handles[(kind, index)] = handle
         self.where[(kind, index)] = (node, None)
         if kind == "population":
@@ -307,6 +314,19 @@ class RayBackend(Backend):
         keys = [("population", a) for a in range(self.actors)] + [("shard", s) for s in range(self.shards)]
         nodes = cluster_nodes()   # population actor a on node a % N, shard s on node s % N
         self._configured(keys, [self._start(kind, i, first_round, nodes[i % len(nodes)]) for kind, i in keys])
+        self._add_spares(wait=True)
+
+    def _add_spares(self, wait: bool) -> None:
+        """Top up `spares` idle actors of each kind (their process started, `node()` called once)."""
+        warming = []
+        for kind, cls in self.CLASSES.items():
+            while len(self.spare[kind]) < self.spares:
+                node = cluster_nodes()[len(self.spare[kind]) % len(cluster_nodes())]
+                handle = POOL.take(cls, node)
+                self.spare[kind].append((node, handle))
+                warming.append(handle.node.remote())
+        if wait and warming:
+            ray.get(warming, timeout=self.first_round_timeout)
 
     # ---- one round ------------------------------------------------------------------------------
     def timeout(self) -> float:
@@ -405,6 +425,7 @@ class RayBackend(Backend):
         except FAULTS as again:
             raise RunFault(f"round {r}: a shard failed while recovering ({describe_error(again)})") from again
         recovered = time.perf_counter()
+        self._add_spares(wait=False)      # the next spares start while the run goes on
         self.recoveries.append({
             "round": r, "error": describe_error(error), "actors": events,
             "detected_at": detected_at, "detect_s": detected - began, "recover_s": recovered - detected})
@@ -447,7 +468,14 @@ class RayBackend(Backend):
         }
 
     def release(self, reuse: bool) -> None:
-        """Give this run's actors back to the pool (reuse) or kill them."""
+        """Give this run's actors (and spares) back to the pool (reuse) or kill them."""
+        for kind in self.spare:
+            for node, handle in self.spare[kind]:
+                if reuse:
+                    POOL.give_back(self.CLASSES[kind], node, handle)
+                else:
+                    _kill(handle)
+            self.spare[kind] = []
         for (kind, _), handle in self.handles.items():
             if reuse:
                 POOL.give_back(self.CLASSES[kind], self.where[(kind, _)][0], handle)
