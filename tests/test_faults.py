@@ -336,3 +336,32 @@ def test_a_spare_actor_takes_over(ray_session):
                                                              pids["population"][0])[1], actors=2, shards=1, spares=1)
     assert_same(local, result)
     assert result.summary["recoveries"] == 1 and pid not in result.summary["actor_pids"]["population"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig,status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_ray_run_stops_cleanly_on_a_signal_checkpoint_and_no_orphans(tmp_path, sig, status):
+    # its own Ray in its own session: after the signal, the checkpoint is there and no process of the session is
+    # left (Ray's C-level SIGTERM handler would abort the driver without either; ensure_ray puts ours back)
+    out = tmp_path / "run"
+    child = subprocess.Popen([sys.executable, "-m", "ldpfed", "run", "ldp-ols", "--engine", "ray", "--env", "linear",
+                              "--users", "400000", "--round-size", "1000", "--populations", "2", "--out", str(out),
+                              "--checkpoint-every-rounds", "5", "--quiet"], cwd=tmp_path, start_new_session=True,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    checkpoint = out / "checkpoint" / "checkpoint.npz"
+    deadline = time.monotonic() + 300
+    while not checkpoint.exists() and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    child.send_signal(sig)
+    _, err = child.communicate(timeout=120)
+    assert child.returncode == status, err[-2000:]
+    assert "--resume" in err and load(checkpoint)["next_round"] > 0
+
+    def session():
+        listing = subprocess.run(["ps", "-eo", "sid=,pid="], capture_output=True, text=True).stdout.split("\n")
+        return [line for line in listing if line.split() and line.split()[0] == str(child.pid)]
+    deadline = time.monotonic() + 30
+    while session() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert session() == []

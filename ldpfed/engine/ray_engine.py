@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import collections
 import os
+import signal
+import threading
 import time
 
 import numpy as np
@@ -206,7 +208,12 @@ def ensure_ray(address=None, **init_kwargs) -> bool:
         # metrics exporter on all interfaces (see ray_security)
         enable_token_auth()
         disable_metrics_export()
+    sigterm = signal.getsignal(signal.SIGTERM)
     ray.init(address=address, **kwargs)
+    # Ray's core installs a C-level SIGTERM handler in the driver that aborts (SIGABRT, no `finally`, no
+    # checkpoint); a Python handler set before (ldpfed.signals.interruptible) is put back so SIGTERM stops cleanly.
+    if callable(sigterm) and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, sigterm)
     return True
 
 
