@@ -398,7 +398,7 @@ RemoteLoadSender = ray.remote(LoadSender)
 
 def run_capacity(algorithm="ldp-sgd", d=10, K=10, shard_counts=(1, 2, 4), populations=8, users_per_message=1250,
                  senders=2, batch=8, max_in_flight=4, levels=(25, 50, 75, 100, 125), level_seconds=4.0,
-                 probe_rounds=200, pool_rounds=8, max_rounds=20000, check_domains=True, seed=0, log=print):
+                 probe_rounds=1000, pool_rounds=8, max_rounds=20000, check_domains=True, seed=0, log=print):
     """The capacity curve: per S, a closed-loop probe measures the capacity C (per-user messages/s), then open-loop
     levels at `levels` percent of C. Returns (ok, rows); ok iff every message of every level was accepted once."""
     B = populations * users_per_message
@@ -634,6 +634,8 @@ def main(argv=None) -> int:
     parser.add_argument("--capacity", action="store_true", help="the open-loop capacity curve")
     parser.add_argument("--levels", default="25,50,75,100,125", help="capacity: percent of the measured capacity")
     parser.add_argument("--level-seconds", type=float, default=4.0, help="capacity: seconds of load per level")
+    parser.add_argument("--probe-rounds", type=int, default=1000,
+                        help="capacity: rounds of the closed-loop probe (1000 x 10,000 users by default)")
     parser.add_argument("--no-domain-checks", action="store_true",
                         help="turn the shards' domain checks off: ONLY to measure what they cost")
     parser.add_argument("--max-seconds", type=float, default=300)
@@ -665,8 +667,8 @@ def main(argv=None) -> int:
                       f"call, {in_flight} calls in flight per sender and shard, domain checks "
                       f"{'on' if checks else 'OFF'}; load average {_loadavg()}", flush=True)
                 ok, rows = run_capacity(algorithm, args.d, args.K, shard_counts, P, upm, args.senders, batch, in_flight,
-                                        [float(x) for x in args.levels.split(",")], args.level_seconds,
-                                        check_domains=checks, seed=args.seed, log=log)
+                                        [float(x) for x in args.levels.split(",") if x.strip()], args.level_seconds,
+                                        probe_rounds=args.probe_rounds, check_domains=checks, seed=args.seed, log=log)
             else:
                 algorithm = args.algorithm or ("ldp-ols" if "ldp-ols" in REGISTRY else "uniform")
                 P, upm = args.populations or 32, args.users_per_message or 50

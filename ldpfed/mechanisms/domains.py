@@ -135,14 +135,15 @@ class Domain:
         if self.radius is not None or self.max_radius is not None:
             if whole:
                 rows = values.reshape(n, -1, self.row)[..., :self.norm_part]
-                norms = np.sqrt(np.einsum("nkd,nkd->nk", rows, rows))
+                squares = np.einsum("nkd,nkd->nk", rows, rows)       # squared norms: no square root needed
                 if self.radius is not None:
-                    ok = np.abs(norms - self.radius) <= SPHERE_RTOL * self.radius   # (False for nan)
+                    lo, hi = (self.radius * (1 - SPHERE_RTOL)) ** 2, (self.radius * (1 + SPHERE_RTOL)) ** 2
+                    ok = (squares >= lo) & (squares <= hi)          # (False for nan)
                     if sent is not None:
                         ok |= ~np.asarray(self.slots(users), dtype=bool)
                     if not ok.all():
                         return "not on the sphere"
-                elif not (norms <= self.max_radius * (1 + SPHERE_RTOL)).all():
+                elif not (squares <= (self.max_radius * (1 + SPHERE_RTOL)) ** 2).all():
                     return "norm too large"
             else:   # a slice of a row has at most the row's norm
                 bound = self.radius if self.radius is not None else self.max_radius
