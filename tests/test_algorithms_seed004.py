@@ -170,8 +170,9 @@ def test_messages_ledger_and_public_arm():
     config = RunConfig("sw-klucb-cf", users=1000, round_size=50, eps=1.0)
     env = make_env(config)
     algo = make_algorithm(env, config)
-    assert algo.ledger() == [{"message": "feedback", "mechanism": "randomized-response", "model": "ldp",
-                              "eps": 1.0, "delta": 0.0, "sensitivity": 1.0, "norm": "none"}]
+    (row,) = algo.ledger()
+    assert row.items() >= {"message": "feedback", "mechanism": "randomized-response", "model": "ldp", "eps": 1.0,
+                           "delta": 0.0, "sensitivity": 1.0, "norm": "none", "per_user": 1}.items()
     assert algo.public_fields == {"pulls"}
     users = np.arange(100, 150)
     model = {"index": np.array([0.1, 0.9, 0.3, 0.2, 0.5])}

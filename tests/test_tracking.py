@@ -22,14 +22,13 @@ import matplotlib.image
 import numpy as np
 import pandas as pd
 import pytest
+from mlflow import MlflowClient  # a required dependency: a failed import must fail these tests, not skip them
 
 from ldpfed.algorithms import REGISTRY
 from ldpfed.config import RunConfig
 from ldpfed.engine.local import run_local
 from ldpfed.tracking import MAX_POINTS, Tracker, TrackingUnavailable, metric_curves, run_params
 
-mlflow = pytest.importorskip("mlflow")
-from mlflow import MlflowClient  # noqa: E402
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 EPS = (0.5, 2.0)
@@ -415,6 +414,12 @@ def test_sweep_logged_to_a_real_server_reads_back(mlflow_server, tmp_path):
             result.summary["final_regret"] / uniform_median[config.env])
         # scalars are logged once, not as a curve over users
         assert len(client.get_metric_history(run.info.run_id, "final_regret")) == 1
+        # the accountant's composed per-user guarantee, for private runs only
+        private = REGISTRY[config.algorithm].privacy_model != "none"
+        assert ("privacy_eps_composed" in run.data.metrics) == private
+        if private:
+            assert run.data.metrics["privacy_eps_composed"] == pytest.approx(result.summary["privacy_eps_composed"])
+            assert run.data.metrics["privacy_eps_composed"] <= config.eps * (1 + 1e-9)
         errors = result.table["estimation_error"].dropna()
         if len(errors):
             error_history = client.get_metric_history(run.info.run_id, "estimation_error")

@@ -14,6 +14,11 @@ from __future__ import annotations
 import numpy as np
 
 from ldpfed.errors import ConfigError
+from ldpfed.mechanisms.accounting import noise_fields
+
+ONE_MESSAGE = "one output per user: each user arrives once and sends this field once"
+ONE_RELEASE = ("one mechanism per run: every release of the run is covered by this one guarantee (a user is in "
+               "one element of the stream)")
 
 
 class Algorithm:
@@ -114,8 +119,12 @@ class Algorithm:
 
     # ---- description -------------------------------------------------------------------------
     def ledger(self) -> list[dict]:
-        """What the mechanisms of this run guarantee, one row per message field or release."""
-        return [{"message": key, **mech.guarantee.as_dict()} for key, mech in self.mechanisms.items()]
+        """What the mechanisms of this run guarantee, one row per message field or release, with the noise they
+        draw and how many of their outputs one user's data can change (`per_user`, and why: `composition`), which
+        the privacy accountant (ldpfed.mechanisms.accounting) composes. Override to change `per_user`."""
+        reason = (ONE_MESSAGE if self.privacy_model == "ldp" else ONE_RELEASE)
+        return [{"message": key, **mech.guarantee.as_dict(), **noise_fields(mech), "per_user": 1,
+                 "composition": reason} for key, mech in self.mechanisms.items()]
 
     @classmethod
     def describe(cls) -> dict:

@@ -476,7 +476,10 @@ class _MultiBase(_GLMBase):
     def ledger(self):
         note = ("per arm slot; K slots per user, a neighbouring input changes at most 2 slots "
                 "(pulled arm and the neighbour's), so the user's message is (eps, delta)-LDP")
-        return [{**row, "scope": note} for row in super().ledger()]
+        why = ("parallel composition over the K arm slots: slot a carries data only when a is the pulled arm and "
+               "psi(0, 0) otherwise, with independent noise per slot, so two inputs differ in at most 2 slots "
+               "(their two pulled arms; 1 when K = 1) and the other slots have the same law under both")
+        return [{**row, "scope": note, "per_user": min(2, self.K), "composition": why} for row in super().ledger()]
 
 
 class LdpOlsMulti(_MultiBase, LdpOls):

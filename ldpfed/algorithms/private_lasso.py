@@ -211,7 +211,11 @@ class PrivateThresholdLasso(CentralRows, Algorithm):
         return self.lambda_0 * math.sqrt(2.0 * math.log(n) * math.log(self.d) / n) if n > 1 else 0.0
 
     def ledger(self):
-        return [{**row, "releases": self.episodes, "per": "episode"} for row in super().ledger()]
+        why = ("once per episode: every episode's sparse vector pass (LASSO on the whole history) and its tree "
+               "(whose first element is the history's Gram) use every earlier user, so one user's data is in at "
+               "most all E episodes")
+        return [{**row, "releases": self.episodes, "per": "episode", "per_user": self.episodes, "composition": why}
+                for row in super().ledger()]
 
     # ---- server half -------------------------------------------------------------------------
     def initial_state(self, rng):

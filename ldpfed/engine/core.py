@@ -9,6 +9,7 @@ import pandas as pd
 
 from ldpfed.algorithms import make_algorithm
 from ldpfed.envs import make_env
+from ldpfed.mechanisms import accounting
 from ldpfed.rng import derive
 
 
@@ -104,6 +105,10 @@ class RoundRecorder:
         self.metric_rows: list[dict] = []
         self.cumulative = 0.0
         self.checkpoints = checkpoint_rounds(config.rounds)
+        # One user's guarantee over the whole run, composed from the ledger; a run that would overspend the
+        # configured (eps, delta) is refused here, before any user is simulated.
+        self.privacy = accounting.compose(algo.ledger(), config.delta)
+        accounting.check_budget(self.privacy, config.eps, config.delta, config.algorithm)
         self.started = time.perf_counter()
         self.messages = 0
 
@@ -149,6 +154,7 @@ class RoundRecorder:
             "final_estimation_error": float(errors.iloc[-1]) if len(errors) else None,
             "elapsed_s": elapsed, "users_per_s": self.config.users / elapsed if elapsed > 0 else float("inf"),
             **{f"total_{c}": float(metrics[c].sum()) for c in metrics.columns},
+            **(self.privacy.summary() if self.privacy is not None else {}),
             **(extra or {}),
         }
         ledger = [{**row, "users_sending": self.messages} for row in self.algo.ledger()]

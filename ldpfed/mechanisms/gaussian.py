@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 from scipy import optimize, special
@@ -42,9 +43,13 @@ def _analytic_unit_sigma(eps: float, delta: float) -> float:
 def gaussian_sigma(sensitivity, eps, delta, calibration="classic") -> float:
     """Noise standard deviation of an (eps, delta)-DP Gaussian mechanism with L2 sensitivity `sensitivity`.
 
-    classic: Delta * sqrt(2 ln(1.25/delta)) / eps (Dwork & Roth Thm A.1). It is only *proven* for eps <= 1;
-    larger eps is allowed (callers reproducing papers use it that way) but then the claim is not backed by the
-    theorem -- prefer calibration="analytic" there.
+    classic: Delta * sqrt(2 ln(1.25/delta)) / eps (Dwork & Roth Thm A.1). It is only *proven* for eps <= 1.
+    Above eps = 1 the exact privacy profile (Balle & Wang 2018, Thm 8) decides: the classic sigma still holds
+    for moderate eps (it is then larger than needed), but it under-states delta at large eps (e.g. delta = 0.01,
+    eps = 10: its true delta is 4 delta). So above eps = 1 "classic" returns max(classic sigma, analytic sigma):
+    the paper's formula wherever it is valid (paper reproductions keep their noise), the smallest valid sigma
+    where it is not, with a CalibrationWarning saying so. (Switching rather than only warning: a run must never
+    claim a delta its noise does not deliver.)
     analytic: the exact smallest sigma (Balle & Wang 2018, analytic Gaussian mechanism), found by root finding on
     the exact delta(eps, sigma) formula; valid for every eps > 0 and always <= the classic sigma for eps <= 1.
     """
@@ -53,8 +58,20 @@ def gaussian_sigma(sensitivity, eps, delta, calibration="classic") -> float:
     d = V.delta_open(delta)
     cal = V.calibration(calibration)
     if cal == "classic":
-        return sens * math.sqrt(2.0 * math.log(1.25 / d)) / e
+        classic = math.sqrt(2.0 * math.log(1.25 / d)) / e
+        if e > 1.0:
+            exact = _analytic_unit_sigma(e, d)
+            if exact > classic:
+                warnings.warn(f"classic Gaussian calibration at eps={e:g}, delta={d:g} under-states delta "
+                              f"(true delta {analytic_delta(e, classic):.3g}); using the analytic sigma",
+                              CalibrationWarning, stacklevel=2)
+                return sens * exact
+        return sens * classic
     return sens * _analytic_unit_sigma(e, d)
+
+
+class CalibrationWarning(UserWarning):
+    """A requested calibration was replaced by a valid one (see gaussian_sigma)."""
 
 
 class GaussianMechanism:
