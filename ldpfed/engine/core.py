@@ -86,6 +86,15 @@ def checkpoint_rounds(rounds: int, points: int = 2000) -> set[int]:
     return set(np.unique(np.linspace(0, rounds - 1, min(rounds, points)).astype(int)).tolist())
 
 
+def privacy_summary(config, algo) -> dict:
+    """One user's guarantee over the whole run, composed from the algorithm's ledger (the summary entries; empty
+    without privacy). Every engine calls it before simulating anyone: a run whose composed guarantee exceeds the
+    configured (eps, delta) is refused (ConfigError naming eps or delta)."""
+    composed = accounting.compose(algo.ledger(), config.delta)
+    accounting.check_budget(composed, config.eps, config.delta, config.algorithm)
+    return composed.summary() if composed is not None else {}
+
+
 @dataclass
 class RunResult:
     config: object
@@ -105,10 +114,7 @@ class RoundRecorder:
         self.metric_rows: list[dict] = []
         self.cumulative = 0.0
         self.checkpoints = checkpoint_rounds(config.rounds)
-        # One user's guarantee over the whole run, composed from the ledger; a run that would overspend the
-        # configured (eps, delta) is refused here, before any user is simulated.
-        self.privacy = accounting.compose(algo.ledger(), config.delta)
-        accounting.check_budget(self.privacy, config.eps, config.delta, config.algorithm)
+        self.privacy = privacy_summary(config, algo)     # refuses an overspending run before any user
         self.started = time.perf_counter()
         self.messages = 0
 
@@ -154,7 +160,7 @@ class RoundRecorder:
             "final_estimation_error": float(errors.iloc[-1]) if len(errors) else None,
             "elapsed_s": elapsed, "users_per_s": self.config.users / elapsed if elapsed > 0 else float("inf"),
             **{f"total_{c}": float(metrics[c].sum()) for c in metrics.columns},
-            **(self.privacy.summary() if self.privacy is not None else {}),
+            **self.privacy,
             **(extra or {}),
         }
         ledger = [{**row, "users_sending": self.messages} for row in self.algo.ledger()]

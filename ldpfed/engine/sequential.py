@@ -32,7 +32,7 @@ import pandas as pd
 
 from ldpfed.algorithms import make_algorithm
 from ldpfed.engine import kernels as kn
-from ldpfed.engine.core import RunResult, checkpoint_rounds
+from ldpfed.engine.core import RunResult, checkpoint_rounds, privacy_summary
 from ldpfed.envs import make_env
 from ldpfed.errors import ConfigError
 from ldpfed.mechanisms._validate import sym_gather_index
@@ -440,6 +440,7 @@ def run_sequential(config, progress=None, streams: str = "block") -> RunResult:
     if isinstance(plan, str):
         raise ConfigError("engine", ENGINE_NAME, f"cannot run this config: {plan}")
     cls, env, algo = plan
+    privacy = privacy_summary(config, algo)      # refuses an overspending run (as RoundRecorder does)
     kernel = cls(algo, env, algo.initial_state(derive(config.seed, "init")))
     T = config.users
     regret = np.empty(T)
@@ -467,10 +468,10 @@ def run_sequential(config, progress=None, streams: str = "block") -> RunResult:
         for slot, r in enumerate(checkpoints):
             value = env.estimation_error(snaps[slot].reshape(shape))
             errors[r] = np.nan if value is None else value
-    return _result(config, algo, env, cls.metrics, regret, counts, errors, state, started)
+    return _result(config, algo, env, cls.metrics, regret, counts, errors, state, started, privacy)
 
 
-def _result(config, algo, env, metric_names, regret, counts, errors, state, started) -> RunResult:
+def _result(config, algo, env, metric_names, regret, counts, errors, state, started, privacy) -> RunResult:
     """The RunResult run_local would build (same table columns and summary keys: core.RoundRecorder.result and
     driver.drive's extras; tests/test_sequential.py compares them)."""
     elapsed = time.perf_counter() - started
@@ -488,6 +489,7 @@ def _result(config, algo, env, metric_names, regret, counts, errors, state, star
         "final_estimation_error": float(finite[-1]) if len(finite) else None,
         "elapsed_s": elapsed, "users_per_s": T / elapsed if elapsed > 0 else float("inf"),
         **{f"total_{name}": float(counts[:, j].sum()) for j, name in enumerate(metric_names)},
+        **privacy,
         # engine/driver.py's extras: every user sends one message
         "messages": T, "messages_per_s": T / elapsed if elapsed > 0 else float("inf"),
     }
