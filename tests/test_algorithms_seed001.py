@@ -9,7 +9,7 @@ from ldpfed.config import RunConfig
 from ldpfed.engine import run_local
 from ldpfed.envs import make_env
 from ldpfed.errors import ConfigError
-from ldpfed.mechanisms import TreeMechanism, TreeNoise, tree_depth
+from ldpfed.mechanisms import tree_depth
 from ldpfed.rng import derive
 
 
@@ -104,22 +104,51 @@ def test_dgs_noise_shrinks_with_t():
 
 
 # ---- B = 1 is the sequential algorithm ------------------------------------------------------------------
+class _ReferenceTree:
+    """The binary mechanism's noise written out independently of ldpfed.mechanisms (so a bug there cannot hide
+    in the reference): the node of level i closes at the steps t whose lowest set bit is i and gets fresh noise
+    (Gaussian: the upper triangle incl. the diagonal i.i.d. N(0, scale^2), mirrored; Laplace: i.i.d. Lap(scale)),
+    drawn from the generator in the library's order; the noise of prefix t sums the nodes of ALL set bits of t."""
+
+    def __init__(self, shape, noise):
+        self.shape, self.noise, self.t, self.nodes = shape, noise, 0, {}
+
+    def step(self, rng, scale):
+        self.t += 1
+        level = (self.t & -self.t).bit_length() - 1
+        if self.noise == "gaussian":
+            d = self.shape[0]
+            upper = np.triu_indices(d)
+            node = np.zeros((d, d))
+            node[upper] = rng.standard_normal(len(upper[0])) * scale
+            node = node + node.T - np.diag(np.diag(node))
+        else:
+            node = rng.laplace(0.0, scale, size=self.shape)
+        self.nodes[level] = node
+        return sum(self.nodes[j] for j in range(self.t.bit_length()) if (self.t >> j) & 1)
+
+
 def _sequential(name, users, seed, eps=1.0):
-    """The paper's loop written out: one user at a time, the same derived generators as the engine."""
+    """The paper's loop written out: one user at a time, the same derived generators as the engine, and the
+    tree's noise drawn by the reference itself (_ReferenceTree), with the node scales from the formulas."""
     config = RunConfig(name, env="arm-pool", users=users, round_size=1, eps=eps, delta=0.1, seed=seed)
     env = make_env(config)
     d, lam, alpha = env.d, 1.0, 0.3
     L, R, S = 1.0, env.reward_bound, 1.0
     A, b = lam * np.eye(d), np.zeros(d)
     theta_pub, Ainv_pub = np.zeros(d), np.eye(d) / lam
+    depth = int(math.floor(math.log2(users))) + 1          # the most nodes one element lands in
     if name == "private-linucb":
         sens = math.sqrt(2) * (L ** 2 + R ** 2)
-        tree = TreeMechanism(users, (d + 1, d + 1), eps=eps, delta=0.1, sensitivity=sens, symmetric=True)
-        upsilon = tree.node_scale * math.sqrt(tree.depth) * (4 * math.sqrt(d + 1) + 2 * math.log(2 * users / 0.05))
+        # classic Gaussian at (eps, delta) = (1, 0.1) for the L2 sensitivity sqrt(depth) sens of the node vector
+        # (same order of operations as the library: the first user's arms tie up to rounding)
+        node_scale = math.sqrt(depth) * (sens * math.sqrt(2 * math.log(1.25 / 0.1)) / eps)
+        tree = _ReferenceTree((d + 1, d + 1), "gaussian")
+        upsilon = node_scale * math.sqrt(depth) * (4 * math.sqrt(d + 1) + 2 * math.log(2 * users / 0.05))
         Ainv_pub = np.eye(d) / (lam + 2 * upsilon)
+        prefix = np.zeros((d + 1, d + 1))
     else:
-        tree = TreeNoise(users, (d,), noise="laplace", node_scale=1.0)
-        depth = tree_depth(users)
+        tree = _ReferenceTree((d,), "laplace")
     regrets = []
     for t in range(users):
         world = derive(seed, "context", 0, t)
@@ -133,7 +162,8 @@ def _sequential(name, users, seed, eps=1.0):
         server = derive(seed, "server", t)
         if name == "private-linucb":
             z = np.append(x, r)
-            M = tree.add(np.outer(z, z), server)
+            prefix += np.outer(z, z)
+            M = prefix + tree.step(server, node_scale)
             At = M[:d, :d] + (lam + 2 * upsilon) * np.eye(d)
             Ainv_pub = np.linalg.inv(At)
             theta_pub = Ainv_pub @ M[:d, d]
@@ -142,7 +172,7 @@ def _sequential(name, users, seed, eps=1.0):
             b += r * x
             Ainv_pub = np.linalg.inv(A)
             delta_e = 2 * L * (R + L * S) / (lam + env.context_min_eig * (t + 1))
-            theta_pub = np.linalg.solve(A, b) + tree.step(server, node_scale=depth * math.sqrt(d) * delta_e / eps)
+            theta_pub = np.linalg.solve(A, b) + tree.step(server, depth * math.sqrt(d) * delta_e / eps)
     return np.array(regrets)
 
 
