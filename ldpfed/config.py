@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
+from ldpfed import memory
 from ldpfed.errors import ConfigError
 
 # "paper": the papers' text, privacy-correct (the default). "authors-code": the choices of the authors' public code
@@ -56,6 +57,7 @@ class RunConfig:
         for name in ("env_params", "params"):
             if not isinstance(getattr(self, name), dict):
                 raise ConfigError(name, getattr(self, name), "must be a mapping")
+        check_memory(self, ENVS[self.env])
 
     @property
     def rounds(self) -> int:
@@ -66,3 +68,52 @@ class RunConfig:
 
     def replace(self, **changes) -> "RunConfig":
         return RunConfig(**{**self.to_dict(), **changes})
+
+
+# ---- memory: refuse what cannot fit, before anything is allocated (ldpfed/memory.py) ----------------------------
+SIZE_OPTIONS = ("env_params.d", "env_params.K", "env_params.pool")   # env options that size arrays
+
+
+def _sizes(config, env_cls, given: bool = True) -> dict | None:
+    """users, round_size and the env's array sizes: as given (else the profile's or the env's defaults), or with
+    given=False all at their defaults. None when a size is not an integer (the env then rejects it, naming it)."""
+    defaults = {**env_cls.defaults, **env_cls.profile_defaults.get(config.profile, {})}
+    sizes = ({"users": config.users, "round_size": config.round_size} if given else
+             {name: RunConfig.__dataclass_fields__[name].default for name in ("users", "round_size")})
+    for option in SIZE_OPTIONS:
+        key = option.split(".", 1)[1]
+        value = config.env_params.get(key, defaults.get(key, 0)) if given else defaults.get(key, 0)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            return None
+        sizes[option] = value
+    return sizes
+
+
+def estimate_memory(sizes: dict, multi: bool) -> int:
+    """Bytes of a run's largest arrays (a coarse upper bound, see ldpfed/memory.py): per round the contexts
+    (B x K x d) and messages (at most (d+1)^2 per arm slot, one slot per arm on multi-parameter envs, plus a
+    K-vector); the server state ((d+1)^2 per slot, times the tree depth for the tree mechanisms); the env's arm
+    pool; one result-table row per round."""
+    users, d, K = sizes["users"], sizes["env_params.d"], sizes["env_params.K"]
+    batch = min(sizes["round_size"], users)
+    rounds = -(-users // batch)
+    slots = K if multi else 1
+    per_user = K * max(d, 1) + slots * (d + 1) ** 2 + K
+    state = memory.STATE_COPIES * slots * (d + 1) ** 2 * max(1, rounds.bit_length())
+    floats = memory.ROUND_COPIES * batch * per_user + state + sizes["env_params.pool"] * d
+    return floats * memory.FLOAT + rounds * memory.BYTES_PER_ROUND
+
+
+def check_memory(config, env_cls) -> None:
+    """ConfigError naming the option that makes the run too large for this machine: of the size options, the one
+    whose reset to its default shrinks the estimate most."""
+    sizes = _sizes(config, env_cls)
+    if sizes is None:
+        return
+    need = estimate_memory(sizes, env_cls.multi)
+    if need <= memory.memory_limit():
+        return
+    defaults = _sizes(config, env_cls, given=False)
+    blame = min(sizes, key=lambda option: estimate_memory({**sizes, option: min(sizes[option], defaults[option])},
+                                                          env_cls.multi))
+    memory.check_allocation(blame, sizes[blame], need, f"{config.algorithm} on {config.env} at this size")

@@ -12,7 +12,7 @@ from ldpfed.config import RunConfig
 from ldpfed.engine import run_local
 from ldpfed.envs import make_env
 from ldpfed.errors import ConfigError
-from ldpfed.mechanisms import L2BallMechanism, gaussian_sigma
+from ldpfed.mechanisms import gaussian_sigma
 from ldpfed.rng import derive
 
 T, B = 20_000, 10
@@ -123,7 +123,20 @@ def test_ldp_sgd_b1_equals_sequential_loop(env):
     world_env = make_env(config)                          # ground truth from derive(seed, "env")
     d, c_r = world_env.d, world_env.reward_bound
     R = 2.0 * c_r * 1.0                                   # R = 2 c_r C_B, C_B = 1
-    mech = L2BallMechanism(R, eps, d)
+    # the l2-ball mechanism written out here (not the library's): B from Lemma 2.2's closed form, then the
+    # library's order of draws (a Gaussian direction, a uniform for the hemisphere, reflection)
+    B = R * math.sqrt(math.pi) / math.tanh(eps / 2) * math.exp(math.lgamma((d + 1) / 2) - math.lgamma(d / 2))
+
+    def l2_ball(g, rng):
+        v = rng.standard_normal(d)
+        v /= np.linalg.norm(v)
+        norm = np.linalg.norm(g)
+        u = g / norm if norm > 0 else np.eye(d)[0]
+        want_pos = rng.random() < 0.5 + min(norm, R) * math.tanh(eps / 2) / (2 * R)
+        if (v @ u >= 0) != want_pos:
+            v = v - 2 * (v @ u) * u
+        return B * v
+
     mu = (lambda z: z) if env == "linear" else (lambda z: 1.0 / (1.0 + np.exp(-z)))
     init = derive(seed, "init")
     theta = init.standard_normal(d)
@@ -139,8 +152,7 @@ def test_ldp_sgd_b1_equals_sequential_loop(env):
         r = float(np.clip(reward[0], -c_r, c_r))
         g = (mu(x @ theta) - r) * x
         g = g * min(1.0, R / np.linalg.norm(g)) if np.linalg.norm(g) > 0 else g
-        Z, _ = mech.privatize(g[None, :], client)
-        theta = theta - 5.0 / (t + 1) * Z[0]              # eta_t = 5/(t+1), t 0-based
+        theta = theta - 5.0 / (t + 1) * l2_ball(g, client)   # eta_t = 5/(t+1), t 0-based
         regrets.append(regret[0])
     np.testing.assert_allclose(result.table["regret"].to_numpy(), regrets, rtol=0, atol=1e-12)
     np.testing.assert_allclose(result.state["theta"], theta, rtol=1e-10, atol=1e-12)

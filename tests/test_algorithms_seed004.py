@@ -10,6 +10,7 @@ To keep each test a few seconds the comparisons use rounds of B = 8 users (the b
 window then holds the rounds with the last w users); B = 1 is pinned to a plain sequential loop of Algorithm 1
 by test_b1_equals_sequential_loop.
 """
+import math
 from functools import lru_cache
 
 import numpy as np
@@ -239,7 +240,9 @@ def sequential_loop(config: RunConfig, windowed: bool):
             lam = np.where(n > 0, s / np.maximum(n, 1), 0.0)
             arm = int(np.argmax(rr.debias(klucb_upper(lam, n, f))))
         reward, r = env.step(contexts, np.array([arm]), users, world)
-        report = int(rr.privatize(reward.astype(np.int64), client)[0])
+        # randomized response written out (not the library's): keep the bit w.p. e^eps / (1 + e^eps)
+        keep = client.random() < math.exp(config.eps) / (1 + math.exp(config.eps))
+        report = int(reward[0]) if keep else 1 - int(reward[0])
         history.append((arm, report))
         regret.append(r[0])
     return np.array(regret), history

@@ -54,6 +54,7 @@ from scipy.special import xlogy
 from ldpfed.algorithms.base import Algorithm
 from ldpfed.errors import ConfigError
 from ldpfed.mechanisms import Domain, RandomizedResponse
+from ldpfed.memory import check_allocation
 
 PAPER = "seed 004 Gajane 2023"
 _CACHE_LIMIT = 1_000_000    # memoized (N, sum) pairs before the memo is cleared
@@ -183,6 +184,10 @@ class SWKLUCBCF(Algorithm):
         # Rounds whose users overlap the last w users: stops in (t - w, t], spaced by B (the last round may be
         # shorter, hence + 2).
         self.capacity = (-(-self.w // B) + 2) if self.windowed else 0
+        if self.windowed:   # the ring buffer: two K-vectors and a stop per round of the window
+            field = "params.window" if self.params["window"] is not None else "users"
+            check_allocation(field, self.params["window"] if field == "params.window" else self.T,
+                             self.capacity * (2 * self.K + 1) * 8, f"a window of {self.w:,} users")
         if self.private:
             self.rr = RandomizedResponse(self.eps)
             self.mechanisms["feedback"] = self.rr
