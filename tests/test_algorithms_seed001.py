@@ -215,8 +215,12 @@ def test_ledgers():
     assert row["mechanism"] == "tree-gaussian" and row["model"] == "central" and row["eps"] == 0.5
     assert row["sensitivity"] == pytest.approx(math.sqrt(2) * (1 + env.reward_bound ** 2))
     (dgs,) = make_algorithm(env, config.replace(algorithm="linucb-dgs")).ledger()
-    # Gaussian DGS: delta for the high-probability sensitivity event plus delta for the Gaussian tree
-    assert dgs["mechanism"] == "tree-gaussian" and dgs["eps"] == 0.5 and dgs["delta"] == pytest.approx(0.2)
+    # Gaussian DGS: delta/2 for the high-probability sensitivity event plus delta/2 for the Gaussian tree, whose
+    # nodes are calibrated at (eps, delta/2)
+    assert dgs["mechanism"] == "tree-gaussian" and dgs["eps"] == 0.5 and dgs["delta"] == pytest.approx(0.1)
+    gaussian = make_algorithm(env, config.replace(algorithm="linucb-dgs"))
+    classic = math.sqrt(2 * math.log(1.25 / 0.05)) / 0.5
+    assert gaussian.unit_scale == pytest.approx(math.sqrt(gaussian.depth) * classic)
     laplace = config.replace(algorithm="linucb-dgs", params={"noise": "laplace"})
     (row,) = make_algorithm(env, laplace).ledger()
     assert row["mechanism"] == "tree-laplace" and row["delta"] == 0.1

@@ -260,9 +260,11 @@ class LinUCBDGS(LinUCB):
     Privacy model of the paper: neighbouring sequences differ in ONE REWARD; the arm sequence is the output.
     A_t is a function of the pulled contexts only, which the paper treats as public, so A^{-1} is published
     as is; only theta carries noise. Delta_e rests on the paper's Assumption 1 (lambda_min E[x x^T] >=
-    lambda_0, i.i.d. contexts) and holds with probability 1 - delta: the ledger records (eps, delta) (the
-    Gaussian variant is calibrated at (eps, delta) on top of that event, so it is (eps, 2 delta)-DP by the same
-    argument; the Gaussian variant is the default: it is correctly calibrated by the L2 bound Delta_e as it stands).
+    lambda_0, i.i.d. contexts) and holds with probability 1 - delta: the Laplace variant is (eps, delta)-DP. The
+    Gaussian variant adds the Gaussian tree's own delta on top of that event, so the run's delta is split: delta/2
+    charged to the event (Delta_e holding with probability 1 - delta/2) and the tree calibrated at (eps, delta/2),
+    which makes it (eps, delta)-DP as configured (the privacy accountant refuses a ledger above the budget; the
+    Gaussian variant is the default: it is correctly calibrated by the L2 bound Delta_e as it stands).
     Delta_e bounds the L2 change of theta; the paper uses it as the Laplace (L1) sensitivity, which under-noises by
     up to sqrt(d) (a privacy bug: the release is then not eps-DP). An L1 bound is sqrt(d) larger:
     `l1_sensitivity=True` (the default) applies it; False reproduces the paper's calibration, for comparison only.
@@ -305,13 +307,13 @@ class LinUCBDGS(LinUCB):
             self.unit_scale = factor * self.depth / self.eps
             self.var_per_scale2 = 2.0
         else:
-            self.unit_scale = math.sqrt(self.depth) * gaussian_sigma(1.0, self.eps, self.delta, self.calibration)
+            # delta/2 for the tree, delta/2 for Assumption 1's event (docstring): (eps, delta) in total
+            self.unit_scale = math.sqrt(self.depth) * gaussian_sigma(1.0, self.eps, self.delta / 2,
+                                                                     self.calibration)
             self.var_per_scale2 = 1.0
-        # Delta_e holds with probability 1 - delta (Assumption 1); the Gaussian tree adds its own delta on top:
-        # (eps, 2 delta) as the docstring says, (eps, delta) for the Laplace tree.
-        ledger_delta = 2.0 * self.delta if self.noise == "gaussian" else self.delta
+        # Laplace: delta for Assumption 1's event; Gaussian: delta/2 for the event + delta/2 for the tree.
         self.mechanisms["theta"] = _Release(Guarantee(
-            f"tree-{self.noise}", "central", self.eps, ledger_delta, self.sensitivity_at(1) * factor,
+            f"tree-{self.noise}", "central", self.eps, self.delta, self.sensitivity_at(1) * factor,
             "l1" if self.noise == "laplace" else "l2"))
 
     def sensitivity_at(self, e: int) -> float:
