@@ -66,7 +66,7 @@ def test_gaussian_composition_is_tighter_with_dp_accounting():
     dp-accounting's PLD total, and both are well below the basic sum eps."""
     config, ols = build("ldp-ols", eps=1.0, delta=0.01)
     composed = accounting.compose(ols.ledger(), config.delta)
-    mu = math.hypot(math.sqrt(2) / ols.mech_M.sigma, 2 * ols.env.reward_bound / ols.mech_u.sigma)
+    mu = math.hypot(math.sqrt(2) / ols.mech_M.sigma, 2 * make_env(config).reward_bound / ols.mech_u.sigma)
     exact = dpa_gaussian.get_epsilon_gaussian(1 / mu, 0.01)
     assert composed.eps == pytest.approx(1.0)
     assert exact <= composed.eps_pld <= exact + 2e-3
