@@ -57,7 +57,7 @@ class RunConfig:
         for name in ("env_params", "params"):
             if not isinstance(getattr(self, name), dict):
                 raise ConfigError(name, getattr(self, name), "must be a mapping")
-        check_memory(self, ENVS[self.env])
+        check_memory(self, ENVS[self.env], algo)
 
     @property
     def rounds(self) -> int:
@@ -89,31 +89,32 @@ def _sizes(config, env_cls, given: bool = True) -> dict | None:
     return sizes
 
 
-def estimate_memory(sizes: dict, multi: bool) -> int:
+def estimate_memory(sizes: dict, multi: bool, gram_messages: bool = True) -> int:
     """Bytes of a run's largest arrays (a coarse upper bound, see ldpfed/memory.py): per round the contexts
-    (B x K x d) and messages (at most (d+1)^2 per arm slot, one slot per arm on multi-parameter envs, plus a
-    K-vector); the server state ((d+1)^2 per slot, times the tree depth for the tree mechanisms); the env's arm
-    pool; one result-table row per round."""
+    (B x K x d) and messages (LDP: at most a noisy (d+1)^2 Gram matrix per arm slot, one slot per arm on
+    multi-parameter envs; otherwise a (d+1)-vector; plus a K-vector); the server state ((d+1)^2 per slot, times
+    the tree depth for the tree mechanisms); the env's arm pool; one result-table row per round."""
     users, d, K = sizes["users"], sizes["env_params.d"], sizes["env_params.K"]
     batch = min(sizes["round_size"], users)
     rounds = -(-users // batch)
     slots = K if multi else 1
-    per_user = K * max(d, 1) + slots * (d + 1) ** 2 + K
+    per_user = K * max(d, 1) + (slots * (d + 1) ** 2 if gram_messages else d + 1) + K
     state = memory.STATE_COPIES * slots * (d + 1) ** 2 * max(1, rounds.bit_length())
     floats = memory.ROUND_COPIES * batch * per_user + state + sizes["env_params.pool"] * d
     return floats * memory.FLOAT + rounds * memory.BYTES_PER_ROUND
 
 
-def check_memory(config, env_cls) -> None:
+def check_memory(config, env_cls, algo_cls) -> None:
     """ConfigError naming the option that makes the run too large for this machine: of the size options, the one
     whose reset to its default shrinks the estimate most."""
     sizes = _sizes(config, env_cls)
     if sizes is None:
         return
-    need = estimate_memory(sizes, env_cls.multi)
+    gram = algo_cls.privacy_model == "ldp"      # only LDP clients send noisy Gram matrices
+    need = estimate_memory(sizes, env_cls.multi, gram)
     if need <= memory.memory_limit():
         return
     defaults = _sizes(config, env_cls, given=False)
     blame = min(sizes, key=lambda option: estimate_memory({**sizes, option: min(sizes[option], defaults[option])},
-                                                          env_cls.multi))
+                                                          env_cls.multi, gram))
     memory.check_allocation(blame, sizes[blame], need, f"{config.algorithm} on {config.env} at this size")
