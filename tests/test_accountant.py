@@ -81,6 +81,10 @@ def test_run_summary_carries_the_composed_guarantee():
     assert all("composition" in row and "per_user" in row for row in result.ledger)
     plain = run_local(RunConfig("uniform", users=50, round_size=10))
     assert "privacy_eps_composed" not in plain.summary
+    # a profile that reproduces code whose noise does not cover its inputs declares its claim void: no numbers
+    void = run_local(RunConfig("ldp-ols-multi", users=50, round_size=10, profile="authors-code"))
+    assert void.summary["privacy_claim_void"] and void.summary["privacy_eps_composed"] == math.inf
+    assert void.summary["privacy_eps_dp_accounting"] is None
 
 
 # ---------------------------------------------------------------- refusal

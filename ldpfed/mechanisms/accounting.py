@@ -26,6 +26,9 @@ PLD per row, from the noise the mechanism actually draws (`noise_fields`):
 Our sensitivities are the largest change between two users' inputs (replace-one neighbours); dp-accounting's
 Gaussian and Laplace PLDs take exactly that distance between the two noise laws.
 
+A ledger whose rows carry `claim_void` (the authors-code profile reproducing code whose noise does not cover its
+inputs) has no guarantee to compose or enforce: the summary then says `privacy_claim_void` and has no numbers.
+
 This module sits at the mechanisms layer: it knows mechanisms, never algorithms or engines.
 """
 from __future__ import annotations
@@ -79,9 +82,13 @@ class Composition:
     eps_pld: float | None         # dp-accounting's eps of the same composition at delta_target (None: beyond
                                   # PLD_MAX_EPS)
     reasons: tuple = ()           # each row's composition reason
+    void: str | None = None       # why the rows' claims do not hold (a profile reproducing unprivate code)
 
     def summary(self) -> dict:
-        """Entries for a run's summary (numbers go to MLflow as metrics)."""
+        """Entries for a run's summary (numbers go to MLflow as metrics; a void claim has no numbers)."""
+        if self.void:
+            return {"privacy_eps_composed": math.inf, "privacy_delta_composed": math.inf,
+                    "privacy_eps_dp_accounting": None, "privacy_claim_void": self.void}
         return {"privacy_eps_composed": self.eps, "privacy_delta_composed": self.delta,
                 "privacy_eps_dp_accounting": self.eps_pld}
 
@@ -99,17 +106,20 @@ def compose(rows, delta_target: float) -> Composition | None:
     rows = list(rows or [])
     if not rows:
         return None
+    reasons = tuple(f"{row.get('message')}: {row.get('composition', 'one output per user')}" for row in rows)
+    void = "; ".join(sorted({str(row["claim_void"]) for row in rows if row.get("claim_void")})) or None
+    if void:     # the rows' eps are not a guarantee: nothing to compose
+        return Composition(math.inf, math.inf, float(delta_target), None, reasons, void)
     eps = sum(_per_user(row) * float(row["eps"]) for row in rows)
     delta = sum(_per_user(row) * float(row["delta"]) for row in rows)
     key = tuple(_pld_key(row) for row in rows)
-    reasons = tuple(f"{row.get('message')}: {row.get('composition', 'one output per user')}" for row in rows)
     tight = None if max(float(row["eps"]) for row in rows) > PLD_MAX_EPS else _pld_eps(key, float(delta_target))
     return Composition(eps, delta, float(delta_target), tight, reasons)
 
 
 def check_budget(composition: Composition | None, eps: float, delta: float, algorithm: str = "") -> None:
     """ConfigError naming `eps` or `delta` when the composed (basic) guarantee exceeds the configured budget."""
-    if composition is None:
+    if composition is None or composition.void:   # no claim to hold (the summary says privacy_claim_void)
         return
     why = "; ".join(composition.reasons)
     if composition.eps > eps * (1.0 + BUDGET_RTOL):
