@@ -449,6 +449,31 @@ def markdown(rows: list[dict], columns: list[str]) -> str:
 
 
 # ---- plots ------------------------------------------------------------------------------------------
+def quartile_plot(runs: pd.DataFrame, x: str, xlabel: str, title: str, path: Path) -> Path:
+    """Median final regret against `x` per algorithm, with 25-75% bars, on log-log axes."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.6))
+    for algorithm, group in runs.groupby("algorithm"):
+        stats = group.groupby(x)["final_regret"].quantile([0.25, 0.5, 0.75]).unstack()
+        ax.errorbar(stats.index.to_numpy(dtype=float), stats[0.5],
+                    yerr=[stats[0.5] - stats[0.25], stats[0.75] - stats[0.5]], marker="o", capsize=3, label=algorithm)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("final cumulative regret (median, 25-75%)")
+    ax.set_title(title, fontsize=9)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def write_plots(runs: pd.DataFrame, curves: dict, folder: Path, title: str) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     main = runs[runs["part"] == "main"].copy()
@@ -463,26 +488,7 @@ def write_plots(runs: pd.DataFrame, curves: dict, folder: Path, title: str) -> l
         written += [p for p in [path] if p]
     slope = runs[runs["part"] == "slope"]
     if len(slope):
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, ax = plt.subplots(figsize=(6.4, 4.6))
-        for algorithm, group in slope.groupby("algorithm"):
-            stats = group.groupby("users")["final_regret"].quantile([0.25, 0.5, 0.75]).unstack()
-            T = stats.index.to_numpy(dtype=float)
-            ax.errorbar(T, stats[0.5], yerr=[stats[0.5] - stats[0.25], stats[0.75] - stats[0.5]], marker="o",
-                        capsize=3, label=algorithm)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("T (users)")
-        ax.set_ylabel("final cumulative regret (median, 25-75%)")
-        ax.set_title(f"Regret against T (eps = 1): {title}", fontsize=9)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(folder / "slopes.png", dpi=110)
-        plt.close(fig)
+        quartile_plot(slope, "users", "T (users)", f"Regret against T (eps = 1): {title}", folder / "slopes.png")
         written.append(folder / "slopes.png")
     return written
 
@@ -606,27 +612,8 @@ def price_of_batching(args, tracker) -> Path:
     runs.to_csv(local_dir / "runs.csv", index=False)
     md = batching_markdown(runs, T, seeds)
     (local_dir / "batching.md").write_text(md)
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 4.6))
-    for algorithm, group in runs.groupby("algorithm"):
-        stats = group.groupby("round_size")["final_regret"].quantile([0.25, 0.5, 0.75]).unstack()
-        B = stats.index.to_numpy(dtype=float)
-        ax.errorbar(B, stats[0.5], yerr=[stats[0.5] - stats[0.25], stats[0.75] - stats[0.5]], marker="o",
-                    capsize=3, label=algorithm)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("round size B (users per round)")
-    ax.set_ylabel("final cumulative regret (median, 25-75%)")
-    ax.set_title(f"Price of batching, T = {T:,}, eps = 1", fontsize=10)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    (local_dir / "plots").mkdir(exist_ok=True)
-    fig.savefig(local_dir / "plots" / "batching.png", dpi=110)
-    plt.close(fig)
+    quartile_plot(runs, "round_size", "round size B (users per round)", f"Price of batching, T = {T:,}, eps = 1",
+                  local_dir / "plots" / "batching.png")
     if tracker.enabled and sweep.parent_run_id:
         tracker.client.log_artifact(sweep.parent_run_id, str(local_dir / "plots" / "batching.png"), "plots")
         tracker.client.log_artifact(sweep.parent_run_id, str(local_dir / "batching.md"))

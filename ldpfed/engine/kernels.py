@@ -41,6 +41,14 @@ def _dot(a, b):
 
 
 @njit(cache=True)
+def _reward(env_link, noise_std, wnoise, chosen):
+    """The GLM env's reward of an arm of mean `chosen`: Gaussian noise (identity link) or a Bernoulli draw."""
+    if env_link == IDENTITY:
+        return chosen + noise_std * wnoise
+    return 1.0 if wnoise < chosen else 0.0
+
+
+@njit(cache=True)
 def _env_glm(ctx_i, a, theta_star, env_link, noise_std, wnoise):
     """The single-parameter GLM env's step for one user: (reward, regret) of arm a."""
     best = -np.inf
@@ -51,11 +59,7 @@ def _env_glm(ctx_i, a, theta_star, env_link, noise_std, wnoise):
             best = m
         if k == a:
             chosen = m
-    if env_link == IDENTITY:
-        reward = chosen + noise_std * wnoise
-    else:
-        reward = 1.0 if wnoise < chosen else 0.0
-    return reward, best - chosen
+    return _reward(env_link, noise_std, wnoise, chosen), best - chosen
 
 
 @njit(cache=True)
@@ -304,11 +308,7 @@ def _env_glm_multi(x, a, theta_star, env_link, noise_std, wnoise):
             best = m
         if k == a:
             chosen = m
-    if env_link == IDENTITY:
-        reward = chosen + noise_std * wnoise
-    else:
-        reward = 1.0 if wnoise < chosen else 0.0
-    return reward, best - chosen
+    return _reward(env_link, noise_std, wnoise, chosen), best - chosen
 
 
 @njit(cache=True)
