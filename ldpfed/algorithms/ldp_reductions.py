@@ -106,7 +106,7 @@ class _OnePointMab(_OnePointScalar):
 
     def aggregate_bounds(self, users):
         n, K = len(users), self.K
-        reward = self.message_domains()["reward"].sum_bounds(users)     # a bound for one arm holding all n
+        reward = self.cached_domains()["reward"].sum_bounds(users)     # a bound for one arm holding all n
         scheduled = None
         if self.scheduled_arm:
             users = np.asarray(users)
