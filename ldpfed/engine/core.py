@@ -13,6 +13,10 @@ from ldpfed.mechanisms import accounting
 from ldpfed.rng import derive
 
 
+# The per-round table's first columns, in order (metric counters follow): what every engine's RunResult.table has.
+TABLE_COLUMNS = ("round", "users", "regret", "cumulative_regret", "estimation_error")
+
+
 def round_bounds(round_index: int, round_size: int, users: int) -> tuple[int, int]:
     """The users [start, stop) of round `round_index`: rounds of `round_size`, the last one possibly shorter.
     The one place round bounds are computed (engines, shard plans, jobs)."""
@@ -133,21 +137,20 @@ class RoundRecorder:
         (plain Python numbers, which build the same table), the running sums."""
         columns = list(zip(*self.rows)) if self.rows else [()] * 5
         table = {name: np.asarray(values, dtype=dtype) for name, values, dtype in zip(
-            ("round", "users", "regret", "cumulative_regret", "estimation_error"), columns,
+            TABLE_COLUMNS, columns,
             (np.int64, np.int64, np.float64, np.float64, np.float64))}
         plain = [{k: (v.item() if isinstance(v, np.generic) else v) for k, v in m.items()} for m in self.metric_rows]
         return {"table": table, "metric_rows": plain, "cumulative": self.cumulative, "messages": self.messages}
 
     def restore(self, snapshot: dict) -> None:
         table = snapshot["table"]
-        self.rows = list(zip(*(table[c].tolist() for c in ("round", "users", "regret", "cumulative_regret",
-                                                             "estimation_error"))))
+        self.rows = list(zip(*(table[c].tolist() for c in TABLE_COLUMNS)))
         self.metric_rows = list(snapshot["metric_rows"])
         self.cumulative, self.messages = float(snapshot["cumulative"]), int(snapshot["messages"])
 
     def result(self, state, engine: str, extra: dict | None = None) -> RunResult:
         elapsed = time.perf_counter() - self.started
-        table = pd.DataFrame(self.rows, columns=["round", "users", "regret", "cumulative_regret", "estimation_error"])
+        table = pd.DataFrame(self.rows, columns=list(TABLE_COLUMNS))
         metrics = pd.DataFrame(self.metric_rows).fillna(0)
         for column in metrics.columns:
             table[column] = metrics[column].to_numpy()
