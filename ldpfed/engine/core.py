@@ -154,17 +154,26 @@ class RoundRecorder:
         metrics = pd.DataFrame(self.metric_rows).fillna(0)
         for column in metrics.columns:
             table[column] = metrics[column].to_numpy()
-        errors = table["estimation_error"].dropna()
-        summary = {
-            "algorithm": self.config.algorithm, "env": self.config.env, "eps": self.config.eps,
-            "delta": self.config.delta, "seed": self.config.seed, "users": self.config.users,
-            "round_size": self.config.round_size, "engine": engine,
-            "final_regret": float(self.cumulative),
-            "final_estimation_error": float(errors.iloc[-1]) if len(errors) else None,
-            "elapsed_s": elapsed, "users_per_s": self.config.users / elapsed if elapsed > 0 else float("inf"),
-            **{f"total_{c}": float(metrics[c].sum()) for c in metrics.columns},
-            **self.privacy,
-            **(extra or {}),
-        }
-        ledger = [{**row, "users_sending": self.messages} for row in self.algo.ledger()]
-        return RunResult(self.config, table, ledger, summary, self.env.describe(), state)
+        return make_result(self.config, self.algo, self.env, table, state, engine=engine, elapsed=elapsed,
+                           final_regret=self.cumulative, privacy=self.privacy, messages=self.messages, extra=extra)
+
+
+def make_result(config, algo, env, table: pd.DataFrame, state, *, engine: str, elapsed: float, final_regret: float,
+                privacy: dict, messages: int, extra: dict | None = None) -> RunResult:
+    """The RunResult of a finished run from its per-round table (TABLE_COLUMNS, then the metric counters): the one
+    place the summary's keys are made, for every engine."""
+    errors = table["estimation_error"].dropna()
+    counters = [c for c in table.columns if c not in TABLE_COLUMNS]
+    summary = {
+        "algorithm": config.algorithm, "env": config.env, "eps": config.eps,
+        "delta": config.delta, "seed": config.seed, "users": config.users,
+        "round_size": config.round_size, "engine": engine,
+        "final_regret": float(final_regret),
+        "final_estimation_error": float(errors.iloc[-1]) if len(errors) else None,
+        "elapsed_s": elapsed, "users_per_s": config.users / elapsed if elapsed > 0 else float("inf"),
+        **{f"total_{c}": float(table[c].sum()) for c in counters},
+        **privacy,
+        **(extra or {}),
+    }
+    ledger = [{**row, "users_sending": messages} for row in algo.ledger()]
+    return RunResult(config, table, ledger, summary, env.describe(), state)

@@ -32,7 +32,7 @@ import pandas as pd
 
 from ldpfed.algorithms import make_algorithm
 from ldpfed.engine import kernels as kn
-from ldpfed.engine.core import RunResult, checkpoint_rounds, privacy_summary
+from ldpfed.engine.core import RunResult, checkpoint_rounds, make_result, privacy_summary
 from ldpfed.envs import make_env
 from ldpfed.errors import ConfigError
 from ldpfed.mechanisms._validate import sym_gather_index
@@ -481,17 +481,7 @@ def _result(config, algo, env, metric_names, regret, counts, errors, state, star
                           "cumulative_regret": np.cumsum(regret), "estimation_error": errors})
     for j, name in enumerate(metric_names):
         table[name] = counts[:, j]
-    finite = errors[~np.isnan(errors)]
-    summary = {
-        "algorithm": config.algorithm, "env": config.env, "eps": config.eps, "delta": config.delta,
-        "seed": config.seed, "users": T, "round_size": config.round_size, "engine": ENGINE_NAME,
-        "final_regret": float(table["cumulative_regret"].iloc[-1]),
-        "final_estimation_error": float(finite[-1]) if len(finite) else None,
-        "elapsed_s": elapsed, "users_per_s": T / elapsed if elapsed > 0 else float("inf"),
-        **{f"total_{name}": float(counts[:, j].sum()) for j, name in enumerate(metric_names)},
-        **privacy,
-        # engine/driver.py's extras: every user sends one message
-        "messages": T, "messages_per_s": T / elapsed if elapsed > 0 else float("inf"),
-    }
-    ledger = [{**row, "users_sending": T} for row in algo.ledger()]
-    return RunResult(config, table, ledger, summary, env.describe(), state)
+    # engine/driver.py's extras: every user sends one message
+    extra = {"messages": T, "messages_per_s": T / elapsed if elapsed > 0 else float("inf")}
+    return make_result(config, algo, env, table, state, engine=ENGINE_NAME, elapsed=elapsed,
+                       final_regret=table["cumulative_regret"].iloc[-1], privacy=privacy, messages=T, extra=extra)
