@@ -8,6 +8,7 @@
     python jobs/stress_server.py --attack in-domain [--fraction 0.001,0.003,0.01,0.03,0.1] [--plot out.png]
     python jobs/stress_server.py --capacity [--algorithm ldp-sgd --users-per-message 1250 --populations 8]
                                  [--shards 1,2,4] [--levels 25,50,75,100,125] [--level-seconds 4]
+                                 [--batch 128] [--linger-ms 10] [--max-in-flight 2] [--probe-rounds 4000]
     add --no-domain-checks to any of them to measure what the shards' domain checks cost (that measurement only)
 
 Exactness (default, and --attack out-of-domain). The messages are real: each sender actor runs the algorithm's
@@ -30,21 +31,38 @@ when the pulled arm is the worst arm). Every message goes through a shard's per-
 and must be ACCEPTED: LDP protocols are manipulable within the domain. Reported per f: how far the final estimate
 moved from the honest run's (same seeds), its error, the cumulative regret and its ratio to the honest run.
 
-Capacity (--capacity): an open-loop load generator. Messages (a population's users of one round in ONE message,
---users-per-message users) are generated and put in Ray's object store before the clock starts; then each sender
-submits them at a target rate on a fixed schedule (message k at t0 + k / rate, whatever happened before: open
-loop), with at most --max-in-flight calls outstanding per shard (a bounded queue: when it is full the sender
-waits, so above capacity the backlog stays at the sender and latency grows, nothing is dropped). Latency is
-measured from a message's SCHEDULED time to the end of its fold (so waiting in the bounded queue counts). Per S, a
-closed-loop probe (as fast as the back-pressure allows) measures the capacity C; then the levels run at
---levels percent of C and report sustained per-user messages/s, p50/p99 latency, how busy each shard was, and
-that every message was accepted exactly once with the domain checks on.
+Capacity (--capacity): an open-loop load generator. A message is one population's users of one round
+(--users-per-message users, 1,250 by default: the engine's own message at its benchmark setting, B = 10,000 users per
+round from 8 populations, each population sending its round's users in ONE message). Each sender generates a small
+pool of its populations' real messages (`simulate_population`, per-user privatized outputs) and puts bundles of them
+(1, 2, 4, ... --batch messages in one object) in Ray's object store ONCE, before any clock starts; then it schedules
+message k at t0 + k / rate whatever happened before (open loop) and sends references: a shard's due messages leave
+in one call (headers, scheduled times, a bundle reference) when --batch of them are due or the oldest has waited
+--linger-ms (Kafka's batch.size / linger.ms), with at most --max-in-flight calls outstanding per sender and shard
+(back-pressure: above capacity the backlog waits at the sender, unsent; nothing is dropped and no queue grows
+without bound). This is what makes the load generator cheap (a call per up to --batch messages, no pickling of
+payloads), not the server's work: the shard fetches the bundle from the object store and folds EVERY message on its
+own through `ShardCore.fold` (header checks, dtype and shape, the domain checks on every user's output, `aggregate`),
+as a client's message; after every level the driver collects every round's aggregate from the shards and compares
+it, bit for bit, with its own recomputation from the seeds (the pool entry each message carried, aggregated with
+that message's users, added in population order). Per S, a closed-loop probe (everything due at once) measures the
+capacity C; then the levels run at --levels percent of C and report sustained per-user messages/s, latency p50/p99
+from a message's SCHEDULED time to the end of its fold (batching and waiting in the bounded queue count), and per
+shard:
+  busy  = the fraction of the level's wall time the shard had messages in hand: from the first line of its handler
+          (before fetching the bundle) to the end of its last fold. Ray's own work between two calls (receiving the
+          call, sending the reply) is not counted;
+  CPU   = the shard process's CPU time / wall time (that Ray work included). On 2 cores, S shards plus the senders
+          and Ray's daemons share the CPU, so with S >= 2 a shard can be busy (a message in hand) while it waits for
+          a core: its CPU share is then below its busy fraction (at most ~2/S of a core each).
+also the senders' CPU share and the whole machine's CPU use (every process, other users' too, from /proc/stat).
 Loopback only: it starts a local Ray (or uses RAY_ADDRESS), bounded in count and in time.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -275,8 +293,13 @@ def run_stress(algorithm="ldp-ols", d=10, K=10, shard_counts=(1, 2, 4), populati
 
 class StressShard(ShardActor):
     """The engine's shard actor, plus what the stress job needs: the domain-check switch (for measuring their
-    cost only), and a fold of messages whose payloads arrive as separate objects, each with its own scheduled
-    time (open-loop latency), timing the whole call (how busy the shard is)."""
+    cost only), a fold of a BUNDLE of messages (capacity: one object in Ray's store holding several clients'
+    messages, each with its own header and scheduled time), and collecting many rounds in one call.
+
+    Busy (capacity): `fold_bundle` times itself from its first line, before it fetches the bundle from the object
+    store, to the end of its last message's fold: the shard has messages in hand (fetch, unpickle, the checks of
+    `ShardCore.fold`, the domain checks, `aggregate`). Not counted: Ray's own work between two calls in the same
+    process (receiving the call, its arguments' headers, sending the reply), which shows in the process CPU time."""
 
     def configure(self, *args, **kwargs):
         node = super().configure(*args, **kwargs)
@@ -288,16 +311,24 @@ class StressShard(ShardActor):
         self.core.domains = self.core.algo.cached_domains() if self.core.check_domains else {}
         return self.core.check_domains
 
-    def fold_parts(self, headers, scheduled, *payloads):
+    def fold_bundle(self, headers, scheduled, bundle):
+        """Fold message i = (*headers[i], payloads[i]) for every header, payloads = the object `bundle[0]` (a list;
+        passed inside a list so that Ray does not fetch it before the clock starts). Every message goes through
+        `ShardCore.fold` on its own, exactly as a client's message would."""
         started = time.perf_counter()
+        payloads = ray.get(bundle[0])
         accepted = rejected = 0
-        for (algorithm, r, p), at, payload in zip(headers, scheduled, payloads):
-            a, b = self.core.fold([(algorithm, r, p, payload)], sent_at=at)
+        for i, ((algorithm, r, p), at) in enumerate(zip(headers, scheduled)):
+            a, b = self.core.fold([(algorithm, r, p, payloads[i] if i < len(payloads) else None)], sent_at=at)
             accepted += a
             rejected += b
         self.call_busy_s += time.perf_counter() - started
         self.calls += 1
         return accepted, rejected
+
+    def collect_rounds(self, rounds: int) -> list:
+        """collect(r) for r = 0 .. rounds - 1 (closes them): the totals the coordinator would read."""
+        return [self.core.collect(r) for r in range(rounds)]
 
     def stats(self) -> dict:
         return {**super().stats(), "call_busy_s": self.call_busy_s, "calls": self.calls,
@@ -337,77 +368,197 @@ def _check(config, plan, expected, totals, stats, counts, injected):
 
 # ---- capacity: an open-loop load generator ----------------------------------------------------------------------
 
-class LoadSender:
-    """Hosts populations; generates a pool of their per-user messages (one population's users of one round in one
-    message) and puts them in the object store, before any clock starts; then submits them open loop."""
+def bundle_sizes(max_batch: int) -> list[int]:
+    """The bundle objects a sender keeps: 1, 2, 4, ... and max_batch (a call of n messages uses the smallest >= n)."""
+    sizes, n = [], 1
+    while n < max_batch:
+        sizes.append(n)
+        n *= 2
+    return sizes + [max_batch]
 
-    def __init__(self, config, populations: list[int], pool_rounds: int):
+
+class Batcher:
+    """When each message of an open-loop schedule is sent, and with which others (pure: no Ray, no clock).
+
+    Message k (0 <= k < len(shard_of)) goes to shard shard_of[k] and is due at t0 + k * interval (interval 0: all
+    due at t0, the closed-loop probe), whatever happened before (open loop). A shard's due messages leave in one
+    call, in order, when `max_batch` of them are due or the oldest has waited `linger` seconds (Kafka's batch.size
+    and linger.ms), and only while that shard has fewer than `max_in_flight` calls outstanding (back-pressure:
+    above capacity the backlog waits here, at the sender, in a queue of messages not yet generated: nothing is
+    dropped and no queue grows without bound anywhere else)."""
+
+    def __init__(self, shard_of, interval: float, t0: float, max_batch: int, linger: float, max_in_flight: int):
+        shard_of = np.asarray(shard_of, dtype=np.int64)
+        self.shards = int(shard_of.max()) + 1 if len(shard_of) else 0
+        self.ks = [np.flatnonzero(shard_of == s) for s in range(self.shards)]      # each shard's messages, in order
+        self.t0, self.interval = t0, interval
+        self.due = [self.due_of(k) for k in self.ks]
+        self.sent = [0] * self.shards
+        self.in_flight = [0] * self.shards
+        self.max_batch, self.linger, self.max_in_flight = max_batch, linger, max_in_flight
+
+    def due_of(self, k):
+        return self.t0 + k * self.interval
+
+    def ready(self, now: float) -> list[tuple[int, np.ndarray]]:
+        """The calls to make now: (shard, message indices); counts them as in flight."""
+        calls = []
+        for s in range(self.shards):
+            due = int(np.searchsorted(self.due[s], now, side="right"))
+            while self.in_flight[s] < self.max_in_flight and due > self.sent[s] and (
+                    due - self.sent[s] >= self.max_batch or now >= self.due[s][self.sent[s]] + self.linger):
+                n = min(due - self.sent[s], self.max_batch)
+                calls.append((s, self.ks[s][self.sent[s]:self.sent[s] + n]))
+                self.sent[s] += n
+                self.in_flight[s] += 1
+        return calls
+
+    def completed(self, shard: int) -> None:
+        self.in_flight[shard] -= 1
+
+    def next_deadline(self) -> float | None:
+        """The earliest time a call may become ready without a completion (None: only completions can)."""
+        times = []
+        for s in range(self.shards):
+            i, n = self.sent[s], len(self.ks[s])
+            if i < n and self.in_flight[s] < self.max_in_flight:
+                full = self.due[s][i + self.max_batch - 1] if i + self.max_batch <= n else np.inf
+                times.append(min(self.due[s][i] + self.linger, full))
+        return min(times) if times else None
+
+    def done(self) -> bool:
+        return all(self.sent[s] == len(self.ks[s]) for s in range(self.shards))
+
+
+class LoadSender:
+    """Hosts populations: generates a pool of their real per-user messages (one population's users of one round in
+    one message), and puts `bundle_sizes(max_batch)` bundles of them in Ray's object store ONCE, before any clock
+    starts; then sends references to them open loop (`run`). Message i of a call carries pool entry i % len(pool)
+    (all entries have the same number of users); `run` returns which entry each message carried, so the driver can
+    recompute every round's aggregate from the seeds."""
+
+    def __init__(self, config, populations: list[int], pool_rounds: int, max_batch: int):
         env = make_env(config)
         algo = make_algorithm(env, config)
         model = algo.publish(algo.initial_state(derive(config.seed, "init")))
-        self.config, self.populations, self.pool_rounds = config, populations, pool_rounds
-        self.pool = {p: [ray.put(simulate_population(algo, env, model, config.seed, r, p, _users(config, r, p),
-                                                     pre_aggregate=False)[0]) for r in range(pool_rounds)]
-                     for p in populations}
+        self.config, self.populations = config, populations
+        self.pool = [(r, p) for r in range(pool_rounds) for p in populations]   # what each entry was made for
+        payloads = [simulate_population(algo, env, model, config.seed, r, p, _users(config, r, p),
+                                        pre_aggregate=False)[0] for r, p in self.pool]
+        self.bundles = {n: ray.put([payloads[i % len(payloads)] for i in range(n)]) for n in bundle_sizes(max_batch)}
 
-    def run(self, shards: list, rate: float, rounds: int, batch: int, max_in_flight: int, t0: float) -> dict:
-        """Submit rounds x (this sender's populations) messages, message k at t0 + k / rate (rate in messages/s;
-        inf: as fast as the back-pressure allows), `batch` consecutive messages of one shard per call, at most
-        `max_in_flight` calls outstanding per shard (a bounded queue: when full, wait). Returns when all are folded.
-        Round r of population p carries the pool's message of round r % pool_rounds (the same users' count)."""
-        S, algorithm = len(shards), self.config.algorithm
-        interval = 0.0 if not np.isfinite(rate) else 1.0 / rate
-        buffers = {s: [] for s in range(S)}
-        in_flight = {s: [] for s in range(S)}
-        done, lateness = [], []
-
-        def submit(s):
-            entries = buffers[s]
-            buffers[s] = []
-            due = entries[-1][1]
+    def run(self, shards: list, rate: float, rounds: int, max_batch: int, linger: float, max_in_flight: int,
+            t0: float) -> dict:
+        """Send rounds x (this sender's populations) messages, message k = (round k // m, population
+        populations[k % m]) due at t0 + k / rate (rate in messages/s; inf: all due at t0, the closed-loop probe),
+        batched and back-pressured by `Batcher`. Returns when every call has completed."""
+        m, S, algorithm = len(self.populations), len(shards), self.config.algorithm
+        total = rounds * m
+        shard_of = np.array([self.populations[k % m] % S for k in range(total)])
+        batcher = Batcher(shard_of, 0.0 if not np.isfinite(rate) else 1.0 / rate, t0, max_batch, linger,
+                          max_in_flight)
+        sizes = bundle_sizes(max_batch)
+        entry = np.full(total, -1)                 # pool entry each message carried (-1: not sent)
+        in_flight, finished, waited = {}, [], []
+        cpu = time.process_time()
+        while not batcher.done() or in_flight:
             now = time.time()
-            if due > now:
-                time.sleep(due - now)
-            while len(in_flight[s]) >= max_in_flight:        # back-pressure: the queue to the shard is bounded
-                ready, in_flight[s] = ray.wait(in_flight[s], num_returns=1)
-                done.extend(ready)
-            lateness.append(time.time() - due)
-            in_flight[s].append(shards[s].fold_parts.remote([e[0] for e in entries], [e[1] for e in entries],
-                                                            *[e[2] for e in entries]))
-
-        k = 0
-        for r in range(rounds):
-            for p in self.populations:
-                s = p % S
-                buffers[s].append(((algorithm, r, p), t0 + k * interval, self.pool[p][r % self.pool_rounds]))
-                k += 1
-                if len(buffers[s]) >= batch:
-                    submit(s)
-        for s in range(S):
-            if buffers[s]:
-                submit(s)
-        results = ray.get(done + [ref for refs in in_flight.values() for ref in refs])
-        finished = time.time()
-        return {"messages": k, "accepted": sum(a for a, _ in results), "rejected": sum(b for _, b in results),
-                "finished": finished, "calls": len(results), "late_p99_s": float(np.quantile(lateness, 0.99))
-                if lateness else 0.0, "peak_rss": peak_rss_bytes()}
+            for s, ks in batcher.ready(now):
+                due = batcher.due_of(ks)
+                size = next(n for n in sizes if n >= len(ks))
+                entry[ks] = np.arange(len(ks)) % len(self.pool)
+                ref = shards[s].fold_bundle.remote([(algorithm, int(k // m), self.populations[k % m]) for k in ks],
+                                                   due.tolist(), [self.bundles[size]])
+                in_flight[ref] = s
+                waited.append(now - due[0])          # how long the call's oldest message waited at the sender
+            deadline = batcher.next_deadline()
+            timeout = None if deadline is None else max(deadline - time.time(), 0.0)
+            if in_flight:
+                ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=timeout)
+                for ref in ready:
+                    batcher.completed(in_flight.pop(ref))
+                    finished.append(ref)
+            elif timeout:
+                time.sleep(timeout)
+        results = ray.get(finished)
+        return {"messages": total, "accepted": sum(a for a, _ in results), "rejected": sum(b for _, b in results),
+                "finished": time.time(), "calls": len(results), "entry": entry, "pool": self.pool,
+                "waited_p99_s": float(np.quantile(waited, 0.99)) if waited else 0.0,
+                "cpu_s": time.process_time() - cpu, "peak_rss": peak_rss_bytes()}
 
 
 RemoteLoadSender = ray.remote(LoadSender)
 
 
+class PoolRecomputation:
+    """The driver's own copy of the senders' pools (from the seeds) and the honest aggregate of every round."""
+
+    def __init__(self, config, algo):
+        self.config, self.algo = config, algo
+        self.env = make_env(config)
+        self.model = algo.publish(algo.initial_state(derive(config.seed, "init")))
+        self.payloads = {}
+
+    def payload(self, made_for: tuple) -> dict:
+        if made_for not in self.payloads:
+            r, p = made_for
+            self.payloads[made_for] = simulate_population(self.algo, self.env, self.model, self.config.seed, r, p,
+                                                          _users(self.config, r, p), pre_aggregate=False)[0]
+        return self.payloads[made_for]
+
+    def check(self, plan, rounds: int, populations_of: list, sent: list, totals: list) -> list[str]:
+        """Errors: round r's aggregate assembled from the shards' totals (totals[s][r]) must equal, bit for bit, the
+        sum in population order of aggregate(the message population p sent in round r, its users)."""
+        errors = []
+        position = {p: (a, i) for a, pops in enumerate(populations_of) for i, p in enumerate(pops)}
+        for r in range(rounds):
+            want = None
+            for p in range(self.config.populations):
+                a, i = position[p]
+                k = r * len(populations_of[a]) + i
+                q = int(sent[a]["entry"][k])
+                if q < 0:
+                    errors.append(f"round {r} population {p}: never sent")
+                    continue
+                users = plan.users_of(r, p)
+                sums = self.algo.aggregate(self.payload(tuple(sent[a]["pool"][q])), users)
+                want = add_sums(want, {f: np.asarray(v, dtype=float).reshape(-1) for f, v in sums.items()})
+            got = plan.assemble([shard[r] for shard in totals])
+            want = {f: v.reshape(plan.sum_spec[f]) for f, v in (want or {}).items()}
+            if set(got) != set(want) or not all(np.array_equal(got[f], want[f]) for f in want):
+                errors.append(f"round {r}: the shards' aggregate differs from the recomputation")
+            if len(errors) >= 5:
+                break
+        return errors
+
+
+def _cpu_jiffies() -> tuple[int, int] | None:
+    """(busy, total) jiffies of the whole machine (every process, other users' too), from /proc/stat."""
+    try:
+        with open("/proc/stat") as f:
+            values = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = values[3] + (values[4] if len(values) > 4 else 0)
+    return sum(values) - idle, sum(values)
+
+
 def run_capacity(algorithm="ldp-sgd", d=10, K=10, shard_counts=(1, 2, 4), populations=8, users_per_message=1250,
-                 senders=2, batch=8, max_in_flight=4, levels=(25, 50, 75, 100, 125), level_seconds=4.0,
-                 probe_rounds=1000, pool_rounds=8, max_rounds=20000, check_domains=True, seed=0, log=print):
+                 senders=2, batch=128, max_in_flight=2, levels=(25, 50, 75, 100, 125), level_seconds=4.0,
+                 probe_rounds=4000, pool_rounds=2, max_rounds=40000, linger_ms=10.0, check_domains=True, seed=0,
+                 log=print):
     """The capacity curve: per S, a closed-loop probe measures the capacity C (per-user messages/s), then open-loop
-    levels at `levels` percent of C. Returns (ok, rows); ok iff every message of every level was accepted once."""
+    levels at `levels` percent of C. After every level, every round's aggregate is collected from the shards and
+    compared with the driver's recomputation. Returns (ok, rows); ok iff every message of every level was accepted
+    once and every aggregate is exact."""
     B = populations * users_per_message
     config = RunConfig(algorithm, env="linear", users=max_rounds * B, round_size=B, populations=populations,
                        seed=seed, env_params={"d": d, "K": K})
     algo = make_algorithm(make_env(config), config)
+    recomputation = PoolRecomputation(config, algo)
     senders = min(senders, populations)
-    hosts = [RemoteLoadSender.options(num_cpus=0).remote(config, [p for p in range(populations) if p % senders == a],
-                                                        pool_rounds) for a in range(senders)]
+    populations_of = [[p for p in range(populations) if p % senders == a] for a in range(senders)]
+    hosts = [RemoteLoadSender.options(num_cpus=0).remote(config, pops, pool_rounds, batch) for pops in populations_of]
     ray.get([h.__ray_ready__.remote() for h in hosts])
     ok, rows = True, []
     try:
@@ -417,7 +568,7 @@ def run_capacity(algorithm="ldp-sgd", d=10, K=10, shard_counts=(1, 2, 4), popula
                       for s in range(S)]
             try:
                 capacity = None
-                for label in ["probe"] + [f"{level}%" for level in levels]:
+                for label in ["probe"] + [f"{level:g}%" for level in levels]:
                     level = None if label == "probe" else float(label[:-1])
                     rate_users = np.inf if level is None else capacity * level / 100.0
                     rounds = probe_rounds if level is None else max(2, int(rate_users * level_seconds / B))
@@ -426,10 +577,14 @@ def run_capacity(algorithm="ldp-sgd", d=10, K=10, shard_counts=(1, 2, 4), popula
                     ray.get([s.set_check_domains.remote(check_domains) for s in shards])
                     per_sender = rate_users / users_per_message / senders
                     t0 = time.time() + 0.2
-                    started_cpu, load = time.process_time(), _loadavg()
-                    sent = ray.get([h.run.remote(shards, per_sender, rounds, batch, max_in_flight, t0) for h in hosts])
+                    load, jiffies = _loadavg(), _cpu_jiffies()
+                    sent = ray.get([h.run.remote(shards, per_sender, rounds, batch, linger_ms / 1e3, max_in_flight,
+                                                 t0) for h in hosts])
                     stats = ray.get([s.stats.remote() for s in shards])
+                    jiffies_after = _cpu_jiffies()
                     wall = max(x["finished"] for x in sent) - t0
+                    totals = ray.get([s.collect_rounds.remote(rounds) for s in shards])
+                    errors = recomputation.check(plan, rounds, populations_of, sent, totals)
                     accepted = sum(x["accepted"] for x in sent)
                     messages = sum(x["messages"] for x in sent)
                     delivery = LatencyHistogram()
@@ -439,24 +594,34 @@ def run_capacity(algorithm="ldp-sgd", d=10, K=10, shard_counts=(1, 2, 4), popula
                     if level is None:
                         capacity = throughput
                     lost = messages - accepted
+                    machine = (None if not jiffies or not jiffies_after or jiffies_after[1] == jiffies[1] else
+                               (jiffies_after[0] - jiffies[0]) / (jiffies_after[1] - jiffies[1]))
                     row = {"shards": S, "level": label, "target_user_messages_per_s": None if level is None else
                            rate_users, "user_messages_per_s": throughput, "population_messages": messages,
                            "users_per_message": users_per_message, "accepted": accepted, "lost_or_rejected": lost,
+                           "aggregates_exact": not errors, "errors": errors,
                            "seconds": wall, "p50_ms": None if level is None else delivery.quantile(0.5) * 1e3,
                            "p99_ms": None if level is None else delivery.quantile(0.99) * 1e3,
                            "shard_busy": [st["call_busy_s"] / wall for st in stats],
-                           "shard_cpu_busy": [st["cpu_s"] / wall for st in stats], "sender_late_p99_ms":
-                           max(x["late_p99_s"] for x in sent) * 1e3, "check_domains": check_domains,
-                           "load_average": load, "driver_cpu_s": time.process_time() - started_cpu}
+                           "shard_cpu": [st["cpu_s"] / wall for st in stats],
+                           "messages_per_call": accepted / max(sum(st["calls"] for st in stats), 1),
+                           "sender_cpu": [x["cpu_s"] / wall for x in sent],
+                           "sender_waited_p99_ms": max(x["waited_p99_s"] for x in sent) * 1e3,
+                           "machine_cpu": machine, "check_domains": check_domains, "load_average": load}
                     rows.append(row)
-                    ok = ok and lost == 0 and sum(st["rejected"] for st in stats) == 0
+                    ok = ok and lost == 0 and sum(st["rejected"] for st in stats) == 0 and not errors
+                    pct = lambda xs: ", ".join(f"{100 * x:.0f}%" for x in xs)   # noqa: E731
                     log(f"S={S} {label:>5}: " + ("" if level is None else f"target {rate_users:,.0f}, ") +
                         f"sustained {throughput:,.0f} user messages/s ({messages} messages of {users_per_message} "
-                        f"users, {wall:.2f} s), " + ("" if level is None else
-                        f"latency p50 {row['p50_ms']:.1f} ms p99 {row['p99_ms']:.1f} ms, ") +
-                        f"shards busy folding {', '.join(f'{100 * b:.0f}%' for b in row['shard_busy'])} "
-                        f"(process CPU {', '.join(f'{100 * b:.0f}%' for b in row['shard_cpu_busy'])}), "
-                        f"{'all accepted once' if lost == 0 else f'{lost} NOT accepted'}; load average {load}")
+                        f"users, {row['messages_per_call']:.1f} per call, {wall:.2f} s), " + ("" if level is None
+                        else f"latency p50 {row['p50_ms']:.1f} ms p99 {row['p99_ms']:.1f} ms, ") +
+                        f"shards busy {pct(row['shard_busy'])} "
+                        f"(CPU {pct(row['shard_cpu'])}), senders CPU {pct(row['sender_cpu'])}, machine CPU "
+                        f"{'?' if machine is None else f'{100 * machine:.0f}%'} of {os.cpu_count()} cores, "
+                        f"{'all accepted once' if lost == 0 else f'{lost} NOT accepted'}, aggregates "
+                        f"{'exact' if not errors else 'WRONG'}; load average {load}")
+                    for error in errors:
+                        log(f"  FAIL: {error}")
             finally:
                 for s in shards:
                     ray.kill(s)
@@ -618,11 +783,14 @@ def main(argv=None) -> int:
                         help="users per (population, round) message; default 50 (exactness), 1250 (capacity)")
     parser.add_argument("--rounds", type=int, default=150)
     parser.add_argument("--senders", type=int, default=2, help="sender (population) actors")
-    parser.add_argument("--batch", type=int, default=None, help="messages per fold call (default 8; capacity 4)")
+    parser.add_argument("--batch", type=int, default=None,
+                        help="messages per fold call (default 8); capacity: at most this many (default 128)")
     parser.add_argument("--layout", default="population", choices=["population", "block"],
                         help="population: whole messages to shard p %% S; block: every message cut by key ranges")
     parser.add_argument("--max-in-flight", type=int, default=None,
-                        help="fold calls outstanding per sender (capacity: per sender and shard); default 8 (4)")
+                        help="fold calls outstanding per sender (capacity: per sender and shard); default 8 (2)")
+    parser.add_argument("--linger-ms", type=float, default=10.0,
+                        help="capacity: a call leaves when --batch messages are due or its oldest waited this long")
     parser.add_argument("--inject", type=int, default=8, help="duplicates and corrupted messages per sender")
     parser.add_argument("--attack", choices=["out-of-domain", "in-domain"], default=None)
     parser.add_argument("--fraction", default=None, help="out-of-domain: bad copies per message (default 0.1); "
@@ -634,8 +802,8 @@ def main(argv=None) -> int:
     parser.add_argument("--capacity", action="store_true", help="the open-loop capacity curve")
     parser.add_argument("--levels", default="25,50,75,100,125", help="capacity: percent of the measured capacity")
     parser.add_argument("--level-seconds", type=float, default=4.0, help="capacity: seconds of load per level")
-    parser.add_argument("--probe-rounds", type=int, default=1000,
-                        help="capacity: rounds of the closed-loop probe (1000 x 10,000 users by default)")
+    parser.add_argument("--probe-rounds", type=int, default=4000,
+                        help="capacity: rounds of the closed-loop probe (4000 x 10,000 users by default)")
     parser.add_argument("--no-domain-checks", action="store_true",
                         help="turn the shards' domain checks off: ONLY to measure what they cost")
     parser.add_argument("--max-seconds", type=float, default=300)
@@ -661,14 +829,16 @@ def main(argv=None) -> int:
             if args.capacity:
                 algorithm = args.algorithm or "ldp-sgd"
                 P, upm = args.populations or 8, args.users_per_message or 1250
-                batch, in_flight = args.batch or 8, args.max_in_flight or 4
+                batch, in_flight = args.batch or 128, args.max_in_flight or 2
                 print(f"stress: capacity of {algorithm} d={args.d} per-user messages, {P} populations x {upm} users "
-                      f"per message (a round of {P * upm:,} users), {args.senders} senders, {batch} messages per "
-                      f"call, {in_flight} calls in flight per sender and shard, domain checks "
+                      f"per message (a round of {P * upm:,} users), {args.senders} senders, up to {batch} messages "
+                      f"per call (linger {args.linger_ms:g} ms), {in_flight} calls in flight per sender and shard, "
+                      f"domain checks "
                       f"{'on' if checks else 'OFF'}; load average {_loadavg()}", flush=True)
                 ok, rows = run_capacity(algorithm, args.d, args.K, shard_counts, P, upm, args.senders, batch, in_flight,
                                         [float(x) for x in args.levels.split(",") if x.strip()], args.level_seconds,
-                                        probe_rounds=args.probe_rounds, check_domains=checks, seed=args.seed, log=log)
+                                        probe_rounds=args.probe_rounds, linger_ms=args.linger_ms, check_domains=checks,
+                                        seed=args.seed, log=log)
             else:
                 algorithm = args.algorithm or ("ldp-ols" if "ldp-ols" in REGISTRY else "uniform")
                 P, upm = args.populations or 32, args.users_per_message or 50

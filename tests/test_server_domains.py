@@ -360,19 +360,106 @@ def test_in_domain_poisoning_is_accepted_and_moves_the_estimate():
     assert poisoned["rejected"] == 0 and poisoned["attackers"] == 200 and poisoned["estimate_shift"] > 0.1
 
 
-@pytest.mark.slow     # ~15 s on an idle 2-core machine (4 actors and a probe); `-m slow` or the job itself runs it
 def test_capacity_open_loop_small_nothing_lost(ray_session):
     stress = load_stress()
     lines = []
     ok, rows = stress.run_capacity("ldp-sgd", d=3, K=4, shard_counts=(2,), populations=4, users_per_message=20,
-                                   senders=2, batch=2, max_in_flight=2, levels=(50, 125), level_seconds=0.5,
+                                   senders=2, batch=4, max_in_flight=2, levels=(50, 125), level_seconds=0.2,
                                    probe_rounds=10, pool_rounds=2, max_rounds=400, log=lines.append)
     assert ok, lines
     assert [row["level"] for row in rows] == ["probe", "50%", "125%"]
-    for row in rows:
+    for row in rows:     # every message folded once, by a shard with its domain checks on, the aggregates exact
         assert row["lost_or_rejected"] == 0 and row["accepted"] == row["population_messages"] > 0
+        assert row["aggregates_exact"] and row["errors"] == []
         assert row["check_domains"] is True and row["user_messages_per_s"] > 0
+        assert len(row["shard_busy"]) == len(row["shard_cpu"]) == 2 and 0 < row["messages_per_call"] <= 4
     for row in rows[1:]:
         assert row["p99_ms"] >= row["p50_ms"] > 0
         assert row["target_user_messages_per_s"] == pytest.approx(rows[0]["user_messages_per_s"] * float(
             row["level"][:-1]) / 100)
+
+
+def _drive(batcher, service: float, step: float = 1e-4):
+    """Run a Batcher on a simulated clock; each call completes `service` seconds after it leaves. Returns the calls
+    as (time sent, shard, message indices) and the largest number in flight seen per shard."""
+    now, busy, calls, peak = 0.0, [], [], [0] * batcher.shards
+    while not batcher.done() or busy:
+        for s, ks in batcher.ready(now):
+            calls.append((now, s, list(ks)))
+            busy.append((now + service, s))
+        for s in range(batcher.shards):
+            peak[s] = max(peak[s], batcher.in_flight[s])
+        for end, s in [b for b in busy if b[0] <= now]:
+            busy.remove((end, s))
+            batcher.completed(s)
+        deadline = batcher.next_deadline()
+        wakes = [end for end, _ in busy] + ([] if deadline is None else [deadline])
+        if not wakes:        # nothing in flight and nothing left to send
+            assert batcher.done()
+            break
+        now = max(min(wakes), now + step)
+    return calls, peak
+
+
+@pytest.mark.parametrize("service", [0.0005, 0.05])     # below capacity, and far above it (back-pressure)
+def test_batcher_sends_every_message_once_in_order_batched_and_bounded(service):
+    stress = load_stress()
+    # shard 0 gets 4 messages in 5 ms (full calls of 4 before the linger ends), shard 1 one (single ones at the linger)
+    populations, S, interval, linger = [0, 2, 4, 6, 1], 2, 0.001, 0.006
+    shard_of = [populations[k % 5] % S for k in range(200)]
+    batcher = stress.Batcher(shard_of, interval, 0.0, max_batch=4, linger=linger, max_in_flight=2)
+    calls, peak = _drive(batcher, service)
+    sent = [k for _, _, ks in calls for k in ks]
+    assert sorted(sent) == list(range(200))                       # every message once
+    assert max(peak) <= 2                                          # never more than max_in_flight outstanding
+    for t, s, ks in calls:
+        assert 1 <= len(ks) <= 4 and all(shard_of[k] == s for k in ks)
+        assert t >= ks[-1] * interval                               # nothing leaves before it is due
+    for s in range(S):                                             # each shard's messages in schedule order
+        mine = [k for _, t, ks in calls if t == s for k in ks]
+        assert mine == sorted(mine)
+    waits = [t - ks[0] * interval for t, _, ks in calls]
+    if service < interval:     # never blocked: a call leaves when full or when its oldest waited `linger`
+        assert max(waits) <= linger + 2e-4
+        assert any(len(ks) == 4 for _, _, ks in calls) and any(len(ks) < 4 for _, _, ks in calls)
+    else:                      # blocked: the backlog waits at the sender and calls are full, but the first
+        assert max(waits) > 10 * linger                         # max_in_flight ones and the last one per shard
+        assert sum(len(ks) == 4 for _, _, ks in calls) >= len(calls) - 3 * S
+
+
+def test_capacity_check_catches_a_wrong_or_missing_aggregate():
+    stress = load_stress()
+    config = RunConfig("ldp-sgd", env="linear", users=3 * 8, round_size=8, populations=2, seed=0,
+                       env_params={"d": 3, "K": 4})
+    algo = make_algorithm(make_env(config), config)
+    plan = make_plan(algo, config, 1, "per-user", "population")
+    recomputation = stress.PoolRecomputation(config, algo)
+    populations_of = [[0], [1]]                            # two senders, one population each
+    pools = [[(0, 0), (1, 0)], [(0, 1)]]                   # entries made for (round, population)
+    sent = [{"pool": pools[a], "entry": np.array([r % len(pools[a]) for r in range(3)])} for a in range(2)]
+
+    def totals(skip=None):
+        core = ShardCore(plan, 0, algo, max_open_rounds=3)
+        for r in range(3):
+            for p in (0, 1):
+                if (r, p) != skip:
+                    payload = recomputation.payload(pools[p][sent[p]["entry"][r]])
+                    assert core.fold([(config.algorithm, r, p, payload)]) == (1, 0)
+        out = []
+        for r in range(3):
+            try:
+                out.append(core.collect(r))
+            except RuntimeError:     # incomplete round
+                core.next_round += 1
+                out.append({"populations": []})
+        return [out]
+
+    assert recomputation.check(plan, 3, populations_of, sent, totals()) == []
+    assert recomputation.check(plan, 3, populations_of, sent, totals(skip=(1, 1)))      # one message lost
+    wrong = totals()
+    wrong[0][2]["populations"][0][1]["Z"][0] += 1e-12                                    # one sum off by a hair
+    assert recomputation.check(plan, 3, populations_of, sent, wrong) == ["round 2: the shards' aggregate differs "
+                                                                         "from the recomputation"]
+    swapped = [dict(x, entry=x["entry"].copy()) for x in sent]
+    swapped[0]["entry"][0] = 1                      # the recomputation follows what each message carried
+    assert recomputation.check(plan, 3, populations_of, swapped, totals())
