@@ -175,10 +175,32 @@ def test_sequential_kernels_mirror_the_authors_code_profile(algorithm, env):
     assert_same_run(run_local(config), run_sequential(config, streams="generic"))
 
 
-def test_sequential_kernels_refuse_the_authors_multi_parameter_code():
-    from ldpfed.engine.sequential import sequential_unsupported
+@pytest.mark.parametrize("algorithm,env", [("ldp-sgd-multi", "linear-multi"), ("ldp-ols-multi", "linear-multi"),
+                                           ("ldp-sgd-multi", "logistic-multi")])
+def test_sequential_kernels_mirror_the_authors_multi_parameter_code(algorithm, env):
+    """The authors' multi-parameter code on the compiled sequential engine: fed the generic engine's draws it
+    reproduces run_local (unclipped N(0, I_d) contexts, the SGD's OLS warm-up and its one K d-dimensional l2-ball
+    message), and its ledger still says the claim is void (its counter sees the contexts beyond the bound)."""
+    from ldpfed.engine.sequential import run_sequential, sequential_unsupported
+    from test_sequential import assert_same_run
 
-    for name in ("ldp-ols-multi", "ldp-sgd-multi"):
-        assert "authors-code" in sequential_unsupported(RunConfig(name, profile="authors-code"))
-        assert sequential_unsupported(RunConfig(name)) is None
-    assert sequential_unsupported(RunConfig("ldp-sgd-multi", params={"project": 1.0})) == "projection"
+    config = RunConfig(algorithm, env=env, users=160, seed=5, profile="authors-code", delta=0.1,
+                       env_params={"d": 4}, params={"s0": 20})
+    assert sequential_unsupported(config) is None
+    kernel = run_sequential(config, streams="generic")
+    assert_same_run(run_local(config), kernel)
+    assert kernel.ledger and all("inputs are not clipped" in row["claim_void"] for row in kernel.ledger)
+    assert kernel.table["unclipped_context_over_bound"].sum() > 100    # ||x|| > 1 for most N(0, I_4) draws
+    assert sequential_unsupported(RunConfig(algorithm)) is None
+
+
+def test_sequential_kernel_projects_the_paper_sgd_multi():
+    from ldpfed.engine.sequential import run_sequential, sequential_unsupported
+    from test_sequential import assert_same_run
+
+    config = RunConfig("ldp-sgd-multi", users=160, seed=5, delta=0.1, env_params={"d": 4},
+                       params={"s0": 20, "project": 1.0})
+    assert sequential_unsupported(config) is None
+    kernel = run_sequential(config, streams="generic")
+    assert_same_run(run_local(config), kernel)
+    assert np.linalg.norm(kernel.state["theta"], axis=1).max() <= 1.0 + 1e-9

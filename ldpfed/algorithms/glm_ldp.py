@@ -611,6 +611,7 @@ class LdpSgdMulti(_MultiBase, LdpSgd):
         self.mech_u, _ = authors_gaussian(GaussianMechanism, sigma, sens_u, self.eps / 2, self.delta / 2)
         self.c_shift = 2.0 * sigma * (4.0 * math.sqrt(self.d) + 2.0 * math.log(2.0 * self.T / 0.1))  # alpha = 0.1
         self.R = 1.0
+        self.predict_clip = 20.0                     # |x^T theta| cap inside mu (the code's)
         self.mech = L2BallMechanism(self.R, self.eps, self.K * self.d)
         self.b_scale = l2_ball_gamma_ratio(self.d) / l2_ball_gamma_ratio(self.K * self.d)
         self.decay = 0.05
@@ -657,10 +658,11 @@ class LdpSgdMulti(_MultiBase, LdpSgd):
                                             rng) * w[:, :, None, None]
             u[warm] = self.mech_u.privatize(w[:, :, None] * (r[warm, None] * x[warm])[:, None], rng) * w[:, :, None]
         post = ~warm
+        metrics["clipped"] = 0                           # a counter of every round, warm-up ones included
         if post.any():                                   # one l2-ball message of the whole (K d) gradient
             idx = np.flatnonzero(post)
             theta_a = model["theta"][actions[idx]]
-            z = np.clip(np.einsum("ij,ij->i", x[idx], theta_a), -20.0, 20.0)
+            z = np.clip(np.einsum("ij,ij->i", x[idx], theta_a), -self.predict_clip, self.predict_clip)
             g = np.zeros((len(idx), K, d))
             g[np.arange(len(idx)), actions[idx]] = (self.mu(z) - r[idx])[:, None] * x[idx]
             g, metrics["clipped"] = clip_rows(g.reshape(len(idx), K * d), self.R)
@@ -678,6 +680,10 @@ class LdpSgdMulti(_MultiBase, LdpSgd):
         """The code's step 5 K/(t+1) (t = 0-based user index) after warm-up, 0 during it (public)."""
         users = np.asarray(users, dtype=float)
         return np.where(users >= self.warm, self.step * self.K / (users + 1.0), 0.0)
+
+    def warm_shift(self, stop):
+        """The shift of the warm-up OLS solve after user stop - 1 (profile authors-code)."""
+        return self.c_shift * math.sqrt(min(stop, self.warm))
 
     def aggregate(self, messages, users):
         if self.authors:
@@ -697,7 +703,7 @@ class LdpSgdMulti(_MultiBase, LdpSgd):
         V, U, theta = state["V"] + sums["M"], state["U"] + sums["u"], state["theta"]
         if start < self.warm:      # OLS re-estimate of the arms pulled (publicly) in this round's warm-up part
             arms = np.unique(np.arange(start, min(stop, self.warm)) % self.K)
-            shift = self.c_shift * math.sqrt(min(stop, self.warm))
+            shift = self.warm_shift(stop)
             theta = theta.copy()
             theta[arms] = np.linalg.solve(V[arms] + shift * self._I, U[arms][:, :, None])[:, :, 0]
         if stop > self.warm:

@@ -312,6 +312,32 @@ def _env_glm_multi(x, a, theta_star, env_link, noise_std, wnoise):
 
 
 @njit(cache=True)
+def _take_inputs(x, reward, C_B, c_r, clip, rtol, counts_row):
+    """The client's inputs (glm_ldp._GLMBase._clip): x (in place) and the reward clipped to C_B and c_r, counted in
+    counts_row[0:2]; with clip False (the authors' multi-parameter code) left as they are, only counted where they
+    exceed the bounds. Returns the reward."""
+    if clip:
+        counts_row[0] = _clip_rows(x, C_B, rtol)
+        r, counts_row[1] = _clip_value(reward, c_r)
+        return r
+    counts_row[0] = 1 if _dot(x, x) > C_B ** 2 * (1.0 + 2.0 * rtol) else 0
+    counts_row[1] = 1 if abs(reward) > c_r else 0
+    return reward
+
+
+@njit(cache=True)
+def _project_rows(theta, radius):
+    """In place: every row of theta scaled to norm <= radius (LdpSgdMulti._projected; radius inf: nothing)."""
+    if math.isinf(radius):
+        return
+    for k in range(theta.shape[0]):
+        norm = math.sqrt(_dot(theta[k], theta[k]))
+        scale = min(1.0, radius / max(norm, 1e-300))
+        for j in range(theta.shape[1]):
+            theta[k, j] = theta[k, j] * scale
+
+
+@njit(cache=True)
 def _act_multi(x, t, warm, h, theta, theta_warm):
     """_MultiBase.act for one user: round-robin during warm-up, then eq. (7) elimination and a greedy pull."""
     K = theta.shape[0]
@@ -330,10 +356,11 @@ def _act_multi(x, t, warm, h, theta, theta_warm):
 
 @njit(cache=True)
 def ldp_sgd_multi(theta, theta_warm, n_msgs, frozen, t0, ctx, wnoise, theta_star, env_link, noise_std, alg_link,
-                  C_B, c_r, R, ball_B, tanh_half, warm, h, rtol, sent, eta, gauss, unif, snap_at, snaps, regret,
-                  counts):
+                  C_B, c_r, R, ball_B, tanh_half, warm, h, rtol, sent, eta, project, gauss, unif, snap_at, snaps,
+                  regret, counts):
     """LdpSgdMulti: counts (clipped_context, clipped_reward, clipped); sent[i, k] and eta[i, k] are the public
-    slot mask and step sizes (from the algorithm's _slots and message_counts); frozen[0]: theta_warm is set."""
+    slot mask and step sizes (from the algorithm's _slots and message_counts); frozen[0]: theta_warm is set;
+    project: the radius every theta_k is projected on after each update (inf: none)."""
     n, d = ctx.shape
     K = theta.shape[0]
     x = np.empty(d)
@@ -356,6 +383,65 @@ def ldp_sgd_multi(theta, theta_warm, n_msgs, frozen, t0, ctx, wnoise, theta_star
             for j in range(d):
                 theta[k, j] = theta[k, j] - eta[i, k] * (z[j] * sent[i, k])
             n_msgs[k] = n_msgs[k] + sent[i, k]
+        _project_rows(theta, project)
+        if not frozen[0] and t + 1 >= warm:
+            theta_warm[:, :] = theta
+            frozen[0] = True
+        if snap_at[i] >= 0:
+            snaps[snap_at[i]] = theta
+
+
+@njit(cache=True)
+def ldp_sgd_multi_authors(theta, theta_warm, V, U, n_msgs, frozen, t0, ctx, wnoise, theta_star, env_link, noise_std,
+                          alg_link, C_B, c_r, clip, sigma_M, sigma_u, upper, warm_shifts, R, ball_B, tanh_half,
+                          predict_clip, eta, b_scale, decay, warm, h, rtol, gauss_M, gauss_u, gauss_Z, unif, snap_at,
+                          snaps, regret, counts):
+    """LdpSgdMulti under profile authors-code (its _encode_authors / _update_authors): warm-up users send an OLS
+    message (M, u) in the public arm's slot and that arm is re-solved with shift warm_shifts[i]; later users send ONE
+    l2-ball message (dimension K d, radius R) of the whole gradient, mu taken at x^T theta capped to +-predict_clip,
+    and theta <- theta (1 - decay eta[i]) - eta[i] b_scale Z. gauss_M (n_warm, K, d(d+1)/2) and gauss_u
+    (n_warm, K, d): the warm-up users' draws in order; gauss_Z (n_post, K d), unif (n_post,): the later users'.
+    counts (unclipped_context_over_bound, unclipped_reward_over_bound, clipped) (clip False), else clipped_*."""
+    n, d = ctx.shape
+    K = theta.shape[0]
+    x = np.empty(d)
+    g = np.zeros(K * d)
+    z = np.empty(K * d)
+    A = np.empty((d, d))
+    iw, ip = 0, 0
+    for i in range(n):
+        t = t0 + i
+        a = _act_multi(ctx[i], t, warm, h, theta, theta_warm if frozen[0] else theta)
+        reward, regret[i] = _env_glm_multi(ctx[i], a, theta_star, env_link, noise_std, wnoise[i])
+        x[:] = ctx[i]
+        r = _take_inputs(x, reward, C_B, c_r, clip, rtol, counts[i])
+        counts[i, 2] = 0
+        if t < warm:
+            for j in range(d):
+                for l in range(d):
+                    V[a, j, l] = V[a, j, l] + (sigma_M * gauss_M[iw, a, upper[j, l]] + x[j] * x[l])
+                U[a, j] = U[a, j] + (sigma_u * gauss_u[iw, a, j] + r * x[j])
+            n_msgs[a] = n_msgs[a] + 1.0
+            for j in range(d):
+                for l in range(d):
+                    A[j, l] = V[a, j, l]
+                A[j, j] = V[a, j, j] + warm_shifts[i]
+            theta[a] = np.linalg.solve(A, U[a])
+            iw += 1
+        else:
+            coef = _link(alg_link, min(max(_dot(x, theta[a]), -predict_clip), predict_clip)) - r
+            g[:] = 0.0
+            for j in range(d):
+                g[a * d + j] = coef * x[j]
+            counts[i, 2] = _clip_rows(g, R, rtol)
+            _l2_ball(g, R, ball_B, tanh_half, gauss_Z[ip], unif[ip], z)
+            keep = 1.0 - decay * eta[i]
+            step = eta[i] * b_scale
+            for k in range(K):
+                for j in range(d):
+                    theta[k, j] = theta[k, j] * keep - step * z[k * d + j]
+                n_msgs[k] = n_msgs[k] + 1.0
+            ip += 1
         if not frozen[0] and t + 1 >= warm:
             theta_warm[:, :] = theta
             frozen[0] = True
@@ -365,10 +451,11 @@ def ldp_sgd_multi(theta, theta_warm, n_msgs, frozen, t0, ctx, wnoise, theta_star
 
 @njit(cache=True)
 def ldp_ols_multi(V, U, theta, theta_warm, n_msgs, frozen, t0, ctx, wnoise, theta_star, env_link, noise_std, C_B,
-                  c_r, sigma_M, sigma_u, upper, warm, h, rtol, sent, shifts, private, gauss_M, gauss_u, snap_at,
+                  c_r, clip, sigma_M, sigma_u, upper, warm, h, rtol, sent, shifts, private, gauss_M, gauss_u, snap_at,
                   snaps, regret, counts):
-    """LdpOlsMulti / OlsMulti: counts (clipped_context, clipped_reward); shifts[i, k] = algo.shift(n_k after user
-    i), sent[i, k] the public slot mask."""
+    """LdpOlsMulti / OlsMulti: counts (clipped_context, clipped_reward), or with clip False (authors-code: inputs
+    not clipped) (unclipped_context_over_bound, unclipped_reward_over_bound); shifts[i, k] = algo._shifts(n_k after
+    user i, t + 1), sent[i, k] the public slot mask."""
     n, d = ctx.shape
     K = theta.shape[0]
     x = np.empty(d)
@@ -378,8 +465,7 @@ def ldp_ols_multi(V, U, theta, theta_warm, n_msgs, frozen, t0, ctx, wnoise, thet
         a = _act_multi(ctx[i], t, warm, h, theta, theta_warm if frozen[0] else theta)
         reward, regret[i] = _env_glm_multi(ctx[i], a, theta_star, env_link, noise_std, wnoise[i])
         x[:] = ctx[i]
-        counts[i, 0] = _clip_rows(x, C_B, rtol)
-        r, counts[i, 1] = _clip_value(reward, c_r)
+        r = _take_inputs(x, reward, C_B, c_r, clip, rtol, counts[i])
         for k in range(K):
             pulled = 1.0 if k == a else 0.0
             for j in range(d):

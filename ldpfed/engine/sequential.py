@@ -84,6 +84,14 @@ class Kernel:
         noise = rng.standard_normal(len(users)) if self.env.link == "identity" else rng.random(len(users))
         return contexts, noise
 
+    def metric_names(self) -> tuple:
+        """The metric counters' names, in the order the kernel writes them (the algorithm's encode order)."""
+        return self.metrics
+
+    def draw_client_users(self, users, rng):
+        """The client randomness of `users` (a kernel whose draws depend on the arrival index overrides this)."""
+        return self.draw_client(len(users), rng)
+
     def estimate_shape(self):
         return None if self.algo.estimate(self.state()) is None else np.shape(self.algo.estimate(self.state()))
 
@@ -238,6 +246,11 @@ class MabUcbKernel(Kernel):
 
 class _GLMMulti(_GLMSingle):
     envs = ("linear-multi", "logistic-multi")
+    # the counters of _GLMBase._clip when the inputs are not clipped (the authors' multi-parameter code)
+    UNCLIPPED = ("unclipped_context_over_bound", "unclipped_reward_over_bound")
+
+    def metric_names(self):
+        return self.metrics if self.algo.clip_inputs else self.UNCLIPPED + self.metrics[2:]
 
     def load(self, state):
         self.theta = np.array(state["theta"], dtype=float)
@@ -262,37 +275,68 @@ class _GLMMulti(_GLMSingle):
 
 
 class LdpSgdMultiKernel(_GLMMulti):
+    """Both profiles: the paper's (an l2-ball message per arm slot) and the authors' code's (OLS warm-up, then one
+    l2-ball message of the whole K d gradient; kernels.ldp_sgd_multi_authors)."""
+
     algorithms = ("ldp-sgd-multi",)
     options = frozenset({"s0", "h", "step", "step_offset", "context_bound", "project"})
     metrics = ("clipped_context", "clipped_reward", "clipped")
-    authors_code = False
 
     @classmethod
     def more_unsupported(cls, algo, env):
-        return super().more_unsupported(algo, env) or (None if math.isinf(algo.project) else "projection")
+        if algo.authors and not math.isinf(algo.project):
+            return "projection under profile authors-code"
+        return super().more_unsupported(algo, env)
+
+    def load_more(self, state):
+        if self.algo.authors:
+            self.V = np.array(state["V"], dtype=float)
+            self.U = np.array(state["U"], dtype=float)
 
     def state(self):
+        if self.algo.authors:
+            return {**self.common_state(), "V": self.V.copy(), "U": self.U.copy(), "n": self.n_msgs.copy()}
         return {**self.common_state(), "n": self.n_msgs.copy()}
 
     def draw_client(self, n, rng):
         K, d = self.algo.K, self.algo.d
         return rng.standard_normal((n * K, d)), rng.random(n * K)   # L2BallMechanism on the n K slots
 
+    def draw_client_users(self, users, rng):
+        if not self.algo.authors:
+            return self.draw_client(len(users), rng)
+        # _encode_authors: the warm-up users' M then u noise (every slot), then the later users' K d-dimensional
+        # l2-ball normals and uniforms
+        a = self.algo
+        K, d, n_warm = a.K, a.d, int(np.count_nonzero(np.asarray(users) < a.warm))
+        n_post = len(users) - n_warm
+        return (rng.standard_normal((n_warm, K, d * (d + 1) // 2)), rng.standard_normal((n_warm, K, d)),
+                rng.standard_normal((n_post, K * d)), rng.random(n_post))
+
     def run(self, t0, world, client, snap_at, snaps, regret, counts):
         a, mech = self.algo, self.algo.mech
         n = len(regret)
+        users = np.arange(t0, t0 + n)
+        if a.authors:
+            warm_shifts = np.array([a.warm_shift(t + 1) if t < a.warm else 0.0 for t in users], dtype=float)
+            kn.ldp_sgd_multi_authors(self.theta, self.theta_warm, self.V, self.U, self.n_msgs, self.frozen, t0,
+                                     world[0], world[1], *self.env_args(), LINK_CODES[self.env.link], a.C_B, a.c_r,
+                                     bool(a.clip_inputs), a.mech_M.sigma, a.mech_u.sigma, self.upper, warm_shifts,
+                                     a.R, mech.B, mech._tanh, a.predict_clip, a._authors_eta(users), a.b_scale,
+                                     a.decay, a.warm, a.h, _clip_rtol(), *client, snap_at, snaps, regret, counts)
+            return
         sent, _ = self.schedule(t0, n)
-        eta = a.step / (a.message_counts(np.arange(t0, t0 + n)) + a.step_offset)   # LdpSgdMulti.aggregate
+        eta = a.step / (a.message_counts(users) + a.step_offset)   # LdpSgdMulti.aggregate
         kn.ldp_sgd_multi(self.theta, self.theta_warm, self.n_msgs, self.frozen, t0, world[0], world[1],
                          *self.env_args(), LINK_CODES[self.env.link], a.C_B, a.c_r, a.R, mech.B, mech._tanh,
-                         a.warm, a.h, _clip_rtol(), sent, eta, client[0], client[1], snap_at, snaps, regret, counts)
+                         a.warm, a.h, _clip_rtol(), sent, eta, a.project, client[0], client[1], snap_at, snaps,
+                         regret, counts)
 
 
 class LdpOlsMultiKernel(_GLMMulti):
     algorithms = ("ldp-ols-multi", "ols-multi")
     options = frozenset({"s0", "h", "alpha", "calibration", "context_bound", "ridge"})
     metrics = ("clipped_context", "clipped_reward")
-    authors_code = False
 
     def load_more(self, state):
         self.V = np.array(state["V"], dtype=float)
@@ -309,13 +353,16 @@ class LdpOlsMultiKernel(_GLMMulti):
 
     def run(self, t0, world, client, snap_at, snaps, regret, counts):
         a = self.algo
-        sent, n_after = self.schedule(t0, len(regret))
+        n = len(regret)
+        sent, n_after = self.schedule(t0, n)
         private = bool(a.private)
         sigma_M, sigma_u = (a.mech_M.sigma, a.mech_u.sigma) if private else (0.0, 0.0)
+        # LdpOlsMulti.update's shifts after each user (stop = t + 1)
+        shifts = np.array([a._shifts(n_after[i], t0 + i + 1) for i in range(n)], dtype=float).reshape(n, a.K)
         kn.ldp_ols_multi(self.V, self.U, self.theta, self.theta_warm, self.n_msgs, self.frozen, t0, world[0],
-                         world[1], *self.env_args(), a.C_B, a.c_r, sigma_M, sigma_u, self.upper, a.warm, a.h,
-                         _clip_rtol(), sent, np.asarray(a.shift(n_after), dtype=float), private, client[0],
-                         client[1], snap_at, snaps, regret, counts)
+                         world[1], *self.env_args(), a.C_B, a.c_r, bool(a.clip_inputs), sigma_M, sigma_u, self.upper,
+                         a.warm, a.h, _clip_rtol(), sent, shifts, private, client[0], client[1], snap_at, snaps,
+                         regret, counts)
 
 
 class KlucbKernel(Kernel):
@@ -414,13 +461,13 @@ def _draws(kernel, config, start, stop, streams):
     if streams == "block":
         chunk = start // CHUNK
         world = kernel.draw_world(users, derive(config.seed, "sequential-world", chunk))
-        client = kernel.draw_client(len(users), derive(config.seed, "sequential-client", chunk))
+        client = kernel.draw_client_users(users, derive(config.seed, "sequential-client", chunk))
         return world, client
     # the generic engine's own Generators: population 0, round t (slow; tests)
     parts_w, parts_c = [], []
     for t in users:
         parts_w.append(kernel.draw_world(np.array([t]), derive(config.seed, "context", 0, int(t))))
-        parts_c.append(kernel.draw_client(1, derive(config.seed, "privatize", 0, int(t))))
+        parts_c.append(kernel.draw_client_users(np.array([t]), derive(config.seed, "privatize", 0, int(t))))
     join = lambda parts: tuple(None if p[0] is None else np.concatenate(p) for p in zip(*parts))  # noqa: E731
     return join(parts_w), join(parts_c)
 
@@ -429,7 +476,7 @@ def _load(kernel, config, snaps):
     """Run the kernel on zero users, so it is loaded from numba's disk cache (or compiled) before the clock starts."""
     world, client = _draws(kernel, config, 0, 0, "block")
     empty = np.zeros(0, dtype=np.int64)
-    kernel.run(0, world, client, empty, snaps, np.zeros(0), np.zeros((0, len(kernel.metrics)), np.int64))
+    kernel.run(0, world, client, empty, snaps, np.zeros(0), np.zeros((0, len(kernel.metric_names())), np.int64))
 
 
 def run_sequential(config, progress=None, streams: str = "block") -> RunResult:
@@ -444,7 +491,8 @@ def run_sequential(config, progress=None, streams: str = "block") -> RunResult:
     kernel = cls(algo, env, algo.initial_state(derive(config.seed, "init")))
     T = config.users
     regret = np.empty(T)
-    counts = np.zeros((T, len(cls.metrics)), dtype=np.int64)
+    metric_names = kernel.metric_names()
+    counts = np.zeros((T, len(metric_names)), dtype=np.int64)
     checkpoints = np.array(sorted(checkpoint_rounds(T)), dtype=np.int64)
     snap_at = np.full(T, -1, dtype=np.int64)
     snap_at[checkpoints] = np.arange(len(checkpoints))
@@ -468,7 +516,7 @@ def run_sequential(config, progress=None, streams: str = "block") -> RunResult:
         for slot, r in enumerate(checkpoints):
             value = env.estimation_error(snaps[slot].reshape(shape))
             errors[r] = np.nan if value is None else value
-    return _result(config, algo, env, cls.metrics, regret, counts, errors, state, started, privacy)
+    return _result(config, algo, env, metric_names, regret, counts, errors, state, started, privacy)
 
 
 def _result(config, algo, env, metric_names, regret, counts, errors, state, started, privacy) -> RunResult:
