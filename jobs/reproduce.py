@@ -78,6 +78,8 @@ SEED_FILES = {"000": "000_8e49bbe7304106c3.txt", "001": "001_ef734e0ecc6b6b32.tx
               "004": "004_b4c4ff454604dde5.txt"}
 
 SINGLE = {"d": 2, "K": 10}
+PIECEWISE = "piecewise Bernoulli, K=5, L_T=5"
+SWAP = "swap: K=2, one change at T/2, means 0.9/0.1 then 0.4/0.6"
 MULTI = {"d": 20, "K": 3}
 PAPERS = {
     "000": {
@@ -124,9 +126,13 @@ PAPERS = {
     },
     "004": {
         "title": "Gajane 2023: Local differential privacy for sequential decision making in a changing environment",
-        "settings": [Setting("piecewise Bernoulli, K=5, L_T=5", "piecewise-bernoulli",
+        "settings": [Setting(PIECEWISE, "piecewise-bernoulli",
                              ["sw-klucb-cf", "sw-klucb-cf-eps", "klucb-cf", "sw-klucb", "klucb"],
-                             {"K": 5, "breakpoints": 4}, eps=(0.5, 1.0, 2.0))],
+                             {"K": 5, "breakpoints": 4}, eps=(0.5, 1.0, 2.0)),
+                     # the paper's case against stationary learners: the best arm's mean falls below the other's
+                     # half-way, and its long average keeps a stationary index on it for ~T/2 users
+                     Setting(SWAP, "piecewise-bernoulli", ["sw-klucb-cf", "sw-klucb-cf-eps", "klucb-cf"],
+                             {"K": 2, "breakpoints": 1, "means": [[0.9, 0.1], [0.4, 0.6]]}, eps=(0.5, 1.0, 2.0))],
         "slopes": [Slope("sw-klucb-cf", "piecewise-bernoulli", 0.5, "sqrt(L_T T) (Theorem 1)",
                          {"K": 5, "breakpoints": 4})],
     },
@@ -233,8 +239,10 @@ def _num(x: float) -> str:
     return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
 
 
-def values(runs, algorithm, eps=None, profile="paper", part="main", column="final_regret", env=None):
+def values(runs, algorithm, eps=None, profile="paper", part="main", column="final_regret", env=None, label=None):
     sel = (runs["part"] == part) & (runs["algorithm"] == algorithm) & (runs["profile"] == profile)
+    if label is not None:
+        sel &= runs["label"] == label
     if eps is not None and REGISTRY[VARIANTS.get(algorithm, (algorithm,))[0]].privacy_model != "none":
         sel &= np.isclose(runs["eps"], eps)
     if env is not None:
@@ -430,14 +438,30 @@ def claim_rows(paper_id: str, runs: pd.DataFrame, slopes: pd.DataFrame) -> list[
             " / ".join(f"eps={e:g}: {_num(m)}" for e, m in meds.items()), ok,
             "" if ok else "not monotone in eps")
         for e in (0.5, 1.0, 2.0):
-            sw, cf = values(runs, "sw-klucb-cf", e), values(runs, "klucb-cf", e)
-            swe = values(runs, "sw-klucb-cf-eps", e)
+            sw, cf = values(runs, "sw-klucb-cf", e, label=PIECEWISE), values(runs, "klucb-cf", e, label=PIECEWISE)
+            swe = values(runs, "sw-klucb-cf-eps", e, label=PIECEWISE)
             ok, p = less(sw, cf)
             add(f"{quote('004', 'a naive strategy of restarting an algorithm')}... (the window is what handles the "
                 f"changes: SW-KLUCB-CF below the stationary KLUCB-CF on a piecewise world) [eps={e:g}]",
                 f"sw-klucb-cf {spread(sw)}; eps-aware window {spread(swe)}; klucb-cf {spread(cf)} (p={p:.2g})", ok,
                 "" if ok else "the paper's window is too short for the randomized-response gap (tanh(eps/2)); "
                               "see the eps-aware window")
+        claim = quote("004", "it is easy to construct non-stationary environments for which the algorithms "
+                             "proposed in")
+        for e in (0.5, 1.0, 2.0):
+            sw, cf = values(runs, "sw-klucb-cf", e, label=SWAP), values(runs, "klucb-cf", e, label=SWAP)
+            swe = values(runs, "sw-klucb-cf-eps", e, label=SWAP)
+            if not len(sw):
+                continue
+            users = int(runs.loc[runs["label"] == SWAP, "users"].iloc[0])
+            linear = 0.2 * (users // 2)     # the second half's gap times its users: a learner that never switches
+            ok, p = less(sw, cf)
+            add(f"{claim} ... will suffer regret linear in the number of time steps T (KLUCB-CF), SW-KLUCB-CF "
+                f"sub-linear [swap world, eps={e:g}]",
+                f"sw-klucb-cf {spread(sw)}; eps-aware window {spread(swe)}; klucb-cf {spread(cf)} (p={p:.2g}); "
+                f"never switching costs {_num(linear)}", ok,
+                "" if ok else "the paper's window is too short for the randomized-response gap at this eps; see "
+                              "the eps-aware window")
     return rows
 
 

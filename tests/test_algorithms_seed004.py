@@ -295,3 +295,32 @@ def test_nonprivate_beats_private():
     """Same worlds, eps = 1: randomized response shrinks the feedback gaps by tanh(eps/2) = 0.46."""
     assert_below(regrets("sw-klucb", CHANGING, 1.0), regrets("sw-klucb-cf", CHANGING, 1.0), "sw-klucb vs private")
     assert_below(regrets("klucb", STATIONARY, 1.0), regrets("klucb-cf", STATIONARY, 1.0), "klucb vs private")
+
+
+# ---- a world built against stationary learners --------------------------------------------------
+
+SWAP = ("piecewise-bernoulli", (("K", 2), ("breakpoints", 1), ("means", ((0.9, 0.1), (0.4, 0.6)))))
+
+
+def test_given_means_are_the_segments():
+    env = make_env(RunConfig("klucb", env="piecewise-bernoulli", users=100, seed=0, env_params=dict(SWAP[1])))
+    means = env.means_at(np.arange(100))
+    assert np.array_equal(means[:50], np.tile([0.9, 0.1], (50, 1)))
+    assert np.array_equal(means[50:], np.tile([0.4, 0.6], (50, 1)))
+
+
+@pytest.mark.parametrize("means", [[[0.9, 0.1]], [[0.9, 0.1, 0.5], [0.4, 0.6, 0.5]], [[0.9, 1.5], [0.4, 0.6]],
+                                   [[0.9, float("nan")], [0.4, 0.6]], "high"])
+def test_bad_given_means_are_rejected(means):
+    with pytest.raises(ConfigError, match="env_params.means"):
+        make_env(RunConfig("klucb", env="piecewise-bernoulli", users=100, seed=0,
+                           env_params={"K": 2, "breakpoints": 1, "means": means}))
+
+
+def test_stationary_learner_stays_on_the_fallen_arm():
+    """Swap world (the best arm's mean falls from 0.9 to 0.4 half-way, the other rises from 0.1 to 0.6): the
+    old arm's long average keeps KLUCB-CF's index on it; SW-KLUCB-CF forgets it within a window."""
+    sw, cf = regrets("sw-klucb-cf", SWAP, 4.0), regrets("klucb-cf", SWAP, 4.0)
+    assert_below(sw, cf, "SW vs no window, swap world")
+    # never switching costs 0.2 per user of the second half; KLUCB-CF pays most of it (> half on every seed)
+    assert np.all(cf > 0.5 * 0.2 * (T // 2)), cf.round().tolist()

@@ -213,7 +213,7 @@ class LdpUcbKernel(_GLMSingle):
 class MabUcbKernel(Kernel):
     algorithms = ("ldp-mab-ucb", "ucb")
     envs = ("bernoulli", "piecewise-bernoulli")
-    env_keys = frozenset({"K", "breakpoints"})
+    env_keys = frozenset({"K", "breakpoints", "means"})
     options = frozenset({"calibration"})
     metrics = ("clipped",)
 
@@ -368,7 +368,7 @@ class LdpOlsMultiKernel(_GLMMulti):
 class KlucbKernel(Kernel):
     algorithms = ("sw-klucb-cf", "klucb-cf", "sw-klucb", "klucb")
     envs = ("bernoulli", "piecewise-bernoulli")
-    env_keys = frozenset({"K", "breakpoints"})
+    env_keys = frozenset({"K", "breakpoints", "means"})
     options = frozenset({"L_T", "window", "window_rule"})   # the kernel reads the algorithm's w
     metrics = ("clipped",)
 

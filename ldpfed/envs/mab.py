@@ -13,10 +13,13 @@ class PiecewiseBernoulli(Env):
     """K Bernoulli arms whose means are redrawn at `breakpoints` evenly spaced change points.
 
     At each change the best arm changes too (the new means are a permutation-free redraw, re-drawn until
-    the best arm differs), so a learner that does not forget pays for it.
+    the best arm differs), so a learner that does not forget pays for it. `means` (a list of breakpoints + 1
+    lists of K values in [0, 1]) fixes the segments' means instead of drawing them, e.g. [[0.8, 0.2], [0.2, 0.8]]
+    with K = 2, breakpoints = 1: the best arm becomes the worst half-way (seed 004's case against stationary
+    learners).
     """
     name = "piecewise-bernoulli"
-    defaults = {"K": 5, "breakpoints": 4}
+    defaults = {"K": 5, "breakpoints": 4, "means": None}
 
     def __init__(self, rng, users, **params):
         super().__init__(rng, users, **params)
@@ -25,6 +28,9 @@ class PiecewiseBernoulli(Env):
         if n_breaks >= users:
             raise ConfigError("env_params.breakpoints", n_breaks, f"must be fewer than the {users} users")
         self.change_points = np.array([(i + 1) * users // (n_breaks + 1) for i in range(n_breaks)], dtype=np.int64)
+        if self.params["means"] is not None:
+            self.segment_means = self._given_means(self.params["means"], n_breaks + 1)
+            return
         segments = [rng.uniform(0.05, 0.95, self.K)]
         for _ in range(n_breaks):
             nxt = rng.uniform(0.05, 0.95, self.K)
@@ -32,6 +38,18 @@ class PiecewiseBernoulli(Env):
                 nxt = rng.uniform(0.05, 0.95, self.K)
             segments.append(nxt)
         self.segment_means = np.array(segments)  # (breakpoints + 1, K)
+
+    def _given_means(self, means, segments):
+        try:
+            m = np.array(means, dtype=float)
+        except (TypeError, ValueError):
+            raise ConfigError("env_params.means", means, "must be a list of lists of numbers") from None
+        if m.shape != (segments, self.K):
+            raise ConfigError("env_params.means", means, f"must have breakpoints + 1 = {segments} rows of K = "
+                                                         f"{self.K} means, got shape {m.shape}")
+        if not np.all(np.isfinite(m)) or m.min() < 0.0 or m.max() > 1.0:
+            raise ConfigError("env_params.means", means, "every mean must be in [0, 1]")
+        return m
 
     def means_at(self, users):
         return self.segment_means[np.searchsorted(self.change_points, users, side="right")]
