@@ -14,6 +14,9 @@ eps, a two-sided Mann-Whitney U test of ldpfed's final regrets against the refer
 
 Every finished run is appended to OUT/runs.jsonl and skipped when the job is run again, so the job can be split
 over processes (--part) and resumed. Nothing in the tests depends on the reference code.
+ldpfed's runs at round size 1 use the compiled sequential engine wherever it has a kernel (both profiles of the
+seed-000 algorithms); --streams generic feeds it the generic engine's own random draws instead of its chunked
+streams (the generic engine's results up to rounding, much faster): run it with another --out and compare.
 """
 from __future__ import annotations
 
@@ -75,9 +78,13 @@ def key(row: dict) -> tuple:
     return (row["source"], row["setting"], row["algorithm"], float(row["eps"]), int(row["seed"]), row["profile"])
 
 
-def run_ldpfed(algorithm: str, setting: str, eps: float, seed: int, users: int, profile: str) -> dict:
+def run_ldpfed(algorithm: str, setting: str, eps: float, seed: int, users: int, profile: str,
+               streams: str = "block") -> dict:
+    """streams "generic": the compiled sequential engine fed the generic engine's own random draws, i.e. run_local's
+    result up to rounding (tests/test_sequential.py) at a fraction of its cost: a check of the kernels' streams."""
     from ldpfed.config import RunConfig
     from ldpfed.engine import run
+    from ldpfed.engine.sequential import run_sequential
 
     if setting == "single":
         config = RunConfig(algorithm, env="linear", users=users, round_size=1, eps=eps, delta=0.01, seed=seed,
@@ -88,7 +95,7 @@ def run_ldpfed(algorithm: str, setting: str, eps: float, seed: int, users: int, 
         config = RunConfig(algorithm, env="linear-multi", users=users, round_size=1, eps=eps, delta=0.1, seed=seed,
                            env_params={"d": 20, "K": 3}, params=params, profile=profile)
     start = time.process_time()
-    result = run(config, engine="local")
+    result = run_sequential(config, streams="generic") if streams == "generic" else run(config, engine="local")
     void = [row.get("claim_void") for row in result.ledger if row.get("claim_void")]
     row = {"final_regret": result.summary["final_regret"],
            "final_estimation_error": result.summary["final_estimation_error"],
@@ -215,6 +222,8 @@ def main(argv=None) -> int:
     parser.add_argument("--users", type=int, default=100_000)
     parser.add_argument("--algorithms", default=None, help="comma-separated subset")
     parser.add_argument("--out", type=Path, default=Path("results/crosscheck_seed000"))
+    parser.add_argument("--streams", choices=["block", "generic"], default="block",
+                        help="generic: ldpfed's runs take the generic engine's random draws (use another --out)")
     args = parser.parse_args(argv)
     profiles = [p.strip() for p in args.profile.split(",")]
     eps_values = [float(e) for e in args.eps.split(",")]
@@ -243,7 +252,8 @@ def main(argv=None) -> int:
         if job["source"] == "reference":
             outcome = run_reference(args.reference, job["algorithm"], job["eps"], job["seed"], args.users)
         else:
-            outcome = run_ldpfed(job["algorithm"], job["setting"], job["eps"], job["seed"], args.users, job["profile"])
+            outcome = run_ldpfed(job["algorithm"], job["setting"], job["eps"], job["seed"], args.users, job["profile"],
+                                 args.streams)
         row = {**job, **outcome}
         append(args.out, row)
         print(f"[{i}/{len(jobs)}] {job['source']} {job['setting']} {job['algorithm']} {job['profile']} "
