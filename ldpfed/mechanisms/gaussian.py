@@ -6,6 +6,7 @@ import math
 import warnings
 
 import numpy as np
+from numba import njit
 from scipy import optimize, special
 
 from ldpfed.errors import ConfigError
@@ -144,15 +145,35 @@ class SymmetricGaussianMechanism(GaussianMechanism):
             raise ConfigError("shape_prefix", shape_prefix, "must be a tuple of ints") from None
         if any(s < 0 for s in prefix):
             raise ConfigError("shape_prefix", shape_prefix, "entries must be >= 0")
+        return self._draw(prefix, d, None, rng)
+
+    def _draw(self, prefix, d, base, rng):
+        """base (None: zeros) + the symmetric noise, shape (*prefix, d, d): the upper triangles' standard normals
+        are drawn in one block (*prefix, d(d+1)/2), row-major (the sequential engine's draw_client mirrors it), and
+        sigma z is written to (i, j) and (j, i) by a compiled loop (no temporaries)."""
         z = rng.standard_normal((*prefix, d * (d + 1) // 2))
-        z *= self.sigma
-        return V.symmetric_from_upper(z, d)
+        out = np.empty((*prefix, d, d))
+        flat = out.reshape(-1, d, d)
+        add = base is not None
+        index = V.sym_gather_index(d).reshape(d, d)
+        _mirror_upper(z.reshape(-1, z.shape[-1]), self.sigma, base.reshape(-1, d, d) if add else flat, add, index, flat)
+        return out
 
     def privatize(self, mats, rng: np.random.Generator) -> np.ndarray:
         m = V.finite_array("mats", mats)
         if m.ndim < 2 or m.shape[-1] != m.shape[-2]:
             raise ConfigError("mats.shape", m.shape, "must be (..., d, d) with square trailing axes")
-        out = self.noise(m.shape[:-2], m.shape[-1], rng)
-        out += m
-        return out
+        return self._draw(m.shape[:-2], m.shape[-1], m, rng)
 
+
+@njit(cache=True)
+def _mirror_upper(z, sigma, base, add, index, out):
+    """out[i] = (base[i] if add, else 0) + the symmetric (d, d) matrix whose upper triangle (incl. diagonal,
+    row-major) is sigma z[i]: entry (a, b) gets sigma z[i, index[a, b]] (index = V.sym_gather_index, so (a, b) and
+    (b, a) read the same draw). Written in the output's order (2x faster than walking the triangle)."""
+    d = out.shape[1]
+    for i in range(out.shape[0]):
+        for a in range(d):
+            for b in range(d):
+                w = sigma * z[i, index[a, b]]
+                out[i, a, b] = (w + base[i, a, b]) if add else w
