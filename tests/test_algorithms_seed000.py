@@ -68,7 +68,7 @@ def test_single_parameter_learns_glm(algorithm, env):
 # change), above 1 for 3 of 8 seeds at 1e5 users too (with or without params.project = 1); seed 0 passed by luck.
 # Reported (issue 10); kept as a non-strict xfail until the algorithm or the claim is settled.
 @pytest.mark.parametrize("algorithm", [
-    pytest.param("ldp-sgd-multi", marks=pytest.mark.xfail(reason="not reliable across seeds (see above)", strict=False)),
+    pytest.param("ldp-sgd-multi", marks=pytest.mark.xfail(reason="not reliable across seeds (above)", strict=False)),
     "ols-multi"])
 def test_multi_parameter_beats_uniform(algorithm):
     assert_clearly_beats_uniform(run(algorithm, MULTI), run("uniform", MULTI))
@@ -107,9 +107,9 @@ def test_sgd_estimation_error_shrinks():
     sqrt(10) ~ 3.2 from t = 2e3 to 2e4. Per seed the ratio late/early is noisy: over seeds 0-23 (48 runs, before and
     after the context sampler's stream change) it was <= 0.6 in 79% of runs and < 1 in 83% (above 1 in 8: an early
     error that happened to be small). So over 9 seeds we require a median <= 0.6 and a decrease in a majority: they
-    fail with probability 2.4% resp. 1% (binomial, 9 draws at p = 0.79, resp. 0.83). (Earlier: a decrease in every one of
-    seeds 0-2, which held by luck.) (With K = 10 the greedy contexts cluster around theta* and the orthogonal error
-    shrinks only slowly.)"""
+    fail with probability 2.4% resp. 1% (binomial, 9 draws at p = 0.79, resp. 0.83). (Earlier: a decrease in every
+    one of seeds 0-2, which held by luck.) (With K = 10 the greedy contexts cluster around theta* and the orthogonal
+    error shrinks only slowly.)"""
     setting = {**SINGLE, "env_params": {"K": 2}}
     ratios = []
     for seed in range(9):
