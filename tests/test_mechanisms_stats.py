@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import ldpfed.mechanisms as M
+from ldpfed.errors import ConfigError
 
 ZMAX = 5.0
 
@@ -209,3 +210,18 @@ def test_sparse_vector_selection_behaviour():
     one = M.AboveNoisyThreshold(0.0, 1.0)
     hits = one.select_batch(np.zeros((200_000, 1)), rng)[:, 0] == 0
     assert abs(hits.mean() - 0.5) < ZMAX * 0.5 / math.sqrt(200_000)
+
+
+def test_privatize_gram_is_privatize_of_the_outer_product():
+    # the same draws and the same values, bit for bit, for any batch prefix (the OLS clients' fast path)
+    mech = M.SymmetricGaussianMechanism(math.sqrt(2.0), 1.0, 1e-3)
+    x = np.random.default_rng(1).standard_normal((7, 3, 4))
+    a = mech.privatize_gram(x, np.random.default_rng(2))
+    b = mech.privatize(x[..., :, None] * x[..., None, :], np.random.default_rng(2))
+    assert a.shape == (7, 3, 4, 4) and np.array_equal(a, b)
+    assert np.array_equal(mech.privatize_gram(x[0, 0], np.random.default_rng(3)),
+                          mech.privatize(np.outer(x[0, 0], x[0, 0]), np.random.default_rng(3)))
+    with pytest.raises(ConfigError):
+        mech.privatize_gram(np.array([[1e200, 0.0]]), np.random.default_rng(4))
+    with pytest.raises(ConfigError):
+        mech.privatize_gram(np.array([[np.nan, 0.0]]), np.random.default_rng(4))

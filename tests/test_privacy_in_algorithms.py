@@ -40,6 +40,12 @@ def record_inputs(algo: Algorithm) -> dict[str, list]:
             seen[_key].append(np.array(values, dtype=float, copy=True))
             return _original(values, rng)
         mech.privatize = privatize           # an instance attribute: only this algorithm's mechanism is watched
+        if hasattr(mech, "privatize_gram"):  # privatize(x x^T) without building it: the data part is x x^T
+            def privatize_gram(rows, rng, _original=mech.privatize_gram, _key=key):
+                x = np.array(rows, dtype=float)
+                seen[_key].append(x[..., :, None] * x[..., None, :])
+                return _original(rows, rng)
+            mech.privatize_gram = privatize_gram
     return seen
 
 

@@ -93,3 +93,4 @@ def test_same_generator_state_same_points_and_four_words_per_call():
         assert rng.random() == ref.random()
     assert sphere_points(np.random.default_rng(7), 1, 3).shape == (1, 3)
     assert sphere_points(np.random.default_rng(7), (0, 4), 3).shape == (0, 4, 3)
+

@@ -268,11 +268,11 @@ class LdpOls(_SingleBase):
 
     def encode(self, model, contexts, actions, rewards, users, rng):
         x, r, metrics = self._clip(self._chosen(contexts, actions), rewards)
-        M = x[:, :, None] * x[:, None, :]
         u = r[:, None] * x
-        if self.private:
-            M = self.mech_M.privatize(M, rng)
-            u = self.mech_u.privatize(u, rng)
+        if not self.private:
+            return {"M": x[:, :, None] * x[:, None, :], "u": u}, metrics
+        M = self.mech_M.privatize_gram(x, rng)           # privatize(x x^T) without building x x^T
+        u = self.mech_u.privatize(u, rng)
         return {"M": M, "u": u}, metrics
 
     def update(self, state, sums, start, stop, rng):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ldpfed.engine.core import add_sums, population_users, simulate_population
 from ldpfed.engine.driver import Backend, drive
+from ldpfed.memory import keep_freed_memory
 
 
 class LocalBackend(Backend):
@@ -12,6 +13,7 @@ class LocalBackend(Backend):
 
     def open(self, config, algo, env, first_round):
         self.config, self.algo, self.env = config, algo, env
+        keep_freed_memory()     # the populations' arrays reuse freed memory instead of faulting in new pages
 
     def simulate(self, model, round_index, start, stop):
         config = self.config

@@ -39,6 +39,7 @@ from ldpfed.engine.ray_security import disable_metrics_export, enable_token_auth
 from ldpfed.engine.ray_shard import MODES, LatencyHistogram, ShardCore, current_rss_bytes, make_plan, peak_rss_bytes
 from ldpfed.envs import make_env
 from ldpfed.errors import ConfigError, describe_error
+from ldpfed.memory import keep_freed_memory
 
 
 class PopulationActor:
@@ -55,6 +56,7 @@ class PopulationActor:
     def configure(self, config, populations: list[int], plan) -> tuple[str, int]:
         """(node id, pid) of this actor once it is ready for the run."""
         self.config, self.populations, self.plan = config, list(populations), plan
+        keep_freed_memory()     # the populations' arrays reuse freed memory instead of faulting in new pages
         self.env = make_env(config)
         self.algo = make_algorithm(self.env, config)
         self.pre_aggregate = plan.mode == "pre-aggregated"

@@ -119,6 +119,9 @@ class GaussianMechanism:
         return f"{type(self).__name__}(sigma={self.sigma:.6g}, eps={g.eps}, delta={g.delta}, {self.calibration})"
 
 
+_SQRT_MAX = math.sqrt(np.finfo(float).max)    # |x_i| at most this: every x_i x_j is finite
+
+
 class SymmetricGaussianMechanism(GaussianMechanism):
     """Symmetric matrix noise for Gram-type messages: the upper triangle INCLUDING the diagonal is i.i.d.
     N(0, sigma^2) and mirrored, so every entry (diagonal and off-diagonal) has variance sigma^2.
@@ -165,6 +168,21 @@ class SymmetricGaussianMechanism(GaussianMechanism):
             raise ConfigError("mats.shape", m.shape, "must be (..., d, d) with square trailing axes")
         return self._draw(m.shape[:-2], m.shape[-1], m, rng)
 
+    def privatize_gram(self, rows, rng: np.random.Generator) -> np.ndarray:
+        """privatize(x x^T) for every row x of `rows` (..., d), without building the x x^T: the same draws and the
+        same values, bit for bit (one pass instead of three over the (..., d, d) messages)."""
+        x = V.finite_array("rows", rows)
+        if x.ndim < 1:
+            raise ConfigError("rows.shape", x.shape, "must be (..., d)")
+        if float(np.max(np.abs(x), initial=0.0)) > _SQRT_MAX:
+            raise ConfigError("rows", "entries beyond 1.3e154", "x x^T must be finite")
+        d = x.shape[-1]
+        z = rng.standard_normal((*x.shape[:-1], d * (d + 1) // 2))
+        out = np.empty((*x.shape[:-1], d, d))
+        index = V.sym_gather_index(d).reshape(d, d)
+        _mirror_upper_gram(z.reshape(-1, z.shape[-1]), self.sigma, x.reshape(-1, d), index, out.reshape(-1, d, d))
+        return out
+
 
 @njit(cache=True)
 def _mirror_upper(z, sigma, base, add, index, out):
@@ -177,3 +195,14 @@ def _mirror_upper(z, sigma, base, add, index, out):
             for b in range(d):
                 w = sigma * z[i, index[a, b]]
                 out[i, a, b] = (w + base[i, a, b]) if add else w
+
+
+@njit(cache=True)
+def _mirror_upper_gram(z, sigma, x, index, out):
+    """out[i] = x[i] x[i]^T + the symmetric noise of _mirror_upper (the same values as privatize of the outer
+    product: x_a x_b + sigma z)."""
+    d = out.shape[1]
+    for i in range(out.shape[0]):
+        for a in range(d):
+            for b in range(d):
+                out[i, a, b] = sigma * z[i, index[a, b]] + x[i, a] * x[i, b]
