@@ -51,7 +51,7 @@ from a message's SCHEDULED time to the end of its fold (batching and waiting in 
 shard:
   busy  = the fraction of the level's wall time the shard had messages in hand: from the first line of its handler
           (before fetching the bundle) to the end of its last fold. Ray's own work between two calls (receiving the
-          call, sending the reply) is not counted;
+          call, sending the reply) is not counted; "folding" is the part spent in `ShardCore.fold` itself;
   CPU   = the shard process's CPU time / wall time (that Ray work included). On 2 cores, S shards plus the senders
           and Ray's daemons share the CPU, so with S >= 2 a shard can be busy (a message in hand) while it waits for
           a core: its CPU share is then below its busy fraction (at most ~2/S of a core each).
@@ -532,6 +532,29 @@ class PoolRecomputation:
         return errors
 
 
+def capacity_table(rows: list[dict]) -> list[str]:
+    """The README's capacity table (markdown) from run_capacity's rows: per S and level, the sustained per-user
+    messages/s, p50 / p99 latency, and the shards' busy fraction and CPU share (lowest-highest shard)."""
+    span = lambda xs: (f"{100 * min(xs):.0f}%" if round(100 * min(xs)) == round(100 * max(xs))   # noqa: E731
+                       else f"{100 * min(xs):.0f}-{100 * max(xs):.0f}%")
+    levels = list(dict.fromkeys(r["level"] for r in rows))
+    lines = ["| shards | " + " | ".join("capacity (closed-loop probe)" if lv == "probe" else lv for lv in levels) + " |",
+             "| ---: | " + " | ".join("---" for _ in levels) + " |"]
+    for S in dict.fromkeys(r["shards"] for r in rows):
+        cells = []
+        for lv in levels:
+            r = next((x for x in rows if x["shards"] == S and x["level"] == lv), None)
+            if r is None:
+                cells.append("")
+                continue
+            cell = f"{r['user_messages_per_s']:,.0f}/s"
+            if r["p50_ms"] is not None:
+                cell += f", {r['p50_ms']:,.0f} / {r['p99_ms']:,.0f} ms"
+            cells.append(cell + f", busy {span(r['shard_busy'])} (CPU {span(r['shard_cpu'])})")
+        lines.append(f"| {S} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def _cpu_jiffies() -> tuple[int, int] | None:
     """(busy, total) jiffies of the whole machine (every process, other users' too), from /proc/stat."""
     try:
@@ -603,6 +626,7 @@ def run_capacity(algorithm="ldp-sgd", d=10, K=10, shard_counts=(1, 2, 4), popula
                            "seconds": wall, "p50_ms": None if level is None else delivery.quantile(0.5) * 1e3,
                            "p99_ms": None if level is None else delivery.quantile(0.99) * 1e3,
                            "shard_busy": [st["call_busy_s"] / wall for st in stats],
+                           "shard_folding": [st["busy_s"] / wall for st in stats],
                            "shard_cpu": [st["cpu_s"] / wall for st in stats],
                            "messages_per_call": accepted / max(sum(st["calls"] for st in stats), 1),
                            "sender_cpu": [x["cpu_s"] / wall for x in sent],
@@ -615,8 +639,8 @@ def run_capacity(algorithm="ldp-sgd", d=10, K=10, shard_counts=(1, 2, 4), popula
                         f"sustained {throughput:,.0f} user messages/s ({messages} messages of {users_per_message} "
                         f"users, {row['messages_per_call']:.1f} per call, {wall:.2f} s), " + ("" if level is None
                         else f"latency p50 {row['p50_ms']:.1f} ms p99 {row['p99_ms']:.1f} ms, ") +
-                        f"shards busy {pct(row['shard_busy'])} "
-                        f"(CPU {pct(row['shard_cpu'])}), senders CPU {pct(row['sender_cpu'])}, machine CPU "
+                        f"shards busy {pct(row['shard_busy'])} (folding {pct(row['shard_folding'])}, "
+                        f"CPU {pct(row['shard_cpu'])}), senders CPU {pct(row['sender_cpu'])}, machine CPU "
                         f"{'?' if machine is None else f'{100 * machine:.0f}%'} of {os.cpu_count()} cores, "
                         f"{'all accepted once' if lost == 0 else f'{lost} NOT accepted'}, aggregates "
                         f"{'exact' if not errors else 'WRONG'}; load average {load}")
@@ -839,6 +863,7 @@ def main(argv=None) -> int:
                                         [float(x) for x in args.levels.split(",") if x.strip()], args.level_seconds,
                                         probe_rounds=args.probe_rounds, linger_ms=args.linger_ms, check_domains=checks,
                                         seed=args.seed, log=log)
+                print("\n".join(["stress: the capacity table (README):"] + capacity_table(rows)), flush=True)
             else:
                 algorithm = args.algorithm or ("ldp-ols" if "ldp-ols" in REGISTRY else "uniform")
                 P, upm = args.populations or 32, args.users_per_message or 50
