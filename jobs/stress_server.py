@@ -8,7 +8,7 @@
     python jobs/stress_server.py --attack in-domain [--fraction 0.001,0.003,0.01,0.03,0.1] [--plot out.png]
     python jobs/stress_server.py --capacity [--algorithm ldp-sgd --users-per-message 1250 --populations 8]
                                  [--shards 1,2,4] [--levels 25,50,75,100,125] [--level-seconds 4]
-                                 [--batch 128] [--linger-ms 10] [--max-in-flight 2] [--probe-rounds 4000]
+                                 [--batch 128] [--linger-ms 20] [--max-in-flight 2] [--probe-rounds 4000]
     add --no-domain-checks to any of them to measure what the shards' domain checks cost (that measurement only)
 
 Exactness (default, and --attack out-of-domain). The messages are real: each sender actor runs the algorithm's
@@ -47,15 +47,18 @@ as a client's message; after every level the driver collects every round's aggre
 it, bit for bit, with its own recomputation from the seeds (the pool entry each message carried, aggregated with
 that message's users, added in population order). Per S, a closed-loop probe (everything due at once) measures the
 capacity C; then the levels run at --levels percent of C and report sustained per-user messages/s, latency p50/p99
-from a message's SCHEDULED time to the end of its fold (batching and waiting in the bounded queue count), and per
-shard:
-  busy  = the fraction of the level's wall time the shard had messages in hand: from the first line of its handler
+from a message's SCHEDULED time to the end of its fold (batching and waiting in the bounded queue count, every
+message of the level), and per shard the figures below. Rates, busy and CPU are taken over the level's steady
+window: from t0 to the end of the first shard's last call, while every shard still had work (`steady_window`; after
+it the shards drain their backlogs unevenly and the first done sits idle); the whole level's rate is printed too.
+  busy  = the fraction of the window the shard had messages in hand: from the first line of its handler
           (before fetching the bundle) to the end of its last fold. Ray's own work between two calls (receiving the
           call, sending the reply) is not counted; "folding" is the part spent in `ShardCore.fold` itself;
-  CPU   = the shard process's CPU time / wall time (that Ray work included). On 2 cores, S shards plus the senders
+  CPU   = the shard process's CPU time / the window (that Ray work included). On 2 cores, S shards plus the senders
           and Ray's daemons share the CPU, so with S >= 2 a shard can be busy (a message in hand) while it waits for
           a core: its CPU share is then below its busy fraction (at most ~2/S of a core each).
-also the senders' CPU share and the whole machine's CPU use (every process, other users' too, from /proc/stat).
+also the senders' CPU share and the whole machine's CPU use (every process, other users' too, from /proc/stat;
+"niced": the part used by processes at a positive nice, i.e. others' background jobs that yield to this one).
 Loopback only: it starts a local Ray (or uses RAY_ADDRESS), bounded in count and in time.
 """
 from __future__ import annotations
@@ -72,7 +75,7 @@ import ray
 from ldpfed.algorithms import REGISTRY, make_algorithm
 from ldpfed.config import RunConfig
 from ldpfed.engine.core import add_sums, simulate_population
-from ldpfed.engine.ray_engine import RemoteShard, ShardActor, ensure_ray
+from ldpfed.engine.ray_engine import ShardActor, ensure_ray
 from ldpfed.engine.ray_shard import LatencyHistogram, ShardCore, make_plan, peak_rss_bytes
 from ldpfed.envs import make_env
 from ldpfed.rng import derive
@@ -86,7 +89,6 @@ class Sender:
         self.env = make_env(config)
         self.algo = make_algorithm(self.env, config)
         model = self.algo.publish(self.algo.initial_state(derive(config.seed, "init")))
-        B, P = config.round_size, config.populations
         self.messages = {}    # (round, population) -> per-user messages
         for r in range(config.rounds):
             for p in populations:
@@ -304,6 +306,7 @@ class StressShard(ShardActor):
     def configure(self, *args, **kwargs):
         node = super().configure(*args, **kwargs)
         self.call_busy_s, self.calls, self.cpu_started = 0.0, 0, time.process_time()
+        self.call_log = []     # per fold_bundle call: start, end (wall clock), users folded, CPU and fold s so far
         return node
 
     def set_check_domains(self, on: bool) -> bool:
@@ -315,7 +318,7 @@ class StressShard(ShardActor):
         """Fold message i = (*headers[i], payloads[i]) for every header, payloads = the object `bundle[0]` (a list;
         passed inside a list so that Ray does not fetch it before the clock starts). Every message goes through
         `ShardCore.fold` on its own, exactly as a client's message would."""
-        started = time.perf_counter()
+        started, wall, users = time.perf_counter(), time.time(), self.core.user_messages
         payloads = ray.get(bundle[0])
         accepted = rejected = 0
         for i, ((algorithm, r, p), at) in enumerate(zip(headers, scheduled)):
@@ -324,6 +327,8 @@ class StressShard(ShardActor):
             rejected += b
         self.call_busy_s += time.perf_counter() - started
         self.calls += 1
+        self.call_log.append((wall, time.time(), self.core.user_messages - users,
+                              time.process_time() - self.cpu_started, self.core.busy_s))
         return accepted, rejected
 
     def collect_rounds(self, rounds: int) -> list:
@@ -332,7 +337,7 @@ class StressShard(ShardActor):
 
     def stats(self) -> dict:
         return {**super().stats(), "call_busy_s": self.call_busy_s, "calls": self.calls,
-                "cpu_s": time.process_time() - self.cpu_started}
+                "cpu_s": time.process_time() - self.cpu_started, "call_log": self.call_log}
 
 
 RemoteStressShard = ray.remote(StressShard)
@@ -532,6 +537,24 @@ class PoolRecomputation:
         return errors
 
 
+def steady_window(t0: float, call_logs: list[list]) -> dict:
+    """Rates over the level's steady window: from t0 to the end of the first shard's last call, i.e. while every
+    shard still had work (after it, the shards drain their backlogs unevenly and the first done sits idle; that tail
+    is left out of the rates but not of the checks: every message of the level is counted and verified). Per shard:
+    busy = time inside its calls, clipped to the window / window; folding and CPU = its fold and process CPU time
+    up to its last call that ended inside the window / window. user_messages: those of calls ended in the window."""
+    end = min(max(c[1] for c in log) for log in call_logs)
+    seconds = max(end - t0, 1e-9)
+    busy, folding, cpu, users = [], [], [], 0
+    for log in call_logs:
+        inside = [c for c in log if c[1] <= end]
+        busy.append(sum(max(0.0, min(c[1], end) - max(c[0], t0)) for c in log) / seconds)
+        folding.append((inside[-1][4] if inside else 0.0) / seconds)
+        cpu.append((inside[-1][3] if inside else 0.0) / seconds)
+        users += sum(c[2] for c in inside)
+    return {"seconds": seconds, "busy": busy, "folding": folding, "cpu": cpu, "user_messages": users}
+
+
 def capacity_table(rows: list[dict]) -> list[str]:
     """The README's capacity table (markdown) from run_capacity's rows: per S and level, the sustained per-user
     messages/s, p50 / p99 latency, and the shards' busy fraction and CPU share (lowest-highest shard)."""
@@ -555,20 +578,20 @@ def capacity_table(rows: list[dict]) -> list[str]:
     return lines
 
 
-def _cpu_jiffies() -> tuple[int, int] | None:
-    """(busy, total) jiffies of the whole machine (every process, other users' too), from /proc/stat."""
+def _cpu_jiffies() -> tuple[int, int, int] | None:
+    """(busy, of which niced, total) jiffies of the whole machine (every process, other users' too), /proc/stat."""
     try:
         with open("/proc/stat") as f:
             values = [int(x) for x in f.readline().split()[1:]]
     except (OSError, ValueError):
         return None
     idle = values[3] + (values[4] if len(values) > 4 else 0)
-    return sum(values) - idle, sum(values)
+    return sum(values) - idle, values[1], sum(values)
 
 
 def run_capacity(algorithm="ldp-sgd", d=10, K=10, shard_counts=(1, 2, 4), populations=8, users_per_message=1250,
                  senders=2, batch=128, max_in_flight=2, levels=(25, 50, 75, 100, 125), level_seconds=4.0,
-                 probe_rounds=4000, pool_rounds=2, max_rounds=40000, linger_ms=10.0, check_domains=True, seed=0,
+                 probe_rounds=4000, pool_rounds=2, max_rounds=40000, linger_ms=20.0, check_domains=True, seed=0,
                  log=print):
     """The capacity curve: per S, a closed-loop probe measures the capacity C (per-user messages/s), then open-loop
     levels at `levels` percent of C. After every level, every round's aggregate is collected from the shards and
@@ -580,7 +603,9 @@ def run_capacity(algorithm="ldp-sgd", d=10, K=10, shard_counts=(1, 2, 4), popula
     algo = make_algorithm(make_env(config), config)
     recomputation = PoolRecomputation(config, algo)
     senders = min(senders, populations)
-    populations_of = [[p for p in range(populations) if p % senders == a] for a in range(senders)]
+    # contiguous blocks of populations per sender, so that every shard (population p goes to shard p % S) is fed by
+    # every sender and one sender's hiccup does not starve a shard
+    populations_of = [[p for p in range(populations) if p * senders // populations == a] for a in range(senders)]
     hosts = [RemoteLoadSender.options(num_cpus=0).remote(config, pops, pool_rounds, batch) for pops in populations_of]
     ray.get([h.__ray_ready__.remote() for h in hosts])
     ok, rows = True, []
@@ -613,35 +638,44 @@ def run_capacity(algorithm="ldp-sgd", d=10, K=10, shard_counts=(1, 2, 4), popula
                     delivery = LatencyHistogram()
                     for st in stats:
                         delivery.merge(st["delivery_counts"])
-                    throughput = accepted * users_per_message / wall
+                    window = steady_window(t0, [st["call_log"] for st in stats])
+                    throughput = window["user_messages"] / window["seconds"]
                     if level is None:
                         capacity = throughput
                     lost = messages - accepted
-                    machine = (None if not jiffies or not jiffies_after or jiffies_after[1] == jiffies[1] else
-                               (jiffies_after[0] - jiffies[0]) / (jiffies_after[1] - jiffies[1]))
+                    machine = niced = None
+                    if jiffies and jiffies_after and jiffies_after[2] > jiffies[2]:
+                        machine, niced = [(jiffies_after[i] - jiffies[i]) / (jiffies_after[2] - jiffies[2])
+                                          for i in (0, 1)]
                     row = {"shards": S, "level": label, "target_user_messages_per_s": None if level is None else
-                           rate_users, "user_messages_per_s": throughput, "population_messages": messages,
+                           rate_users, "user_messages_per_s": throughput, "window_s": window["seconds"],
+                           "whole_level_user_messages_per_s": accepted * users_per_message / wall,
+                           "population_messages": messages,
                            "users_per_message": users_per_message, "accepted": accepted, "lost_or_rejected": lost,
                            "aggregates_exact": not errors, "errors": errors,
                            "seconds": wall, "p50_ms": None if level is None else delivery.quantile(0.5) * 1e3,
                            "p99_ms": None if level is None else delivery.quantile(0.99) * 1e3,
-                           "shard_busy": [st["call_busy_s"] / wall for st in stats],
-                           "shard_folding": [st["busy_s"] / wall for st in stats],
-                           "shard_cpu": [st["cpu_s"] / wall for st in stats],
+                           "shard_busy": window["busy"], "shard_folding": window["folding"],
+                           "shard_cpu": window["cpu"],
+                           "whole_level_shard_busy": [st["call_busy_s"] / wall for st in stats],
+                           "whole_level_shard_cpu": [st["cpu_s"] / wall for st in stats],
                            "messages_per_call": accepted / max(sum(st["calls"] for st in stats), 1),
                            "sender_cpu": [x["cpu_s"] / wall for x in sent],
                            "sender_waited_p99_ms": max(x["waited_p99_s"] for x in sent) * 1e3,
-                           "machine_cpu": machine, "check_domains": check_domains, "load_average": load}
+                           "machine_cpu": machine, "machine_cpu_niced": niced, "check_domains": check_domains,
+                           "load_average": load}
                     rows.append(row)
                     ok = ok and lost == 0 and sum(st["rejected"] for st in stats) == 0 and not errors
                     pct = lambda xs: ", ".join(f"{100 * x:.0f}%" for x in xs)   # noqa: E731
                     log(f"S={S} {label:>5}: " + ("" if level is None else f"target {rate_users:,.0f}, ") +
-                        f"sustained {throughput:,.0f} user messages/s ({messages} messages of {users_per_message} "
+                        f"sustained {throughput:,.0f} user messages/s over {window['seconds']:.2f} s (whole level "
+                        f"{row['whole_level_user_messages_per_s']:,.0f}/s: {messages} messages of {users_per_message} "
                         f"users, {row['messages_per_call']:.1f} per call, {wall:.2f} s), " + ("" if level is None
                         else f"latency p50 {row['p50_ms']:.1f} ms p99 {row['p99_ms']:.1f} ms, ") +
                         f"shards busy {pct(row['shard_busy'])} (folding {pct(row['shard_folding'])}, "
                         f"CPU {pct(row['shard_cpu'])}), senders CPU {pct(row['sender_cpu'])}, machine CPU "
-                        f"{'?' if machine is None else f'{100 * machine:.0f}%'} of {os.cpu_count()} cores, "
+                        f"{'?' if machine is None else f'{100 * machine:.0f}% (niced {100 * niced:.0f}%)'} of "
+                        f"{os.cpu_count()} cores, "
                         f"{'all accepted once' if lost == 0 else f'{lost} NOT accepted'}, aggregates "
                         f"{'exact' if not errors else 'WRONG'}; load average {load}")
                     for error in errors:
@@ -656,7 +690,12 @@ def run_capacity(algorithm="ldp-sgd", d=10, K=10, shard_counts=(1, 2, 4), popula
 
 
 def _start_ray(attempts: int = 3) -> bool:
-    """ensure_ray, retried: on a loaded machine a new local Ray can miss its fixed 30 s start-up window."""
+    """ensure_ray, retried: on a loaded machine a new local Ray can miss its fixed 30 s start-up window.
+
+    A Ray this job starts runs its workers (shards, senders) at the job's own niceness: Ray's default renices them
+    to 15, which on a shared machine makes the benchmark compete with other users' background (nice 19) jobs on
+    almost equal terms. RAY_worker_niceness set by the caller wins."""
+    os.environ.setdefault("RAY_worker_niceness", str(os.nice(0)))
     for attempt in range(attempts):
         try:
             return ensure_ray(None, log_to_driver=False)
@@ -813,7 +852,7 @@ def main(argv=None) -> int:
                         help="population: whole messages to shard p %% S; block: every message cut by key ranges")
     parser.add_argument("--max-in-flight", type=int, default=None,
                         help="fold calls outstanding per sender (capacity: per sender and shard); default 8 (2)")
-    parser.add_argument("--linger-ms", type=float, default=10.0,
+    parser.add_argument("--linger-ms", type=float, default=20.0,
                         help="capacity: a call leaves when --batch messages are due or its oldest waited this long")
     parser.add_argument("--inject", type=int, default=8, help="duplicates and corrupted messages per sender")
     parser.add_argument("--attack", choices=["out-of-domain", "in-domain"], default=None)

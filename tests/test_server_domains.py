@@ -463,3 +463,14 @@ def test_capacity_check_catches_a_wrong_or_missing_aggregate():
     swapped = [dict(x, entry=x["entry"].copy()) for x in sent]
     swapped[0]["entry"][0] = 1                      # the recomputation follows what each message carried
     assert recomputation.check(plan, 3, populations_of, swapped, totals())
+
+
+def test_steady_window_stops_at_the_first_shard_out_of_work():
+    stress = load_stress()
+    # (start, end, users, CPU so far, fold time so far) per call; shard 0 runs out of work at t = 2, shard 1 at 3
+    logs = [[(0.0, 1.0, 10, 0.5, 0.8), (1.0, 2.0, 10, 1.0, 1.6)],
+            [(0.5, 1.5, 20, 0.4, 0.9), (1.6, 2.6, 20, 0.8, 1.8), (2.6, 3.0, 20, 1.0, 2.1)]]
+    w = stress.steady_window(0.0, logs)
+    assert w["seconds"] == 2.0 and w["user_messages"] == 10 + 10 + 20
+    assert w["busy"] == [1.0, (1.0 + 0.4) / 2.0]          # shard 1's second call clipped at t = 2
+    assert w["cpu"] == [0.5, 0.2] and w["folding"] == [0.8, 0.45]
