@@ -8,7 +8,7 @@
     python jobs/stress_server.py --attack in-domain [--fraction 0.001,0.003,0.01,0.03,0.1] [--plot out.png]
     python jobs/stress_server.py --capacity [--algorithm ldp-sgd --users-per-message 1250 --populations 8]
                                  [--shards 1,2,4] [--levels 25,50,75,100,125] [--level-seconds 4]
-                                 [--batch 128] [--linger-ms 20] [--max-in-flight 2] [--probe-rounds 4000]
+                                 [--batch 256] [--linger-ms 20] [--max-in-flight 2] [--probe-rounds 4000]
     add --no-domain-checks to any of them to measure what the shards' domain checks cost (that measurement only)
 
 Exactness (default, and --attack out-of-domain). The messages are real: each sender actor runs the algorithm's
@@ -590,7 +590,7 @@ def _cpu_jiffies() -> tuple[int, int, int] | None:
 
 
 def run_capacity(algorithm="ldp-sgd", d=10, K=10, shard_counts=(1, 2, 4), populations=8, users_per_message=1250,
-                 senders=2, batch=128, max_in_flight=2, levels=(25, 50, 75, 100, 125), level_seconds=4.0,
+                 senders=2, batch=256, max_in_flight=2, levels=(25, 50, 75, 100, 125), level_seconds=4.0,
                  probe_rounds=4000, pool_rounds=2, max_rounds=40000, linger_ms=20.0, check_domains=True, seed=0,
                  log=print):
     """The capacity curve: per S, a closed-loop probe measures the capacity C (per-user messages/s), then open-loop
@@ -847,7 +847,7 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=150)
     parser.add_argument("--senders", type=int, default=2, help="sender (population) actors")
     parser.add_argument("--batch", type=int, default=None,
-                        help="messages per fold call (default 8); capacity: at most this many (default 128)")
+                        help="messages per fold call (default 8); capacity: at most this many (default 256)")
     parser.add_argument("--layout", default="population", choices=["population", "block"],
                         help="population: whole messages to shard p %% S; block: every message cut by key ranges")
     parser.add_argument("--max-in-flight", type=int, default=None,
@@ -892,7 +892,7 @@ def main(argv=None) -> int:
             if args.capacity:
                 algorithm = args.algorithm or "ldp-sgd"
                 P, upm = args.populations or 8, args.users_per_message or 1250
-                batch, in_flight = args.batch or 128, args.max_in_flight or 2
+                batch, in_flight = args.batch or 256, args.max_in_flight or 2
                 print(f"stress: capacity of {algorithm} d={args.d} per-user messages, {P} populations x {upm} users "
                       f"per message (a round of {P * upm:,} users), {args.senders} senders, up to {batch} messages "
                       f"per call (linger {args.linger_ms:g} ms), {in_flight} calls in flight per sender and shard, "
