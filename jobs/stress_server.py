@@ -8,7 +8,7 @@
     python jobs/stress_server.py --attack in-domain [--fraction 0.001,0.003,0.01,0.03,0.1] [--plot out.png]
     python jobs/stress_server.py --capacity [--algorithm ldp-sgd --users-per-message 1250 --populations 8]
                                  [--shards 1,2,4] [--levels 25,50,75,100,125] [--level-seconds 4]
-                                 [--batch 256] [--linger-ms 20] [--max-in-flight 2] [--probe-rounds 4000]
+                                 [--batch 256] [--linger-ms 20] [--max-in-flight 2] [--probe-rounds 8000]
     add --no-domain-checks to any of them to measure what the shards' domain checks cost (that measurement only)
 
 Exactness (default, and --attack out-of-domain). The messages are real: each sender actor runs the algorithm's
@@ -591,7 +591,7 @@ def _cpu_jiffies() -> tuple[int, int, int] | None:
 
 def run_capacity(algorithm="ldp-sgd", d=10, K=10, shard_counts=(1, 2, 4), populations=8, users_per_message=1250,
                  senders=2, batch=256, max_in_flight=2, levels=(25, 50, 75, 100, 125), level_seconds=4.0,
-                 probe_rounds=4000, pool_rounds=2, max_rounds=40000, linger_ms=20.0, check_domains=True, seed=0,
+                 probe_rounds=8000, pool_rounds=2, max_rounds=40000, linger_ms=20.0, check_domains=True, seed=0,
                  log=print):
     """The capacity curve: per S, a closed-loop probe measures the capacity C (per-user messages/s), then open-loop
     levels at `levels` percent of C. After every level, every round's aggregate is collected from the shards and
@@ -865,8 +865,8 @@ def main(argv=None) -> int:
     parser.add_argument("--capacity", action="store_true", help="the open-loop capacity curve")
     parser.add_argument("--levels", default="25,50,75,100,125", help="capacity: percent of the measured capacity")
     parser.add_argument("--level-seconds", type=float, default=4.0, help="capacity: seconds of load per level")
-    parser.add_argument("--probe-rounds", type=int, default=4000,
-                        help="capacity: rounds of the closed-loop probe (4000 x 10,000 users by default)")
+    parser.add_argument("--probe-rounds", type=int, default=8000,
+                        help="capacity: rounds of the closed-loop probe (8000 x 10,000 users by default)")
     parser.add_argument("--no-domain-checks", action="store_true",
                         help="turn the shards' domain checks off: ONLY to measure what they cost")
     parser.add_argument("--max-seconds", type=float, default=300)
