@@ -35,7 +35,10 @@ Capacity (--capacity): an open-loop load generator. A message is one population'
 (--users-per-message users, 1,250 by default: the engine's own message at its benchmark setting, B = 10,000 users per
 round from 8 populations, each population sending its round's users in ONE message). Each sender generates a small
 pool of its populations' real messages (`simulate_population`, per-user privatized outputs) and puts bundles of them
-(1, 2, 4, ... --batch messages in one object) in Ray's object store ONCE, before any clock starts; then it schedules
+(1, 2, 4, ... --batch messages in one object; a call of n messages refers to the smallest bundle of at least n and
+the shard folds its first n, so when calls are not full it also unpickles up to n - 1 payloads it does not fold: counted as
+busy, not as folding; full calls above capacity use an exact bundle) in Ray's object store ONCE, before any clock
+starts; then it schedules
 message k at t0 + k / rate whatever happened before (open loop) and sends references: a shard's due messages leave
 in one call (headers, scheduled times, a bundle reference) when --batch of them are due or the oldest has waited
 --linger-ms (Kafka's batch.size / linger.ms), with at most --max-in-flight calls outstanding per sender and shard
