@@ -36,14 +36,13 @@ Capacity (--capacity): an open-loop load generator. A message is one population'
 round from 8 populations, each population sending its round's users in ONE message). Each sender generates a small
 pool of its populations' real messages (`simulate_population`, per-user privatized outputs) and puts bundles of them
 (1, 2, 4, ... --batch messages in one object; a call of n messages refers to the smallest bundle of at least n and
-the shard folds its first n, so when calls are not full it also unpickles up to n - 1 payloads it does not fold: counted as
-busy, not as folding; full calls above capacity use an exact bundle) in Ray's object store ONCE, before any clock
-starts; then it schedules
-message k at t0 + k / rate whatever happened before (open loop) and sends references: a shard's due messages leave
-in one call (headers, scheduled times, a bundle reference) when --batch of them are due or the oldest has waited
---linger-ms (Kafka's batch.size / linger.ms), with at most --max-in-flight calls outstanding per sender and shard
-(back-pressure: above capacity the backlog waits at the sender, unsent; nothing is dropped and no queue grows
-without bound). This is what makes the load generator cheap (a call per up to --batch messages, no pickling of
+the shard folds its first n, so when calls are not full it also unpickles up to n - 1 payloads it does not fold:
+counted as busy, not as folding; full calls above capacity use an exact bundle) in Ray's object store ONCE, before
+any clock starts; then it schedules message k at t0 + k / rate whatever happened before (open loop) and sends
+references: a shard's due messages leave in one call (headers, scheduled times, a bundle reference) when --batch
+of them are due or the oldest has waited --linger-ms (Kafka's batch.size / linger.ms), with at most --max-in-flight
+calls outstanding per sender and shard (back-pressure: above capacity the backlog waits at the sender, unsent;
+nothing is dropped and no queue grows without bound). This is what makes the load generator cheap (a call per up to --batch messages, no pickling of
 payloads), not the server's work: the shard fetches the bundle from the object store and folds EVERY message on its
 own through `ShardCore.fold` (header checks, dtype and shape, the domain checks on every user's output, `aggregate`),
 as a client's message; after every level the driver collects every round's aggregate from the shards and compares
@@ -564,7 +563,8 @@ def capacity_table(rows: list[dict]) -> list[str]:
     span = lambda xs: (f"{100 * min(xs):.0f}%" if round(100 * min(xs)) == round(100 * max(xs))   # noqa: E731
                        else f"{100 * min(xs):.0f}-{100 * max(xs):.0f}%")
     levels = list(dict.fromkeys(r["level"] for r in rows))
-    lines = ["| shards | " + " | ".join("capacity (closed-loop probe)" if lv == "probe" else lv for lv in levels) + " |",
+    names = ["capacity (closed-loop probe)" if lv == "probe" else lv for lv in levels]
+    lines = ["| shards | " + " | ".join(names) + " |",
              "| ---: | " + " | ".join("---" for _ in levels) + " |"]
     for S in dict.fromkeys(r["shards"] for r in rows):
         cells = []
