@@ -39,20 +39,21 @@ pool of its populations' real messages (`simulate_population`, per-user privatiz
 the shard folds its first n, so when calls are not full it also unpickles up to n - 1 payloads it does not fold:
 counted as busy, not as folding; full calls above capacity use an exact bundle) in Ray's object store ONCE, before
 any clock starts; then it schedules message k at t0 + k / rate whatever happened before (open loop) and sends
-references: a shard's due messages leave in one call (headers, scheduled times, a bundle reference) when --batch
-of them are due or the oldest has waited --linger-ms (Kafka's batch.size / linger.ms), with at most --max-in-flight
+references: a shard's due messages leave in one call (headers, scheduled times, a bundle reference) when --batch of
+them are due or the oldest has waited --linger-ms (Kafka's batch.size / linger.ms), with at most --max-in-flight
 calls outstanding per sender and shard (back-pressure: above capacity the backlog waits at the sender, unsent;
-nothing is dropped and no queue grows without bound). This is what makes the load generator cheap (a call per up to --batch messages, no pickling of
-payloads), not the server's work: the shard fetches the bundle from the object store and folds EVERY message on its
-own through `ShardCore.fold` (header checks, dtype and shape, the domain checks on every user's output, `aggregate`),
-as a client's message; after every level the driver collects every round's aggregate from the shards and compares
-it, bit for bit, with its own recomputation from the seeds (the pool entry each message carried, aggregated with
-that message's users, added in population order). Per S, a closed-loop probe (everything due at once) measures the
-capacity C; then the levels run at --levels percent of C and report sustained per-user messages/s, latency p50/p99
-from a message's SCHEDULED time to the end of its fold (batching and waiting in the bounded queue count, every
-message of the level), and per shard the figures below. Rates, busy and CPU are taken over the level's steady
-window: from t0 to the end of the first shard's last call, while every shard still had work (`steady_window`; after
-it the shards drain their backlogs unevenly and the first done sits idle); the whole level's rate is printed too.
+nothing is dropped and no queue grows without bound). This is what makes the load generator cheap (a call per up to
+--batch messages, no pickling of payloads), not the server's work: the shard fetches the bundle from the object store
+and folds EVERY message on its own through `ShardCore.fold` (header checks, dtype and shape, the domain checks on
+every user's output, `aggregate`), as a client's message; after every level the driver collects every round's
+aggregate from the shards and compares it, bit for bit, with its own recomputation from the seeds (the pool entry
+each message carried, aggregated with that message's users, added in population order). Per S, a closed-loop probe
+(everything due at once) measures the capacity C; then the levels run at --levels percent of C and report sustained
+per-user messages/s, latency p50/p99 from a message's SCHEDULED time to the end of its fold (batching and waiting in
+the bounded queue count, every message of the level), and per shard the figures below. Rates, busy and CPU are taken
+over the level's steady window: from t0 to the end of the first shard's last call, while every shard still had work
+(`steady_window`; after it the shards drain their backlogs unevenly and the first done sits idle); the whole level's
+rate is printed too.
   busy  = the fraction of the window the shard had messages in hand: from the first line of its handler
           (before fetching the bundle) to the end of its last fold. Ray's own work between two calls (receiving the
           call, sending the reply) is not counted; "folding" is the part spent in `ShardCore.fold` itself;
