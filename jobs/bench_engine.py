@@ -8,9 +8,9 @@ Default mode: for each algorithm, in the same run, on the same config:
   * baseline: `run_local` with the contexts drawn as before ldpfed/envs/sphere.py (numpy normals, then a norm):
     the single-process figure the compiled sampler is compared with (--no-baseline skips it);
   * floor: `run_local` (one process, same round size and populations), users/s of wall and of CPU time;
-  * Ray: `run_ray` (population actors + shards + coordinator), users/s of the rounds (after the actors are up; the
-    wall rate with actor start-up is printed too), its ratio to the floor and to twice the floor (2 cores), and
-    whether the two results are identical (they must be);
+  * Ray: `run_ray` (population actors + shards + coordinator), users/s of the run (after an untimed two-round
+    warm-up run that starts the pooled actor processes and loads their compiled kernels; its time is printed),
+    its ratio to the floor and to twice the floor (2 cores), and whether the two results are identical (they must be);
   * privatizers alone (jobs/bench_privatize.py's loop, same d, 2e5 users): the cost floor of the client half.
 
 --users above 1e6: ldp-sgd through Ray at 1e6 users, then at --users, in the same Ray session (the same actor
@@ -83,6 +83,13 @@ def floor_vs_ray(args) -> int:
           f"{'x base':>6}  {'ray':>9} {'/floor':>6} {'/2floor':>7}  {'ray wall':>9}  {'privatize cpu':>13}  same")
     for algorithm in args.algorithms:
         config = config_for(algorithm, args.users, args)
+        # Untimed: two rounds through Ray and run_local first, so the pooled actor processes have started, and every
+        # process has imported ldpfed and loaded its compiled kernels (numba: ~1.4 s per process, once), before the
+        # measured runs, whose rates would otherwise count that one-off cost in the first runs only.
+        t0 = time.perf_counter()
+        run_ray(config_for(algorithm, 2 * args.round_size, args), **ray_options(args))
+        warm_up = time.perf_counter() - t0
+        run_local(config_for(algorithm, 2 * args.round_size, args))     # and this process's kernels
         base = base_cpu = float("nan")
         if args.baseline:
             with mock.patch.object(GLMContextual, "contexts", numpy_contexts):
@@ -104,7 +111,9 @@ def floor_vs_ray(args) -> int:
               f"{s['messages_per_s']:,.0f} user messages/s, fold p50 {s['fold_latency_p50_ms']:.3f} ms "
               f"p99 {s['fold_latency_p99_ms']:.3f} ms, {s['rejected_messages']} rejected; peak RSS driver "
               f"{mb(s['peak_rss_driver'])}, populations {mb(s['peak_rss_populations'])}, shards "
-              f"{mb(s['peak_rss_shards'])}; target ratio >= 0.5: {'met' if ratio >= 0.5 else 'NOT met'}", flush=True)
+              f"{mb(s['peak_rss_shards'])}; Ray/(2 floor) >= 2/3 (issue 10): "
+              f"{'met' if rate >= 4 / 3 * floor else 'NOT met'}; "
+              f"untimed Ray warm-up (2 rounds; actor start-up, kernels loading) {warm_up:.1f} s", flush=True)
     return 0 if ok else 1
 
 
