@@ -3,7 +3,7 @@
 A point is d standard normals divided by their norm (uniform by the rotation invariance of N(0, I_d)). The normals
 come from a compiled ziggurat (Doornik's ZIGNOR, 128 layers: Doornik 2005, "An improved ziggurat method to generate
 normal random samples") fed by a xoshiro256++ generator (Blackman & Vigna 2018) inlined in the same loop, with the
-normalisation fused into it: one pass, no temporaries, ~3x cheaper per normal than numpy's
+normalisation fused into it: one pass, no temporaries, ~2x cheaper per normal than numpy's
 Generator.standard_normal (whose words go through a function pointer per draw).
 
 Stream: each call takes 4 raw words from the run's Generator (`rng.bit_generator.random_raw(4)`) as the 256-bit
