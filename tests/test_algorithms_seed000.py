@@ -63,15 +63,25 @@ def test_single_parameter_learns_glm(algorithm, env):
     assert_clearly_beats_uniform(run(algorithm, setting), run("uniform", setting))
 
 
-# ldp-sgd-multi does NOT reliably beat uniform here: its final regret / uniform's over seeds 0-4 at this setting was
-# 0.21, 0.18, 1.09, 1.49, 0.97 (main at 5a6ed73) and 0.82, 0.26, 0.26, 1.65, 1.26 (after the context sampler's stream
-# change), above 1 for 3 of 8 seeds at 1e5 users too (with or without params.project = 1); seed 0 passed by luck.
-# Reported (issue 10); kept as a non-strict xfail until the algorithm or the claim is settled.
-@pytest.mark.parametrize("algorithm", [
-    pytest.param("ldp-sgd-multi", marks=pytest.mark.xfail(reason="not reliable across seeds (above)", strict=False)),
-    "ols-multi"])
+@pytest.mark.parametrize("algorithm", ["ols-multi"])
 def test_multi_parameter_beats_uniform(algorithm):
     assert_clearly_beats_uniform(run(algorithm, MULTI), run("uniform", MULTI))
+
+
+def test_ldp_sgd_multi_projected_learns_on_every_seed():
+    """ldp-sgd-multi with the paper's constant step (5/j) has a heavy tail here: its first steps, 5 Z with Z an
+    l2-ball output of norm ~17, throw theta to norm ~80, and the clipped gradients pull it back by at most 5/j per
+    message, ~44 in all at this T; regret / uniform over seeds 0-7 was 0.82, 0.26, 0.26, 1.65, 1.26, 1.72, 0.06,
+    0.76 (REPRODUCTION.md, multi parameter, gives the arithmetic at d = 20). Projecting onto the paper's
+    ||theta_a|| <= 1 (`project=1`, free post-processing) removes the tail: 0.50, 0.20, 0.86, 0.56, 0.78, 0.95, 0.21,
+    0.35. Asserted: below uniform play on each of 5 seeds (if the two were equally good, 5 of 5 has probability
+    2^-5 = 0.031) and in the median, by a margin (median ratio <= 0.8) well outside uniform's ~1% sampling noise."""
+    ratios = []
+    for seed in range(5):
+        sgd = run("ldp-sgd-multi", {**MULTI, "params": {"project": 1}}, seed=seed).summary["final_regret"]
+        ratios.append(sgd / run("uniform", MULTI, seed=seed).summary["final_regret"])
+    assert max(ratios) < 1.0, ratios
+    assert np.median(ratios) <= 0.8, ratios
 
 
 def test_ldp_ols_multi_beats_uniform_at_small_noise():
