@@ -441,7 +441,7 @@ def claim_rows(paper_id: str, runs: pd.DataFrame, slopes: pd.DataFrame) -> list[
                     " O~(sum_a sqrt(L_T T) + ...) (slope 1/2 in T)",
                     "sw-klucb-cf", 0.5)
         claim = quote("004", "Corollary 2")
-        meds = {e: float(np.median(values(runs, "sw-klucb-cf", e))) for e in (0.5, 1.0, 2.0)}
+        meds = {e: float(np.median(values(runs, "sw-klucb-cf", e, label=PIECEWISE))) for e in (0.5, 1.0, 2.0)}
         ok = meds[0.5] >= meds[1.0] >= meds[2.0]
         add(claim + ": the gap term scales as 1/tanh(eps/2)^2 (regret decreases with eps)",
             " / ".join(f"eps={e:g}: {_num(m)}" for e, m in meds.items()), ok,
