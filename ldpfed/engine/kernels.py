@@ -20,6 +20,8 @@ import math
 import numpy as np
 from numba import njit
 
+from ldpfed.mechanisms.l2ball import privatize_row
+
 IDENTITY, LOGISTIC, EXP_CAPPED = 0, 1, 2
 
 
@@ -90,33 +92,6 @@ def _clip_value(r, bound):
     return r, 0
 
 
-@njit(cache=True)
-def _l2_ball(g, radius, ball_B, tanh_half, gauss, unif, out):
-    """L2BallMechanism.privatize of one row g into out (gauss: its d standard normals, unif: its uniform)."""
-    d = g.shape[0]
-    norm = math.sqrt(_dot(g, g))
-    norm_c = radius if norm > radius else norm
-    nv = math.sqrt(_dot(gauss, gauss))
-    if nv == 0.0:
-        nv = 1.0
-    proj = 0.0
-    for j in range(d):
-        out[j] = gauss[j] / nv
-    if norm > 0.0:
-        for j in range(d):
-            proj += out[j] * (g[j] / norm)
-    else:
-        proj = out[0]
-    p_pos = 0.5 + norm_c * (tanh_half / (2.0 * radius))
-    want_pos = unif < p_pos
-    if (proj >= 0.0) != want_pos:
-        for j in range(d):
-            u = g[j] / norm if norm > 0.0 else (1.0 if j == 0 else 0.0)
-            out[j] -= (2.0 * proj) * u
-    for j in range(d):
-        out[j] *= ball_B
-
-
 # ------------------------------------------------------------------------------------------------------------
 # seed 000, single parameter
 # ------------------------------------------------------------------------------------------------------------
@@ -140,7 +115,7 @@ def ldp_sgd(theta, t0, ctx, wnoise, theta_star, env_link, noise_std, alg_link, C
         for j in range(d):
             g[j] = coef * x[j]
         counts[i, 2] = _clip_rows(g, R, rtol)
-        _l2_ball(g, R, ball_B, tanh_half, gauss[i], unif[i], z)
+        privatize_row(g, R, ball_B, tanh_half, gauss[i], unif[i], z)
         eta = step / ((t0 + i) + (1.0 + offset))
         for j in range(d):
             theta[j] = theta[j] * (1.0 - decay * eta) - eta * z[j]
@@ -355,6 +330,17 @@ def _act_multi(x, t, warm, h, theta, theta_warm):
 
 
 @njit(cache=True)
+def _end_of_user(theta, theta_warm, frozen, warm_done, snap_row, snaps):
+    """After a multi-parameter user: keep theta as the warm-up estimate the first time warm-up is done (elimination
+    reads it), and snapshot theta if this user is a table row (snap_row >= 0)."""
+    if not frozen[0] and warm_done:
+        theta_warm[:, :] = theta
+        frozen[0] = True
+    if snap_row >= 0:
+        snaps[snap_row] = theta
+
+
+@njit(cache=True)
 def ldp_sgd_multi(theta, theta_warm, n_msgs, frozen, t0, ctx, wnoise, theta_star, env_link, noise_std, alg_link,
                   C_B, c_r, R, ball_B, tanh_half, warm, h, rtol, sent, eta, project, gauss, unif, snap_at, snaps,
                   regret, counts):
@@ -379,16 +365,12 @@ def ldp_sgd_multi(theta, theta_warm, n_msgs, frozen, t0, ctx, wnoise, theta_star
             g[j] = coef * x[j]
         counts[i, 2] = _clip_rows(g, R, rtol)
         for k in range(K):
-            _l2_ball(g if k == a else zero, R, ball_B, tanh_half, gauss[i * K + k], unif[i * K + k], z)
+            privatize_row(g if k == a else zero, R, ball_B, tanh_half, gauss[i * K + k], unif[i * K + k], z)
             for j in range(d):
                 theta[k, j] = theta[k, j] - eta[i, k] * (z[j] * sent[i, k])
             n_msgs[k] = n_msgs[k] + sent[i, k]
         _project_rows(theta, project)
-        if not frozen[0] and t + 1 >= warm:
-            theta_warm[:, :] = theta
-            frozen[0] = True
-        if snap_at[i] >= 0:
-            snaps[snap_at[i]] = theta
+        _end_of_user(theta, theta_warm, frozen, t + 1 >= warm, snap_at[i], snaps)
 
 
 @njit(cache=True)
@@ -434,7 +416,7 @@ def ldp_sgd_multi_authors(theta, theta_warm, V, U, n_msgs, frozen, t0, ctx, wnoi
             for j in range(d):
                 g[a * d + j] = coef * x[j]
             counts[i, 2] = _clip_rows(g, R, rtol)
-            _l2_ball(g, R, ball_B, tanh_half, gauss_Z[ip], unif[ip], z)
+            privatize_row(g, R, ball_B, tanh_half, gauss_Z[ip], unif[ip], z)
             keep = 1.0 - decay * eta[i]
             step = eta[i] * b_scale
             for k in range(K):
@@ -442,11 +424,7 @@ def ldp_sgd_multi_authors(theta, theta_warm, V, U, n_msgs, frozen, t0, ctx, wnoi
                     theta[k, j] = theta[k, j] * keep - step * z[k * d + j]
                 n_msgs[k] = n_msgs[k] + 1.0
             ip += 1
-        if not frozen[0] and t + 1 >= warm:
-            theta_warm[:, :] = theta
-            frozen[0] = True
-        if snap_at[i] >= 0:
-            snaps[snap_at[i]] = theta
+        _end_of_user(theta, theta_warm, frozen, t + 1 >= warm, snap_at[i], snaps)
 
 
 @njit(cache=True)
@@ -484,11 +462,7 @@ def ldp_ols_multi(V, U, theta, theta_warm, n_msgs, frozen, t0, ctx, wnoise, thet
                     A[j, l] = V[k, j, l]
                 A[j, j] = V[k, j, j] + shifts[i, k]
             theta[k] = np.linalg.solve(A, U[k])
-        if not frozen[0] and t + 1 >= warm:
-            theta_warm[:, :] = theta
-            frozen[0] = True
-        if snap_at[i] >= 0:
-            snaps[snap_at[i]] = theta
+        _end_of_user(theta, theta_warm, frozen, t + 1 >= warm, snap_at[i], snaps)
 
 
 # ------------------------------------------------------------------------------------------------------------

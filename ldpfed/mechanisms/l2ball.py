@@ -31,41 +31,49 @@ def l2_ball_radius(radius, eps, dim) -> float:
 
 
 @njit(cache=True)
-def _privatize_rows(x, radius, B, tanh_half, rtol, gauss, unif, out):
-    """The mechanism on every row of x (n, dim) into out (n, dim), from the row's dim standard normals gauss[i]
-    and its uniform unif[i]; returns how many rows were clipped (norm > radius (1 + rtol)).
+def privatize_row(g, radius, B, tanh_half, gauss, unif, out):
+    """The mechanism on one row g (dim,) into out (dim,), from its dim standard normals `gauss` and its uniform
+    `unif`; returns ||g|| (the caller counts clipping). The one implementation of the sampling: the batched
+    mechanism below and the compiled sequential kernels (ldpfed/engine/kernels.py) both call it.
 
-    Row i: g = x[i] clipped to the radius; v = gauss[i] / ||gauss[i]|| is uniform on the unit sphere; the output
-    B v lies in the half-space {v.u >= 0} of u = g/||g|| (u = e_1 for g = 0) w.p. p = 1/2 + ||g|| tanh(eps/2) / (2R),
-    else in the opposite one. No rejection: a v on the wrong side is reflected through the hyperplane u-perp
-    (v - 2 (v.u) u maps the uniform law on one half-sphere onto the other). Compiled: one pass per row, no
-    temporaries (the numpy version cost more than drawing its normals)."""
-    n, dim = x.shape
+    g is clipped to the radius; v = gauss / ||gauss|| is uniform on the unit sphere; the output B v lies in the
+    half-space {v.u >= 0} of u = g/||g|| (u = e_1 for g = 0) w.p. p = 1/2 + ||g|| tanh(eps/2) / (2R), else in the
+    opposite one. No rejection: a v on the wrong side is reflected through the hyperplane u-perp (v - 2 (v.u) u
+    maps the uniform law on one half-sphere onto the other)."""
+    dim = g.shape[0]
+    norm = 0.0
+    for j in range(dim):
+        norm += g[j] * g[j]
+    norm = math.sqrt(norm)
+    norm_c = radius if norm > radius else norm
+    nv = 0.0
+    for j in range(dim):
+        nv += gauss[j] * gauss[j]
+    nv = math.sqrt(nv)
+    if nv == 0.0:    # probability 0 (all dim normals exactly 0); guard anyway
+        nv = 1.0
+    proj = 0.0
+    for j in range(dim):
+        out[j] = gauss[j] / nv
+        proj += out[j] * ((g[j] / norm) if norm > 0.0 else (1.0 if j == 0 else 0.0))
+    want_pos = unif < 0.5 + norm_c * (tanh_half / (2.0 * radius))
+    if (proj >= 0.0) != want_pos:
+        for j in range(dim):
+            out[j] -= (2.0 * proj) * ((g[j] / norm) if norm > 0.0 else (1.0 if j == 0 else 0.0))
+    for j in range(dim):
+        out[j] *= B
+    return norm
+
+
+@njit(cache=True)
+def _privatize_rows(x, radius, B, tanh_half, rtol, gauss, unif, out):
+    """privatize_row on every row of x (n, dim) into out (n, dim); returns how many rows were clipped (norm >
+    radius (1 + rtol)). Compiled: one pass per row, no temporaries (the numpy version cost more than drawing its
+    normals)."""
     clipped = 0
-    for i in range(n):
-        norm = 0.0
-        for j in range(dim):
-            norm += x[i, j] * x[i, j]
-        norm = math.sqrt(norm)
-        if norm > radius * (1.0 + rtol):
+    for i in range(x.shape[0]):
+        if privatize_row(x[i], radius, B, tanh_half, gauss[i], unif[i], out[i]) > radius * (1.0 + rtol):
             clipped += 1
-        norm_c = radius if norm > radius else norm
-        nv = 0.0
-        for j in range(dim):
-            nv += gauss[i, j] * gauss[i, j]
-        nv = math.sqrt(nv)
-        if nv == 0.0:    # probability 0 (all dim normals exactly 0); guard anyway
-            nv = 1.0
-        proj = 0.0
-        for j in range(dim):
-            out[i, j] = gauss[i, j] / nv
-            proj += out[i, j] * ((x[i, j] / norm) if norm > 0.0 else (1.0 if j == 0 else 0.0))
-        want_pos = unif[i] < 0.5 + norm_c * (tanh_half / (2.0 * radius))
-        if (proj >= 0.0) != want_pos:
-            for j in range(dim):
-                out[i, j] -= (2.0 * proj) * ((x[i, j] / norm) if norm > 0.0 else (1.0 if j == 0 else 0.0))
-        for j in range(dim):
-            out[i, j] *= B
     return clipped
 
 
