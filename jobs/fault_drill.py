@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from ldpfed.config import RunConfig  # noqa: E402
 from ldpfed.engine import run_local  # noqa: E402
+from ldpfed.tracking import local_server  # noqa: E402
 
 
 def actor_fault(config, kind: str, how: str, at_round: int, options: dict) -> dict:
@@ -108,39 +109,16 @@ def driver_kill(config, every_rounds: int = 10) -> dict:
 
 
 # ---- MLflow outage -------------------------------------------------------------------------------------------
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def start_mlflow(root: Path, port: int) -> subprocess.Popen:
     """`mlflow server` on 127.0.0.1:port, SQLite and artifacts under root, in its own process group; returns once
-    it answers /health."""
-    import urllib.request
-
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    env.pop("MLFLOW_TRACKING_URI", None)
-    log = open(root / "server.log", "a")
-    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri",
-                             f"sqlite:///{root / 'server.db'}", "--artifacts-destination", str(root / "artifacts"),
-                             "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-                            cwd=root, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"mlflow server exited: {(root / 'server.log').read_text()[-2000:]}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as response:
-                if response.status == 200:
-                    return proc
-        except OSError:
-            pass
-        time.sleep(0.25)
-    signal_group(proc, signal.SIGKILL)
-    raise RuntimeError("mlflow server did not answer within 180 s")
+    it answers /health (killed if it does not within 180 s)."""
+    proc = local_server.spawn(root, port)
+    try:
+        local_server.wait_healthy(proc, root, port, timeout=180)
+    except RuntimeError:
+        signal_group(proc, signal.SIGKILL)
+        raise
+    return proc
 
 
 def signal_group(proc: subprocess.Popen, sig) -> None:
@@ -162,7 +140,7 @@ def mlflow_outage(root: Path, how: str = "kill", runs: int = 5, users: int = 20_
     from mlflow import MlflowClient
 
     root.mkdir(parents=True, exist_ok=True)
-    port = free_port()
+    port = local_server.free_port()
     uri = f"http://127.0.0.1:{port}"
     server = start_mlflow(root, port)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

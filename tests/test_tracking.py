@@ -12,10 +12,8 @@ import pickle
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import matplotlib.image
@@ -27,7 +25,7 @@ from mlflow import MlflowClient  # a required dependency: a failed import must f
 from ldpfed.algorithms import REGISTRY
 from ldpfed.config import RunConfig
 from ldpfed.engine.local import run_local
-from ldpfed.tracking import MAX_POINTS, Tracker, TrackingUnavailable, metric_curves, run_params
+from ldpfed.tracking import MAX_POINTS, Tracker, TrackingUnavailable, local_server, metric_curves, run_params
 
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -40,12 +38,6 @@ def _no_ambient_tracking(monkeypatch):
     for name in ("MLFLOW_TRACKING_URI", "MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT",
                  "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR"):
         monkeypatch.delenv(name, raising=False)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def sweep_algorithms() -> list[str]:
@@ -77,39 +69,23 @@ def assert_png(path: Path):
 def _server_process(tmp_path_factory):
     """Start `mlflow server` when the module starts, so its start-up overlaps the tests that need no server."""
     root = tmp_path_factory.mktemp("mlflow_server")
-    port = free_port()
-    log = open(root / "server.log", "w")
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    env.pop("MLFLOW_TRACKING_URI", None)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{root / 'server.db'}",
-         "--artifacts-destination", str(root / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
-         "--workers", "1"],
-        cwd=root, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    port = local_server.free_port()
+    proc = local_server.spawn(root, port)
     try:
-        yield {"proc": proc, "uri": f"http://127.0.0.1:{port}", "root": root, "artifacts": root / "artifacts"}
+        yield {"proc": proc, "port": port, "uri": f"http://127.0.0.1:{port}", "root": root,
+               "artifacts": root / "artifacts"}
     finally:
         stop_group(proc)
-        log.close()
 
 
 @pytest.fixture(scope="module")
 def mlflow_server(_server_process):
     """The real `mlflow server` on 127.0.0.1, once it answers /health."""
-    proc, uri, root = _server_process["proc"], _server_process["uri"], _server_process["root"]
-    deadline = time.monotonic() + 120
-    while True:
-        if proc.poll() is not None:
-            pytest.fail(f"mlflow server exited ({proc.returncode}):\n{(root / 'server.log').read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(f"{uri}/health", timeout=2) as response:
-                if response.status == 200:
-                    return _server_process
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            pytest.fail(f"mlflow server did not answer in 120 s:\n{(root / 'server.log').read_text()[-3000:]}")
-        time.sleep(0.25)
+    try:
+        local_server.wait_healthy(_server_process["proc"], _server_process["root"], _server_process["port"], 120)
+    except RuntimeError as error:
+        pytest.fail(str(error))
+    return _server_process
 
 
 def stop_group(proc: subprocess.Popen) -> None:
@@ -137,7 +113,7 @@ def stop_group(proc: subprocess.Popen) -> None:
 def test_unreachable_server_fails_fast_and_local_results_survive(tmp_path, _server_process):
     uri = _server_process["uri"]
     while uri == _server_process["uri"]:              # a closed loopback port (not the one the server is taking)
-        uri = f"http://127.0.0.1:{free_port()}"
+        uri = f"http://127.0.0.1:{local_server.free_port()}"
     started = time.monotonic()
     with pytest.raises(TrackingUnavailable) as caught:
         Tracker("ldpfed-test", tracking_uri=uri, out_dir=tmp_path / "never")
@@ -185,9 +161,9 @@ def test_credentials_in_the_tracking_uri_are_never_written_or_shown(tmp_path, _s
     assert redact("sqlite:////tmp/a b/mlflow.db") == "sqlite:////tmp/a b/mlflow.db"
     assert scrub("failed: GET http://alice:s3cret@h:1/api?token=t0k&x=1") == \
         "failed: GET http://alice:***@h:1/api?token=***&x=1"
-    port = free_port()
+    port = local_server.free_port()
     while f"http://127.0.0.1:{port}" == _server_process["uri"]:
-        port = free_port()
+        port = local_server.free_port()
     secret_uri = f"http://alice:s3cret@127.0.0.1:{port}"
     with pytest.raises(TrackingUnavailable) as caught:
         Tracker("x", tracking_uri=secret_uri, out_dir=tmp_path)
