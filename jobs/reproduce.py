@@ -658,9 +658,8 @@ def price_of_batching(args, tracker) -> Path:
     md = batching_markdown(runs, command, seeds)
     (local_dir / "batching.md").write_text(md)
     # every algorithm's regrets divided by its own B = 1 median: the families' scales differ by 100x
-    relative = runs.copy()
-    relative["final_regret"] = relative["final_regret"].astype(float) / relative.groupby("algorithm")[
-        "final_regret"].transform(lambda v: v[relative.loc[v.index, "round_size"] == 1].astype(float).median())
+    b1_median = runs[runs["round_size"] == 1].groupby("algorithm")["final_regret"].median()
+    relative = runs.assign(final_regret=runs["final_regret"].astype(float) / runs["algorithm"].map(b1_median))
     quartile_plot(relative, "round_size", "round size B (users per round)",
                   f"Price of batching, eps = 1, {seeds} seeds (T: see batching.md)", local_dir / "plots" / "batching.png",
                   ylabel="final regret / its median at B = 1 (median, 25-75%)")
