@@ -67,6 +67,28 @@ def test_every_registered_algorithm_equals_single_process_in_both_modes(ray_sess
         assert_same(local, run_ray(config, actors=2, shards=2, mode=mode))
 
 
+def test_model_by_value_or_through_the_object_store_same_result(ray_session, monkeypatch):
+    # a small model travels inside the population calls, a large one is put once per round: same rounds either way
+    import ray
+
+    from ldpfed.engine import ray_engine
+    from ldpfed.engine.ray_engine import _model_bytes, run_ray
+
+    assert _model_bytes({"theta": np.zeros(10), "beta": 1.5, "name": "ab"}) == (5 + 80) + (4 + 8) + (4 + 2)    # keys and values
+    assert _model_bytes({"x": np.array([None], dtype=object)}) == float("inf")     # what an object array holds
+    assert _model_bytes({"x": object()}) == float("inf")
+    config = small(LDP[0] if LDP else "uniform")
+    local = run_local(config)
+    puts = []
+    real_put = ray.put
+    monkeypatch.setattr(ray_engine.ray, "put", lambda value, **kw: puts.append(1) or real_put(value, **kw))
+    assert_same(local, run_ray(config, actors=2))
+    assert puts == []                                     # d = 3: by value
+    monkeypatch.setattr(ray_engine, "INLINE_MODEL_BYTES", 0)
+    assert_same(local, run_ray(config, actors=2))
+    assert len(puts) == config.rounds                     # one put per round
+
+
 def test_last_round_smaller_than_populations_and_no_message_algorithm(ray_session):
     from ldpfed.engine.ray_engine import run_ray
 

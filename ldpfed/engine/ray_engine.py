@@ -1,7 +1,9 @@
 """The federated engine on Ray: population actors, server shard actors, and the driver as coordinator.
 
 One round:
-1. The coordinator publishes the model with ONE `ray.put`; every population actor reads it zero-copy.
+1. The coordinator publishes the model: a small one (under INLINE_MODEL_BYTES, e.g. d = 10: a few hundred bytes)
+   goes by value inside each population call; a large one is stored once (`ray.put`) and every population actor
+   reads it zero-copy. (A `ray.put` goes through the object store: ~1.3 ms here, a tenth of a B = 10,000 round.)
 2. Each population actor simulates all the users of its logical populations for the round in one call
    (`simulate_population`, vectorized), and returns one object per server shard (the messages for that shard's
    keys, see `ray_shard`) plus the simulation metrics (regret, counters) as a separate object: metrics never go
@@ -11,7 +13,8 @@ One round:
    (idempotent per (population, round), in population order) and returns the round's totals for its keys.
 4. The coordinator reassembles the aggregate from the shards' totals, runs `algo.update` (the server half),
    records the round (`RoundRecorder`) and reports progress.
-Per round: one `ray.put`, one call per population actor, one call per shard; the driver never touches messages.
+Per round: at most one `ray.put`, one call per population actor, one call per shard; the driver never touches
+messages.
 
 The result equals `run_local`'s for the same config, whatever the number of actors, shards or nodes: the same
 derived random streams are used per (population, round), regret and metrics are added in population order, and
@@ -85,7 +88,8 @@ class PopulationActor:
         return (*per_shard, metrics)
 
     def stats(self) -> dict:
-        return {"peak_rss": peak_rss_bytes(), "rss": current_rss_bytes(), "pid": os.getpid()}
+        return {"peak_rss": peak_rss_bytes(), "rss": current_rss_bytes(), "pid": os.getpid(),
+                "cpu_s": time.process_time()}
 
 
 class ShardActor:
@@ -129,7 +133,7 @@ class ShardActor:
         return self.core.peek(round_index)
 
     def stats(self) -> dict:
-        return {**self.core.stats(), "pid": os.getpid()}
+        return {**self.core.stats(), "pid": os.getpid(), "cpu_s": time.process_time()}
 
 
 RemotePopulation = ray.remote(PopulationActor)
@@ -324,6 +328,11 @@ class RayBackend(Backend):
         nodes = cluster_nodes()   # population actor a on node a % N, shard s on node s % N
         self._configured(keys, [self._start(kind, i, first_round, nodes[i % len(nodes)]) for kind, i in keys])
         self._add_spares(wait=True)
+        # CPU seconds of each process so far (pooled processes served earlier runs): the run's share is the rise
+        self.cpu_at_open = {"driver": time.process_time()}
+        for key, st in zip(keys, ray.get([self.handles[key].stats.remote() for key in keys],
+                                         timeout=self.first_round_timeout)):
+            self.cpu_at_open[st["pid"]] = st["cpu_s"]
 
     def _add_spares(self, wait: bool) -> None:
         """Top up `spares` idle actors of each kind (their process started, `node()` called once)."""
@@ -361,7 +370,7 @@ class RayBackend(Backend):
 
     def _round(self, model, r, start, stop, deadline):
         shards, pops, shard_actors = self.shards, self.handles, self.handles
-        model_ref = ray.put(model)
+        model_ref = model if _model_bytes(model) <= INLINE_MODEL_BYTES else ray.put(model)
         metric_refs, shard_refs = [], [[] for _ in range(shards)]
         for a in range(self.actors):
             if len(metric_refs) >= self.max_in_flight:      # bound the population calls in flight
@@ -456,6 +465,8 @@ class RayBackend(Backend):
                                 timeout=self.first_round_timeout)
         except FAULTS as error:   # the rounds are done; only the figures below are lost
             return {**extra, "stats_error": describe_error(error)}
+        def cpu(stats):   # a process recreated during the run counts whole
+            return sum(st["cpu_s"] - self.cpu_at_open.get(st["pid"], 0.0) for st in stats)
         latency = LatencyHistogram()
         for st in shard_stats:
             latency.merge(st["latency_counts"])
@@ -474,6 +485,9 @@ class RayBackend(Backend):
             "peak_rss_driver": peak_rss_bytes(),
             "peak_rss_populations": max(st["peak_rss"] for st in pop_stats),
             "peak_rss_shards": max(st["peak_rss"] for st in shard_stats),
+            # CPU seconds this run used in each kind of process (all its threads): where a round's time goes
+            "cpu_s_driver": time.process_time() - self.cpu_at_open["driver"],
+            "cpu_s_populations": cpu(pop_stats), "cpu_s_shards": cpu(shard_stats),
         }
 
     def release(self, reuse: bool) -> None:
@@ -491,6 +505,26 @@ class RayBackend(Backend):
             else:
                 _kill(handle)
         self.handles = {}
+
+
+# Models up to this size travel inside the calls (Ray inlines call arguments below 100 KiB): cheaper than a put.
+INLINE_MODEL_BYTES = 64 * 2**10
+
+
+def _model_bytes(model) -> float:
+    """The size of a published model's arrays, strings and numbers (nested dicts, lists, tuples); anything else
+    counts as unbounded (it is then stored with `ray.put`, as before)."""
+    if isinstance(model, np.ndarray):
+        return float("inf") if model.dtype.hasobject else model.nbytes
+    if isinstance(model, dict):
+        return sum(_model_bytes(key) + _model_bytes(value) for key, value in model.items())
+    if isinstance(model, (list, tuple)):
+        return sum(_model_bytes(value) for value in model)
+    if isinstance(model, (str, bytes)):
+        return len(model)
+    if model is None or isinstance(model, (bool, int, float, np.generic)):
+        return 8
+    return float("inf")
 
 
 def _left(deadline: float) -> float:
