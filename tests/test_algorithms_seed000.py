@@ -1,18 +1,21 @@
 """Seed 000 (Han, Liang, Wang, Zhang 2021): ldp-ols, ldp-sgd, ldp-ols-multi, ldp-sgd-multi and the non-private
 ols, ols-multi. Reduced horizons (T = 2e4, rounds of 10 users: the batched variant) so that each test takes a few
-seconds; B = 1 (the paper's sequential algorithm) is checked against a plain loop."""
+seconds; B = 1 (the paper's sequential algorithm) is checked against a plain loop; the claims that need many seeds
+run at B = 1 and T = 1e5 on the compiled sequential engine."""
 import math
 
 import numpy as np
 import pytest
-from scipy import special
+from scipy import special, stats
 
 from ldpfed.algorithms import make_algorithm
 from ldpfed.config import RunConfig
+from ldpfed.engine import run as run_engine
 from ldpfed.engine import run_local
 from ldpfed.envs import make_env
 from ldpfed.errors import ConfigError
 from ldpfed.mechanisms import gaussian_sigma
+from ldpfed.normals import standard_normals
 from ldpfed.rng import derive
 
 T, B = 20_000, 10
@@ -25,14 +28,15 @@ _cache: dict = {}
 
 
 def run(algorithm, setting, seed=0, users=T, round_size=B, **changes):
-    """run_local, memoized within this module (several tests compare the same runs)."""
+    """engine.run (at B = 1 the compiled sequential engine where it applies, else run_local), memoized within this
+    module (several tests compare the same runs)."""
     setting = {**setting, **changes}
     key = (algorithm, repr(sorted(setting.items())), seed, users, round_size)
     if key not in _cache:
         params = setting.pop("params", {}) if algorithm != "uniform" else {}
         setting.pop("params", None)
-        _cache[key] = run_local(RunConfig(algorithm, users=users, round_size=round_size, seed=seed,
-                                          params=params, **setting))
+        _cache[key] = run_engine(RunConfig(algorithm, users=users, round_size=round_size, seed=seed,
+                                           params=params, **setting))
     return _cache[key]
 
 
@@ -68,20 +72,20 @@ def test_multi_parameter_beats_uniform(algorithm):
     assert_clearly_beats_uniform(run(algorithm, MULTI), run("uniform", MULTI))
 
 
-def test_ldp_sgd_multi_projected_learns_on_every_seed():
-    """ldp-sgd-multi with the paper's constant step (5/j) has a heavy tail here: its first steps, 5 Z with Z an
-    l2-ball output of norm ~17, throw theta to norm ~80, and the clipped gradients pull it back by at most 5/j per
-    message, ~44 in all at this T; regret / uniform over seeds 0-7 was 0.82, 0.26, 0.26, 1.65, 1.26, 1.72, 0.06,
-    0.76 (REPRODUCTION.md, multi parameter, gives the arithmetic at d = 20). Projecting onto the paper's
-    ||theta_a|| <= 1 (`project=1`, free post-processing) removes the tail: 0.50, 0.20, 0.86, 0.56, 0.78, 0.95, 0.21,
-    0.35. Asserted: below uniform play on each of 5 seeds (if the two were equally good, 5 of 5 has probability
-    2^-5 = 0.031) and in the median, by a margin (median ratio <= 0.8) well outside uniform's ~1% sampling noise."""
-    ratios = []
-    for seed in range(5):
-        sgd = run("ldp-sgd-multi", {**MULTI, "params": {"project": 1}}, seed=seed).summary["final_regret"]
-        ratios.append(sgd / run("uniform", MULTI, seed=seed).summary["final_regret"])
-    assert max(ratios) < 1.0, ratios
-    assert np.median(ratios) <= 0.8, ratios
+def test_ldp_sgd_multi_projected_learns():
+    """ldp-sgd-multi with the paper's constant step (5/j) has a heavy tail: its first steps, 5 Z with Z an l2-ball
+    output of norm ~17, throw theta far (REPRODUCTION.md, multi parameter, gives the arithmetic at d = 20); projecting
+    onto the paper's ||theta_a|| <= 1 (`project=1`, free post-processing) tames it. At the paper's B = 1 and T = 1e5
+    (the sequential engine), log(regret / uniform's regret) over 60 other seeds (100-159) had mean -1.17, sd 0.88,
+    and was < 0 in 87%; at T = 2e4 and B = 10 only in ~63% of seeds (a 5-seed "below uniform on every seed" held by
+    luck before the mechanisms' normals changed stream). Asserted: a one-sided Wilcoxon signed-rank test of the log
+    ratio over seeds 0-19 rejects "no better than uniform" at level 0.01 (power 0.998, by resampling those 60 seeds).
+    Uniform play runs at B = 1000: its regret's law does not depend on B."""
+    log_ratios = [math.log(run("ldp-sgd-multi", {**MULTI, "params": {"project": 1}}, seed=seed, users=100_000,
+                               round_size=1).summary["final_regret"]
+                           / run("uniform", MULTI, seed=seed, users=100_000, round_size=1000).summary["final_regret"])
+                  for seed in range(20)]
+    assert stats.wilcoxon(log_ratios, alternative="less").pvalue < 0.01, np.round(np.exp(log_ratios), 2)
 
 
 def test_ldp_ols_multi_beats_uniform_at_small_noise():
@@ -104,11 +108,16 @@ def test_non_private_baseline_beats_private(private, baseline, setting):
 SEEDS = range(5)
 
 
-def test_sgd_beats_ols_in_median_regret():
-    """The paper's ordering LDP-SGD < LDP-OLS (d=2, K=10, eps=1), in median cumulative regret over 5 seeds."""
-    sgd = np.median([run("ldp-sgd", SINGLE, seed=s).summary["final_regret"] for s in SEEDS])
-    ols = np.median([run("ldp-ols", SINGLE, seed=s).summary["final_regret"] for s in SEEDS])
-    assert sgd < ols
+def test_sgd_beats_ols():
+    """The paper's ordering LDP-SGD < LDP-OLS (d = 2, K = 10, eps = 1), at its B = 1 and T = 1e5 (the sequential
+    engine). Both regrets are heavy-tailed: log(SGD / OLS) on the same seed (same world) over 60 other seeds
+    (100-159) had mean -0.71, sd 1.02, and was < 0 in 75% (a median over 5 seeds is a coin with those tails: it held
+    by luck before the mechanisms' normals changed stream). Asserted: a one-sided Wilcoxon signed-rank test over
+    seeds 0-29 rejects "SGD no better" at level 0.01 (power 0.88, by resampling those 60 seeds)."""
+    log_ratios = [math.log(run("ldp-sgd", SINGLE, seed=seed, users=100_000, round_size=1).summary["final_regret"]
+                           / run("ldp-ols", SINGLE, seed=seed, users=100_000, round_size=1).summary["final_regret"])
+                  for seed in range(30)]
+    assert stats.wilcoxon(log_ratios, alternative="less").pvalue < 0.01, np.round(np.exp(log_ratios), 2)
 
 
 def test_sgd_estimation_error_shrinks():
@@ -148,7 +157,7 @@ def test_ldp_sgd_b1_equals_sequential_loop(env):
     B = R * math.sqrt(math.pi) / math.tanh(eps / 2) * math.exp(math.lgamma((d + 1) / 2) - math.lgamma(d / 2))
 
     def l2_ball(g, rng):
-        v = rng.standard_normal(d)
+        v = standard_normals(rng, d)                      # the mechanisms' normals (ldpfed.normals)
         v /= np.linalg.norm(v)
         norm = np.linalg.norm(g)
         u = g / norm if norm > 0 else np.eye(d)[0]

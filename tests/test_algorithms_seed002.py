@@ -17,6 +17,7 @@ from ldpfed.config import RunConfig
 from ldpfed.engine import run_local
 from ldpfed.envs import make_env
 from ldpfed.errors import ConfigError
+from ldpfed.normals import standard_normals
 from ldpfed.rng import derive
 
 
@@ -74,7 +75,7 @@ def test_ldp_mab_ucb_b1_is_the_sequential_loop():
             index = total / pulls + np.sqrt(2 * proxy * math.log(1 + n * math.log(n) ** 2) / pulls)
             arm = int(np.argmax(index))
         reward, regret = env.step(contexts, np.array([arm]), users, world)
-        noisy = min(max(reward[0], -c_r), c_r) + sigma * client.standard_normal(1)[0]
+        noisy = min(max(reward[0], -c_r), c_r) + sigma * standard_normals(client, 1)[0]   # the Gaussian mechanism's draw
         pulls[arm] += 1
         total[arm] += noisy
         regrets.append(regret[0])

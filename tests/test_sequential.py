@@ -91,7 +91,7 @@ def test_chunked_streams_give_the_same_distribution(algorithm, setting):
     test of final regret and final estimation error, at level 0.001 each (2 tests per case: false alarm <= 0.2%
     per case). streams="generic" stands for run_local (equal up to rounding, test above) at a fraction of its cost.
     Power check: the same test must reject a run at a different eps (final regret at eps 1 vs 4)."""
-    seeds, users = range(40), 600
+    seeds, users = range(80), 600
 
     def finals(streams, eps=1.0):
         out = [run_sequential(RunConfig(algorithm, users=users, seed=s, eps=eps, **setting), streams=streams).summary

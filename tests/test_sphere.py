@@ -6,7 +6,8 @@ Statistical checks use fixed seeds; each is a test at level 1e-3 (KS or chi-squa
 import numpy as np
 from scipy import stats
 
-from ldpfed.envs.sphere import _R, _xoshiro_words, sphere_points, standard_normals
+from ldpfed.envs.sphere import sphere_points
+from ldpfed.normals import R as _R, _xoshiro_words, normal_array, standard_normals
 
 MASK = (1 << 64) - 1
 

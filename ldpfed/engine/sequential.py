@@ -36,6 +36,7 @@ from ldpfed.engine.core import RunResult, checkpoint_rounds, make_result, privac
 from ldpfed.envs import make_env
 from ldpfed.errors import ConfigError
 from ldpfed.mechanisms._validate import sym_gather_index
+from ldpfed.normals import normal_array
 from ldpfed.rng import derive
 
 CHUNK = 4096   # users per block of pre-drawn randomness (part of the stream definition: changing it changes results)
@@ -124,7 +125,7 @@ class LdpSgdKernel(_GLMSingle):
 
     def draw_client(self, n, rng):
         # L2BallMechanism: the directions' normals, then the half-space uniforms
-        return rng.standard_normal((n, self.algo.d)), rng.random(n)
+        return normal_array(rng, (n, self.algo.d)), rng.random(n)
 
     def run(self, t0, world, client, snap_at, snaps, regret, counts):
         a, mech = self.algo, self.algo.mech
@@ -153,7 +154,7 @@ class LdpOlsKernel(_GLMSingle):
         if not self.algo.private:
             return np.zeros((n, 1)), np.zeros((n, 1))
         # SymmetricGaussianMechanism (upper triangle), then GaussianMechanism
-        return rng.standard_normal((n, d * (d + 1) // 2)), rng.standard_normal((n, d))
+        return normal_array(rng, (n, d * (d + 1) // 2)), normal_array(rng, (n, d))
 
     def run(self, t0, world, client, snap_at, snaps, regret, counts):
         a = self.algo
@@ -189,8 +190,8 @@ class LdpUcbKernel(_GLMSingle):
     def draw_client(self, n, rng):
         d = self.algo.d
         # the M, u (and gradient) Gaussian mechanisms, in encode's order
-        draws = (rng.standard_normal((n, d * (d + 1) // 2)), rng.standard_normal((n, d)))
-        return draws + ((rng.standard_normal((n, d)),) if self.gloc else (np.zeros((n, 1)),))
+        draws = (normal_array(rng, (n, d * (d + 1) // 2)), normal_array(rng, (n, d)))
+        return draws + ((normal_array(rng, (n, d)),) if self.gloc else (np.zeros((n, 1)),))
 
     def run(self, t0, world, client, snap_at, snaps, regret, counts):
         a, s = self.algo, self.s
@@ -231,7 +232,7 @@ class MabUcbKernel(Kernel):
 
     def draw_client(self, n, rng):
         # GaussianMechanism on the (clipped) reward
-        return (rng.standard_normal(n),) if self.algo.private else (np.zeros(n),)
+        return (normal_array(rng, n),) if self.algo.private else (np.zeros(n),)
 
     def run(self, t0, world, client, snap_at, snaps, regret, counts):
         a, env = self.algo, self.env
@@ -300,7 +301,7 @@ class LdpSgdMultiKernel(_GLMMulti):
 
     def draw_client(self, n, rng):
         K, d = self.algo.K, self.algo.d
-        return rng.standard_normal((n * K, d)), rng.random(n * K)   # L2BallMechanism on the n K slots
+        return normal_array(rng, (n * K, d)), rng.random(n * K)   # L2BallMechanism on the n K slots
 
     def draw_client_users(self, users, rng):
         if not self.algo.authors:
@@ -310,8 +311,8 @@ class LdpSgdMultiKernel(_GLMMulti):
         a = self.algo
         K, d, n_warm = a.K, a.d, int(np.count_nonzero(np.asarray(users) < a.warm))
         n_post = len(users) - n_warm
-        return (rng.standard_normal((n_warm, K, d * (d + 1) // 2)), rng.standard_normal((n_warm, K, d)),
-                rng.standard_normal((n_post, K * d)), rng.random(n_post))
+        return (normal_array(rng, (n_warm, K, d * (d + 1) // 2)), normal_array(rng, (n_warm, K, d)),
+                normal_array(rng, (n_post, K * d)), rng.random(n_post))
 
     def run(self, t0, world, client, snap_at, snaps, regret, counts):
         a, mech = self.algo, self.algo.mech
@@ -349,7 +350,7 @@ class LdpOlsMultiKernel(_GLMMulti):
         K, d = self.algo.K, self.algo.d
         if not self.algo.private:
             return np.zeros((n, 1, 1)), np.zeros((n, 1, 1))
-        return rng.standard_normal((n, K, d * (d + 1) // 2)), rng.standard_normal((n, K, d))
+        return normal_array(rng, (n, K, d * (d + 1) // 2)), normal_array(rng, (n, K, d))
 
     def run(self, t0, world, client, snap_at, snaps, regret, counts):
         a = self.algo

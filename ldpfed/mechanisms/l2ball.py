@@ -9,6 +9,7 @@ from numba import njit
 from scipy import special
 
 from ldpfed.errors import ConfigError
+from ldpfed.normals import normal_array
 
 from . import _validate as V
 from .domains import Domain
@@ -99,9 +100,9 @@ class L2BallMechanism:
         x = V.finite_array("g", g)
         if x.ndim != 2 or x.shape[1] != self.dim:
             raise ConfigError("g.shape", x.shape, f"must be (n, {self.dim})")
-        # The draws, in this order (the sequential engine's draw_client mirrors it): the directions' normals, then
-        # the half-space uniforms.
-        gauss = rng.standard_normal(x.shape)
+        # The draws, in this order (the sequential engine's draw_client mirrors it): the directions' normals (one
+        # call to ldpfed.normals), then the half-space uniforms.
+        gauss = normal_array(rng, x.shape)
         unif = rng.random(x.shape[0])
         out = np.empty_like(gauss)
         n_clipped = _privatize_rows(x, self.radius, self.B, self._tanh, CLIP_RTOL, gauss, unif, out)
