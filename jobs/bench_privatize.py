@@ -65,7 +65,7 @@ def bench(users: int, batch: int, d: int, seed: int):
         n = min(batch, users - done)
         x, r = _raw_batch(data_rng, n, d)
         t0, c0 = time.perf_counter(), time.process_time()
-        M = mech_M.privatize(x[:, :, None] * x[:, None, :], rng)
+        M = mech_M.privatize_gram(x, rng)     # as ldp-ols: privatize(x x^T) without building x x^T
         t1, c1 = time.perf_counter(), time.process_time()
         u = mech_u.privatize(r[:, None] * x, rng)
         t2, c2 = time.perf_counter(), time.process_time()
