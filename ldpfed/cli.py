@@ -208,6 +208,12 @@ def cmd_run(args) -> int:
             checkpointer.check_writable()
         except (OSError, CheckpointError) as error:
             raise ConfigError("out", str(args.out), f"cannot write there ({error})") from None
+    tracker = None
+    if args.track:    # fail fast: the store is checked before anyone is simulated, not after the run
+        from ldpfed.tracking import Tracker
+
+        tracker = Tracker(experiment=args.experiment, tracking_uri=args.tracking_uri,
+                          out_dir=args.out if args.out is not None else None)
     progress = None if args.quiet else Progress(config.users, label=config.algorithm)
     options = {"actors": args.actors, "shards": args.shards, "mode": args.mode} if args.engine == "ray" else {}
     if args.engine == "ray" and args.round_timeout is not None:
@@ -226,13 +232,7 @@ def cmd_run(args) -> int:
             print(f"\n{why}; nothing saved (give --out DIR to keep checkpoints)", file=sys.stderr)
         return exit_status(error)
     s = result.summary
-    if args.track:
-        from ldpfed.tracking import Tracker
-
-        tracker = Tracker(experiment=args.experiment, tracking_uri=args.tracking_uri,
-                          out_dir=args.out if args.out is not None else None)
-        run_id = tracker.log_run(result)
-    if args.out is not None:
+    if args.out is not None:      # the local copy first: an MLflow failure below loses nothing
         from ldpfed.tracking import records
 
         records.write_parquet(args.out / "results.parquet", result.table)
@@ -243,6 +243,14 @@ def cmd_run(args) -> int:
                 checkpointer.directory.rmdir()
             except OSError:
                 pass
+    if tracker is not None:
+        try:
+            run_id = tracker.log_run(result)     # its files under the tracker's folder first, then MLflow
+        except TrackingUnavailable:
+            saved = [str(args.out)] if args.out is not None else []
+            print(f"the run finished, but MLflow failed while logging it; its results are in "
+                  f"{' and '.join(saved + [str(tracker.out_dir / 'runs')])}", file=sys.stderr)
+            raise
     error = s.get("final_estimation_error")
     print(f"{config.algorithm} on {config.env}: T={config.users:,} B={config.round_size} eps={config.eps} "
           f"delta={config.delta} seed={config.seed} profile={config.profile}")
@@ -250,7 +258,7 @@ def cmd_run(args) -> int:
     if error is not None:
         print(f"final estimation error: {error:.4f}")
     print(f"{s['users_per_s']:,.0f} users/s ({s['engine']})")
-    if args.track:
+    if tracker is not None:
         print(f"MLflow: run {run_id} in experiment {args.experiment!r} at {tracker.display_uri}")
         if tracker.ui_command():
             print(f"Open the UI:  {tracker.ui_command()}")

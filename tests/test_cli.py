@@ -71,6 +71,17 @@ def test_run_track_logs_one_run_to_mlflow(tmp_path):
     assert f"/#/experiments/{run.info.experiment_id}/runs/{run_id}" in done.stdout
 
 
+def test_run_track_checks_the_store_before_simulating(tmp_path):
+    # an unreachable MLflow server is found before the run, not after it: 1e9 users would take hours
+    from ldpfed.tracking.local_server import free_port
+
+    done = subprocess.run([sys.executable, "-m", "ldpfed", "run", "ucb", "--users", "1e9", "--round-size", "1000",
+                           "--track", "--quiet", "--tracking-uri", f"http://127.0.0.1:{free_port()}"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "is unavailable" in done.stderr and "final cumulative regret" not in done.stdout
+
+
 @pytest.mark.parametrize("args,option", [
     (["run", "ldp-sgd", "--eps", "-1"], "--eps"),
     (["run", "ldp-sgd", "--delta", "2"], "--delta"),
