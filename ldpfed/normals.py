@@ -8,7 +8,8 @@ exact method, so the law is the standard normal's up to floating point, as numpy
 
 Who uses it: the world simulation (envs/sphere.py: contexts on the sphere) and the local randomizers' noise
 (mechanisms: Gaussian, symmetric Gaussian, the l2-ball's directions), the per-user hot paths. Server-side noise
-(tree, Wishart) and everything else draw from numpy.
+(tree, Wishart) and everything else draw from numpy. Like numpy's PCG64, xoshiro256++ is not a cryptographic
+generator: right for simulating a mechanism's law, not for protecting real users' data.
 
 Stream: each call takes 4 raw words from the run's Generator (`rng.bit_generator.random_raw(4)`) as the 256-bit
 xoshiro state and draws everything from it, so the normals are a function of the Generator's state only: the same

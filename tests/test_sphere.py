@@ -1,4 +1,5 @@
-"""The compiled sampler of the GLM envs' contexts (ldpfed/envs/sphere.py): right generator, right law, deterministic.
+"""The compiled normals (ldpfed/normals.py: the GLM envs' contexts, ldpfed/envs/sphere.py, and the local
+randomizers' noise): right generator, right law, deterministic.
 
 Statistical checks use fixed seeds; each is a test at level 1e-3 (KS or chi-square p-value, or a count within
 4.5 standard deviations: two-sided level ~7e-6), so a correct sampler fails with probability < 1%.
