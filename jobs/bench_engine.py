@@ -3,6 +3,7 @@
 
     python jobs/bench_engine.py                      # 1e6 users of ldp-sgd and ldp-ols (d=10, K=10)
     python jobs/bench_engine.py --users 10000000     # ldp-sgd at 1e6 then 1e7 users: peak RSS at both
+    python jobs/bench_engine.py --before /tmp/before # the floor of an older checkout against this one's
 
 Default mode: for each algorithm, in the same run, on the same config:
   * baseline: `run_local` with the contexts drawn as before ldpfed/envs/sphere.py (numpy normals, then a norm):
@@ -27,6 +28,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -70,6 +72,46 @@ def timed_local(config):
     w0, c0 = time.perf_counter(), time.process_time()
     result = run_local(config)
     return result, config.users / (time.perf_counter() - w0), config.users / (time.process_time() - c0)
+
+
+# The floor of another checkout of this repository (--before DIR), in a subprocess with DIR first on sys.path:
+# its CPU users/s on the same config, after an untimed two-round run (kernels loaded).
+_BEFORE = """
+import sys, time
+sys.path.insert(0, sys.argv[1])
+from ldpfed.config import RunConfig
+from ldpfed.engine import run_local
+algorithm, users, B, P, d, K, seed = sys.argv[2], *map(int, sys.argv[3:9])
+config = lambda n: RunConfig(algorithm, env="linear", users=n, round_size=B, populations=P, eps=1.0, delta=0.01,
+                             seed=seed, env_params={"d": d, "K": K})
+run_local(config(2 * B))
+c0 = time.process_time()
+run_local(config(users))
+print(users / (time.process_time() - c0))
+"""
+
+
+def before_floor(directory: Path, algorithm: str, args) -> float:
+    """CPU users/s of run_local in the checkout at `directory` (an older commit), on this benchmark's config."""
+    done = subprocess.run([sys.executable, "-c", _BEFORE, str(directory), algorithm, str(args.users),
+                           str(args.round_size), str(args.populations), str(args.d), str(args.K), str(args.seed)],
+                          capture_output=True, text=True, check=True)
+    return float(done.stdout.strip().splitlines()[-1])
+
+
+def compare_before(args) -> int:
+    """--before DIR: the floor of DIR's code and of this code, alternating --repeat times (CPU users/s, medians)."""
+    print(f"floor (run_local, CPU users/s) of {args.before} against this checkout, alternating {args.repeat} times; "
+          f"{args.users:,} users, d = {args.d}, K = {args.K}, B = {args.round_size}, {args.populations} populations")
+    for algorithm in args.algorithms:
+        config = config_for(algorithm, args.users, args)
+        run_local(config_for(algorithm, 2 * args.round_size, args))
+        pairs = [(before_floor(args.before, algorithm, args), timed_local(config)[2]) for _ in range(args.repeat)]
+        before, now = (float(np.median(v)) for v in zip(*pairs))
+        ratios = ", ".join(f"{b / a:.2f}" for a, b in pairs)
+        print(f"{algorithm:<9} before {before:>10,.0f}   now {now:>10,.0f}   now/before {now / before:.2f} "
+              f"(each pair: {ratios})", flush=True)
+    return 0
 
 
 def privatizer_floor(d: int) -> dict:
@@ -210,6 +252,9 @@ def main(argv=None) -> int:
     parser.add_argument("--mode", default="pre-aggregated", choices=["pre-aggregated", "per-user"])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeat", type=int, default=3, help="alternating floor and Ray runs (medians printed)")
+    parser.add_argument("--before", type=Path, default=None,
+                        help="a checkout of an older commit: compare its single-process floor with this one's "
+                             "(e.g. git worktree add /tmp/before f2de3d7^, the code before issue 10's batched work)")
     parser.add_argument("--no-baseline", dest="baseline", action="store_false",
                         help="skip the single-process run with the previous (numpy) context drawing")
     args = parser.parse_args(argv)
@@ -226,6 +271,8 @@ def main(argv=None) -> int:
               f"{len([n for n in ray.nodes() if n['Alive']])} node(s); machine: {os.cpu_count()} CPUs, "
               f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB, "
               f"{platform.machine()}, load average {'%.1f %.1f %.1f' % os.getloadavg()}", flush=True)
+        if args.before is not None:
+            return compare_before(args)
         return memory(args) if args.users > 10**6 else floor_vs_ray(args)
     finally:
         if started:
