@@ -4,6 +4,7 @@
     python jobs/bench_engine.py                      # 1e6 users of ldp-sgd and ldp-ols (d=10, K=10)
     python jobs/bench_engine.py --users 10000000     # ldp-sgd at 1e6 then 1e7 users: peak RSS at both
     python jobs/bench_engine.py --before /tmp/before # the floor of an older checkout against this one's
+    python jobs/bench_engine.py --lockstep           # the work's CPU in 2 plain processes, round by round (no Ray)
 
 Default mode: for each algorithm, in the same run, on the same config:
   * baseline: `run_local` with the contexts drawn as before ldpfed/envs/sphere.py (numpy normals, then a norm):
@@ -37,13 +38,17 @@ from unittest import mock
 import numpy as np
 import pandas as pd
 
-from ldpfed.algorithms import REGISTRY
+from ldpfed.algorithms import REGISTRY, make_algorithm
 from ldpfed.config import RunConfig
 from ldpfed.engine import run_local
+from ldpfed.engine.core import population_users, round_bounds, simulate_population
 from ldpfed.engine.ray_engine import ensure_ray, run_ray
 from ldpfed.engine.ray_shard import peak_rss_bytes
 from ldpfed.envs.base import unit_sphere
+from ldpfed.envs import make_env
 from ldpfed.envs.glm import GLMContextual
+from ldpfed.memory import keep_freed_memory
+from ldpfed.rng import derive
 
 
 def mb(x: float) -> str:
@@ -111,6 +116,60 @@ def compare_before(args) -> int:
         ratios = ", ".join(f"{b / a:.2f}" for a, b in pairs)
         print(f"{algorithm:<9} before {before:>10,.0f}   now {now:>10,.0f}   now/before {now / before:.2f} "
               f"(each pair: {ratios})", flush=True)
+    return 0
+
+
+def _lockstep_worker(conn, config, populations) -> None:
+    """A plain process (no Ray) that simulates `populations` of each round it is sent; reports its CPU seconds."""
+    env = make_env(config)
+    algo = make_algorithm(env, config)
+    keep_freed_memory()
+    model = algo.publish(algo.initial_state(derive(config.seed, "init")))
+    cpu = 0.0
+    while (r := conn.recv()) is not None:
+        c0 = time.process_time()
+        start, stop = round_bounds(r, config.round_size, config.users)
+        for p in populations:
+            simulate_population(algo, env, model, config.seed, r, p, population_users(start, stop, p,
+                                                                                       config.populations))
+        if r >= 2:      # rounds 0 and 1 load the compiled kernels (numba's cache): not counted
+            cpu += time.process_time() - c0
+        conn.send(r)
+    conn.send(cpu)
+
+
+def lockstep(args) -> int:
+    """--lockstep: is the population actors' extra CPU Ray's? The same populations in 2 plain processes (pipes, no
+    Ray), one round at a time: both simulate their half, then both wait (as actors wait for the server's fold and the
+    next model; here 4 ms of sleep), against the single process. Per round: CPU of the work in each setting."""
+    import multiprocessing
+
+    algorithm = args.algorithms[0]
+    config = config_for(algorithm, args.users, args)
+    run_local(config_for(algorithm, 2 * args.round_size, args))
+    floor_cpu = timed_local(config)[2]
+    pipes, workers = [], []
+    for half in range(2):
+        ours, theirs = multiprocessing.Pipe()
+        worker = multiprocessing.Process(target=_lockstep_worker,
+                                         args=(theirs, config, list(range(half, config.populations, 2))))
+        worker.start()
+        pipes.append(ours)
+        workers.append(worker)
+    for r in range(config.rounds):
+        for pipe in pipes:
+            pipe.send(r)
+        for pipe in pipes:
+            pipe.recv()
+        time.sleep(0.004)
+    for pipe in pipes:
+        pipe.send(None)
+    cpu = sum(pipe.recv() for pipe in pipes)
+    for worker in workers:
+        worker.join()
+    print(f"{algorithm}: CPU per round of the work: one process {1e3 * config.users / floor_cpu / config.rounds:.1f} ms; "
+          f"2 plain processes in lockstep rounds {1e3 * cpu / (config.rounds - 2):.1f} ms in all "
+          f"({config.rounds} rounds of {config.round_size:,} users)")
     return 0
 
 
@@ -255,6 +314,8 @@ def main(argv=None) -> int:
     parser.add_argument("--before", type=Path, default=None,
                         help="a checkout of an older commit: compare its single-process floor with this one's "
                              "(e.g. git worktree add /tmp/before f2de3d7^, the code before issue 10's batched work)")
+    parser.add_argument("--lockstep", action="store_true",
+                        help="the work's CPU in 2 plain processes run round by round (no Ray) against one process")
     parser.add_argument("--no-baseline", dest="baseline", action="store_false",
                         help="skip the single-process run with the previous (numpy) context drawing")
     args = parser.parse_args(argv)
@@ -273,6 +334,8 @@ def main(argv=None) -> int:
               f"{platform.machine()}, load average {'%.1f %.1f %.1f' % os.getloadavg()}", flush=True)
         if args.before is not None:
             return compare_before(args)
+        if args.lockstep:
+            return lockstep(args)
         return memory(args) if args.users > 10**6 else floor_vs_ray(args)
     finally:
         if started:
