@@ -33,7 +33,7 @@ import numpy as np
 
 from ldpfed.config import RunConfig
 from ldpfed.engine import run, run_local
-from ldpfed.engine.sequential import KERNELS, sequential_unsupported
+from ldpfed.engine.sequential import sequential_unsupported
 
 SETTINGS = {   # algorithm -> (env, env_params, reference (name, mechanism, server, reward) or None)
     "ldp-sgd": ("linear", {"d": 2, "K": 10}, ("LDP-SGD", "SGD", "GSGD", "normal")),

@@ -43,7 +43,7 @@ import math
 import numpy as np
 
 from ldpfed.algorithms.base import Algorithm
-from ldpfed.algorithms.central_linucb import CentralRows, _Release, option_choice, option_float
+from ldpfed.algorithms.central_linucb import CentralRows, _Release, option_float
 from ldpfed.errors import ConfigError
 from ldpfed.mechanisms import AboveNoisyThreshold, Guarantee, WishartMechanism, tree_depth
 
