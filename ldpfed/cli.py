@@ -212,8 +212,7 @@ def cmd_run(args) -> int:
     if args.track:    # fail fast: the store is checked before anyone is simulated, not after the run
         from ldpfed.tracking import Tracker
 
-        tracker = Tracker(experiment=args.experiment, tracking_uri=args.tracking_uri,
-                          out_dir=args.out if args.out is not None else None)
+        tracker = Tracker(experiment=args.experiment, tracking_uri=args.tracking_uri, out_dir=args.out)
     progress = None if args.quiet else Progress(config.users, label=config.algorithm)
     options = {"actors": args.actors, "shards": args.shards, "mode": args.mode} if args.engine == "ray" else {}
     if args.engine == "ray" and args.round_timeout is not None:

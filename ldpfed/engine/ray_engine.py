@@ -329,10 +329,9 @@ class RayBackend(Backend):
         self._configured(keys, [self._start(kind, i, first_round, nodes[i % len(nodes)]) for kind, i in keys])
         self._add_spares(wait=True)
         # CPU seconds of each process so far (pooled processes served earlier runs): the run's share is the rise
-        self.cpu_at_open = {"driver": time.process_time()}
-        for key, st in zip(keys, ray.get([self.handles[key].stats.remote() for key in keys],
-                                         timeout=self.first_round_timeout)):
-            self.cpu_at_open[st["pid"]] = st["cpu_s"]
+        self.driver_cpu_at_open = time.process_time()
+        self.cpu_at_open = {st["pid"]: st["cpu_s"] for st in ray.get([self.handles[key].stats.remote() for key in keys],
+                                                                     timeout=self.first_round_timeout)}
 
     def _add_spares(self, wait: bool) -> None:
         """Top up `spares` idle actors of each kind (their process started, `node()` called once)."""
@@ -486,7 +485,7 @@ class RayBackend(Backend):
             "peak_rss_populations": max(st["peak_rss"] for st in pop_stats),
             "peak_rss_shards": max(st["peak_rss"] for st in shard_stats),
             # CPU seconds this run used in each kind of process (all its threads): where a round's time goes
-            "cpu_s_driver": time.process_time() - self.cpu_at_open["driver"],
+            "cpu_s_driver": time.process_time() - self.driver_cpu_at_open,
             "cpu_s_populations": cpu(pop_stats), "cpu_s_shards": cpu(shard_stats),
         }
 

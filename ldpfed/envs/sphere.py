@@ -4,11 +4,9 @@ A point is d standard normals divided by their norm (uniform by the rotation inv
 come from ldpfed.normals (a compiled ziggurat fed by xoshiro256++), with the normalisation fused into the same
 loop: one pass, no temporaries.
 
-Stream: each call takes 4 raw words from the run's Generator (`rng.bit_generator.random_raw(4)`) as the 256-bit
-xoshiro state and draws everything from it, so the points are a function of the Generator's state only: the same
-Generator state gives the same points, bit for bit, in any process (the engines stay bit-identical), and the
-Generator moves on by exactly 4 words per call whatever the size. (Before: the ziggurat read the Generator's own
-PCG64 words, one per draw; the points then were other points of the same law.)
+Stream: 4 raw words of the run's Generator per call, as ldpfed.normals says (same Generator state, same points, in
+any process). (Before session 3's change the ziggurat read the Generator's own PCG64 words, one per draw; the points
+then were other points of the same law.)
 tests/test_sphere.py checks the points (norms, the law of a coordinate).
 """
 from __future__ import annotations
