@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ldpfed.config import PROFILES
 from ldpfed.errors import ConfigError
+from ldpfed.plugins import PluginError
 from ldpfed.tracking.store import TrackingUnavailable
 
 # Where a RunConfig field comes from on the command line, so an error names the option the user typed.
@@ -125,7 +126,7 @@ def _option_name(field: str) -> str:
 def cmd_list(markdown: bool = False) -> int:
     from ldpfed.algorithms import REGISTRY
 
-    rows = [cls.describe() for cls in REGISTRY.values()]
+    rows = [{**cls.describe(), "source": REGISTRY.source(name)} for name, cls in REGISTRY.items()]
     if markdown:
         print("| algorithm | privacy | paper | envs (default first) |\n|---|---|---|---|")
         for r in sorted(rows, key=lambda r: (r["paper"], r["algorithm"])):
@@ -134,7 +135,8 @@ def cmd_list(markdown: bool = False) -> int:
         return 0
     width = max(len(r["algorithm"]) for r in rows)
     for r in sorted(rows, key=lambda r: (r["paper"], r["algorithm"])):
-        print(f"{r['algorithm']:<{width}}  {r['privacy_model']:<7}  {r['paper']}\n"
+        plugin = "" if r["source"] == "ldpfed" else f"  [plugin: {r['source']}]"
+        print(f"{r['algorithm']:<{width}}  {r['privacy_model']:<7}  {r['paper']}{plugin}\n"
               f"{'':<{width}}  envs: {', '.join(r['envs'])} (default {r['default_env']})")
     return 0
 
@@ -161,6 +163,8 @@ def cmd_describe(name: str) -> int:
     doc = (cls.__doc__ or "").strip().splitlines()
     lines = [f"{name}: {doc[0]}" if doc else name,
              f"paper:          {cls.paper}",
+             f"provided by:    {REGISTRY.source(name)}" + (" (built in)" if REGISTRY.source(name) == "ldpfed" else
+                                                          " (plugin)"),
              f"privacy model:  {cls.privacy_model}" + ("" if cls.privacy_model != "none" else
                                                        " (not private: --eps and --delta play no part)"),
              "options (--param KEY=VALUE; default, and the authors-code profile's where it differs):",
@@ -284,5 +288,10 @@ def main(argv=None) -> int:
         return cmd_run(args)
     except TrackingUnavailable as error:
         parser.exit(2, f"{parser.prog}: error: {error}\n")
+    except PluginError as error:        # names the plugin (entry point or reference), its package and the field
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
     except ConfigError as error:
         parser.exit(2, f"{parser.prog}: error: {_option_name(error.field)}: {error.value!r}: {error.reason}\n")
+    except BrokenPipeError:             # `python -m ldpfed list | head`: the reader stopped reading
+        sys.stderr.close()
+        return 0

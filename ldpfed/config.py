@@ -32,7 +32,8 @@ class RunConfig:
         from ldpfed.envs import ENVS
 
         if self.algorithm not in REGISTRY:
-            raise ConfigError("algorithm", self.algorithm, f"unknown; choose from {sorted(REGISTRY)}")
+            raise ConfigError("algorithm", self.algorithm, f"unknown; choose from {sorted(REGISTRY)} (or install a "
+                              f"plugin package: docs/writing-an-algorithm.md)")
         algo = REGISTRY[self.algorithm]
         if self.env is None:
             object.__setattr__(self, "env", algo.default_env)

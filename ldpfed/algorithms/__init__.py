@@ -1,17 +1,17 @@
-"""The one registry of algorithms. Each module contributes its `ALGORITHMS` list."""
-from ldpfed.algorithms import baselines, central_linucb, glm_ldp, klucb, ldp_linear, ldp_reductions, private_lasso
+"""The registry of algorithms: every class registered under the entry point group `ldpfed.algorithms`, ldpfed's
+built-ins (pyproject.toml) and any installed plugin's alike, plus LDPFED_PLUGINS (see ldpfed/plugins.py)."""
 from ldpfed.algorithms.base import Algorithm
+from ldpfed.algorithms.contract import check_class, check_instance
+from ldpfed.plugins import ALGORITHM_GROUP, Registry
 
-REGISTRY: dict[str, type[Algorithm]] = {}
-for _module in (glm_ldp, ldp_linear, ldp_reductions, central_linucb, private_lasso, klucb, baselines):
-    for _cls in _module.ALGORITHMS:
-        assert _cls.name not in REGISTRY, f"duplicate algorithm name {_cls.name}"
-        REGISTRY[_cls.name] = _cls
+REGISTRY: Registry = Registry(ALGORITHM_GROUP, "algorithm", lambda: Algorithm, check_class)
 
 
 def make_algorithm(env, config) -> Algorithm:
-    """The run's algorithm, handed only the env's public description (no ground truth)."""
-    return REGISTRY[config.algorithm](env.public(), config)
+    """The run's algorithm, handed only the env's public description (no ground truth), its contract checked."""
+    algo = REGISTRY[config.algorithm](env.public(), config)
+    check_instance(algo)
+    return algo
 
 
 __all__ = ["REGISTRY", "Algorithm", "make_algorithm"]

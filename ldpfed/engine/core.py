@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -58,12 +59,25 @@ def sample_messages(config, n_users: int) -> tuple[np.ndarray, dict]:
     return users, messages
 
 
+class PopulationRow(NamedTuple):
+    """What one population reports to the driver for one round, beside its messages: simulation-only numbers that
+    never go to the server."""
+
+    population: int
+    regret: float          # the population's pseudo-regret this round
+    metrics: dict          # counters of the client half (e.g. clipped users)
+    sending: int           # users whose messages were sent (0 when the algorithm sent nothing)
+
+    @classmethod
+    def of(cls, population: int, users, payload, regret: float, metrics: dict) -> "PopulationRow":
+        return cls(population, regret, metrics, len(users) if payload else 0)
+
+
 def combine_populations(rows) -> tuple[float, dict, int]:
-    """A round's (regret, metric counters, users that sent messages) from per-population rows
-    (population, regret, metrics, sending), added in population order: both engines add in this one order, which
-    keeps their results bit-identical."""
+    """A round's (regret, metric counters, users that sent messages) from its PopulationRows, added in population
+    order: both engines add in this one order, which keeps their results bit-identical."""
     regret, metrics, sending = 0.0, {}, 0
-    for _, pop_regret, pop_metrics, pop_sending in sorted(rows, key=lambda row: row[0]):
+    for _, pop_regret, pop_metrics, pop_sending in sorted(rows, key=lambda row: row.population):
         regret += pop_regret
         sending += pop_sending
         for key, value in pop_metrics.items():

@@ -1,7 +1,7 @@
 """The round loop, written once: both engines (and anything else that simulates rounds) run through `drive`.
 
 A backend answers one question: "simulate the users of round r under this model; return the round's aggregate
-and the per-population (population, regret, metrics, users sending) rows". The driver does everything else, in
+and one `PopulationRow` per population (regret, metrics, users sending)". The driver does everything else, in
 the one order that keeps the engines bit-identical: publish, simulate, add the rows in population order
 (`combine_populations`), `algo.update` with the round's derived server stream, record, report progress, and
 checkpoint (every N rounds or S seconds, and on an interrupt: see `checkpoint`). Recovery from dead or frozen

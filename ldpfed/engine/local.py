@@ -1,7 +1,7 @@
 """The single-process engine: the reference every other engine must reproduce, and the fast path for tests."""
 from __future__ import annotations
 
-from ldpfed.engine.core import add_sums, population_users, simulate_population
+from ldpfed.engine.core import PopulationRow, add_sums, population_users, simulate_population
 from ldpfed.engine.driver import Backend, drive
 from ldpfed.memory import keep_freed_memory
 
@@ -25,7 +25,7 @@ class LocalBackend(Backend):
             payload, regret, metrics = simulate_population(self.algo, self.env, model, config.seed, round_index, p,
                                                            users)
             sums = add_sums(sums, payload)
-            rows.append((p, regret, metrics, len(users) if payload else 0))
+            rows.append(PopulationRow.of(p, users, payload, regret, metrics))
         return sums or {}, rows
 
 

@@ -36,13 +36,14 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ldpfed.algorithms import make_algorithm
-from ldpfed.engine.core import population_users, simulate_population
+from ldpfed.engine.core import PopulationRow, population_users, simulate_population
 from ldpfed.engine.driver import Backend, drive
 from ldpfed.engine.ray_security import disable_metrics_export, enable_token_auth
 from ldpfed.engine.ray_shard import MODES, LatencyHistogram, ShardCore, current_rss_bytes, make_plan, peak_rss_bytes
 from ldpfed.envs import make_env
 from ldpfed.errors import ConfigError, describe_error
 from ldpfed.memory import keep_freed_memory
+from ldpfed.plugins import PLUGINS_VAR
 
 
 class PopulationActor:
@@ -80,7 +81,7 @@ class PopulationActor:
                 continue
             payload, regret, pop_metrics = simulate_population(self.algo, self.env, model, config.seed, round_index,
                                                                p, users, pre_aggregate=self.pre_aggregate)
-            metrics.append((p, regret, pop_metrics, len(users) if payload else 0))
+            metrics.append(PopulationRow.of(p, users, payload, regret, pop_metrics))
             if payload and plan.sum_spec:
                 for s, part in enumerate(plan.split(payload, len(users), p)):
                     if part is not None:
@@ -214,6 +215,11 @@ def ensure_ray(address=None, **init_kwargs) -> bool:
         # metrics exporter on all interfaces (see ray_security)
         enable_token_auth()
         disable_metrics_export()
+    plugins = os.environ.get(PLUGINS_VAR)
+    if plugins and "runtime_env" not in kwargs and not os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR"):
+        # the workers find the same plugin classes as this driver (ldpfed/plugins.py); a job submitted with
+        # `ray job submit --runtime-env-json` carries its own env_vars to its workers already
+        kwargs["runtime_env"] = {"env_vars": {PLUGINS_VAR: plugins}}
     sigterm = signal.getsignal(signal.SIGTERM)
     ray.init(address=address, **kwargs)
     # Ray's core installs a C-level SIGTERM handler in the driver that aborts (SIGABRT, no `finally`, no

@@ -1,11 +1,10 @@
-"""The simulated worlds, by name. Each module contributes its `ENVS`."""
-from ldpfed.envs import classification, convex, glm, mab, sparse
-from ldpfed.envs.base import Env
+"""The registry of simulated worlds: every class registered under the entry point group `ldpfed.envs`, ldpfed's
+built-ins (pyproject.toml) and any installed plugin's alike, plus LDPFED_PLUGINS (see ldpfed/plugins.py)."""
+from ldpfed.envs.base import Env, check_env_class
+from ldpfed.plugins import ENV_GROUP, Registry
 from ldpfed.rng import derive
 
-ENVS: dict[str, type[Env]] = {}
-for _module in (glm, mab, convex, sparse, classification):
-    ENVS.update(_module.ENVS)
+ENVS: Registry = Registry(ENV_GROUP, "env", lambda: Env, check_env_class)
 
 
 def make_env(config) -> Env:

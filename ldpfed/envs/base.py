@@ -99,3 +99,20 @@ def unit_sphere(rng: np.random.Generator, shape, d: int) -> np.ndarray:
     """Uniform draws on the unit sphere of R^d, shape (*shape, d)."""
     x = rng.standard_normal((*np.atleast_1d(shape), d))
     return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def check_env_class(cls, where: str) -> None:
+    """PluginError when an Env subclass breaks what the engines rely on (checked when it is registered)."""
+    from ldpfed.plugins import PluginError
+
+    def fail(what, why):
+        raise PluginError(f"{where}: {what}: {why}", field=f"{cls.name}.{what}")
+
+    if not isinstance(cls.defaults, dict):
+        fail("defaults", f"{cls.defaults!r} must be a dict of option -> default")
+    for profile, options in cls.profile_defaults.items():
+        unknown = set(options) - set(cls.defaults)
+        if unknown:
+            fail(f"profile_defaults.{profile}", f"options {sorted(unknown)} are not in defaults")
+    if cls.step is Env.step:
+        fail("step", "not implemented (an env returns rewards and pseudo-regret for the chosen actions)")

@@ -94,5 +94,3 @@ class DigitsClassification(Env):
     def describe(self):
         return {**super().describe(), "data": "sklearn.datasets.load_digits", "points": self.n_points}
 
-
-ENVS = {"classification": DigitsClassification}

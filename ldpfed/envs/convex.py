@@ -104,5 +104,3 @@ class ConvexBall(Env):
         return {**super().describe(), "lipschitz": self.lipschitz, "scale": self.scale,
                 "x_star": self.x_star.tolist()}
 
-
-ENVS = {"convex": ConvexBall}

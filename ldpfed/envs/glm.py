@@ -84,23 +84,21 @@ class GLMContextual(Env):
         return float(np.linalg.norm(np.asarray(estimate) - self.theta))
 
 
-def _variant(name: str, link: str, multi: bool, defaults: dict):
+def _variant(cls_name: str, name: str, link: str, multi: bool, defaults: dict):
     profile = {"authors-code": AUTHORS_MULTI if multi else AUTHORS_SINGLE}
-    return type(f"GLM_{name}", (GLMContextual,), {"name": name, "link": link, "multi": multi, "defaults": defaults,
-                                                  "profile_defaults": profile})
+    cls = type(cls_name, (GLMContextual,), {"name": name, "link": link, "multi": multi, "defaults": defaults,
+                                            "profile_defaults": profile, "__module__": __name__})
+    return cls
 
 
 SINGLE = {"d": 2, "K": 10, "noise_std": 0.1, "contexts": "sphere"}
 MULTI = {"d": 20, "K": 3, "noise_std": 0.1, "contexts": "sphere"}
 AUTHORS_SINGLE = {"noise_std": 0.0}                            # Scheme1/envs: rewards are the means
 AUTHORS_MULTI = {"noise_std": 0.05, "contexts": "gaussian"}    # Scheme1/instances/multiparam.py
-GLM_ENVS = {
-    "linear": _variant("linear", "identity", False, SINGLE),
-    "logistic": _variant("logistic", "logistic", False, SINGLE),
-    "poisson": _variant("poisson", "poisson", False, SINGLE),
-    "linear-multi": _variant("linear-multi", "identity", True, MULTI),
-    "logistic-multi": _variant("logistic-multi", "logistic", True, MULTI),
-    "poisson-multi": _variant("poisson-multi", "poisson", True, MULTI),
-}
-
-ENVS = GLM_ENVS
+# Module-level names: the entry points (pyproject.toml) and pickling refer to them.
+Linear = _variant("Linear", "linear", "identity", False, SINGLE)
+Logistic = _variant("Logistic", "logistic", "logistic", False, SINGLE)
+Poisson = _variant("Poisson", "poisson", "poisson", False, SINGLE)
+LinearMulti = _variant("LinearMulti", "linear-multi", "identity", True, MULTI)
+LogisticMulti = _variant("LogisticMulti", "logistic-multi", "logistic", True, MULTI)
+PoissonMulti = _variant("PoissonMulti", "poisson-multi", "poisson", True, MULTI)

@@ -71,5 +71,3 @@ class PiecewiseBernoulli(Env):
 class Bernoulli(PiecewiseBernoulli):
     name = "bernoulli"
     defaults = {"K": 10, "breakpoints": 0, "means": None}
-
-ENVS = {"bernoulli": Bernoulli, "piecewise-bernoulli": PiecewiseBernoulli}

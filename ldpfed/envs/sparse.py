@@ -148,5 +148,3 @@ class SparseLinear(_LinearSingle):
         # only the support matters: n K s0 operations instead of n K d
         return contexts[..., self.support] @ self.theta[self.support]
 
-
-ENVS = {"arm-pool": ArmPool, "sparse-linear": SparseLinear}

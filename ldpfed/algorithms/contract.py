@@ -1,0 +1,106 @@
+"""The contract every algorithm keeps, built-in or plugin, checked in code (not only in docstrings).
+
+`check_class` runs when a class is registered (ldpfed/plugins.py): what can be told without building it.
+`check_instance` runs on every algorithm the engines build (`make_algorithm`): its message fields, their domains
+and mechanisms, and its privacy ledger. A break raises PluginError naming the algorithm and the field.
+
+The rules (tests/test_contract.py breaks each one on purpose):
+* every message field has a per-user shape of positive integers, and a Domain of that shape: what the server
+  shards check every client's values against (the server trusts no client);
+* under local DP ("ldp") every field is either made by one of the algorithm's mechanisms (`mechanisms[field]`) or
+  listed in `public_fields` (a public schedule, a public count): nothing raw leaves the client half;
+* `public_fields` are message fields;
+* every ledger row names a mechanism's guarantee (eps > 0, 0 <= delta < 1), counts `per_user` >= 1 outputs, and
+  the rows compose (ldpfed.mechanisms.accounting); a private algorithm has at least one row.
+"""
+from __future__ import annotations
+
+import math
+
+from ldpfed.mechanisms import accounting
+from ldpfed.plugins import PluginError
+
+PRIVACY_MODELS = ("ldp", "central", "none")
+# What a subclass must write itself: the base class raises NotImplementedError for these.
+REQUIRED_METHODS = ("initial_state", "update", "act", "encode", "message_spec")
+
+
+def check_class(cls, where: str) -> None:
+    """PluginError when `cls` (an Algorithm subclass) breaks what can be checked without building it."""
+    from ldpfed.algorithms.base import Algorithm
+    from ldpfed.config import PROFILES
+
+    def fail(what, why):
+        raise PluginError(f"{where}: {what}: {why}", field=f"{cls.name}.{what}")
+
+    if cls.privacy_model not in PRIVACY_MODELS:
+        fail("privacy_model", f"{cls.privacy_model!r} must be one of {list(PRIVACY_MODELS)}")
+    kinds = cls.env_kinds
+    if not isinstance(kinds, (tuple, list)) or not kinds or not all(isinstance(k, str) for k in kinds):
+        fail("env_kinds", f"{kinds!r} must be a non-empty tuple of env names")
+    if cls.default_env not in kinds:
+        fail("default_env", f"{cls.default_env!r} must be one of env_kinds {list(kinds)}")
+    if not isinstance(cls.defaults, dict):
+        fail("defaults", f"{cls.defaults!r} must be a dict of option -> default")
+    for profile, options in cls.profile_defaults.items():
+        if profile not in PROFILES:
+            fail("profile_defaults", f"unknown profile {profile!r} (profiles: {list(PROFILES)})")
+        unknown = set(options) - set(cls.defaults)
+        if unknown:
+            fail(f"profile_defaults.{profile}", f"options {sorted(unknown)} are not in defaults")
+    for method in REQUIRED_METHODS:
+        if getattr(cls, method) is getattr(Algorithm, method):
+            fail(method, "not implemented (every algorithm writes initial_state, update, act, encode and "
+                         "message_spec)")
+
+
+def check_instance(algo) -> None:
+    """PluginError when a built algorithm breaks the contract (see the module doc)."""
+    name = algo.name
+
+    def fail(what, why):
+        raise PluginError(f"algorithm {name!r}: {what}: {why}", field=f"{name}.{what}")
+
+    spec = algo.message_spec()
+    if not isinstance(spec, dict):
+        fail("message_spec", f"must return a dict field -> per-user shape, not {type(spec).__name__}")
+    for field, shape in spec.items():
+        if not isinstance(shape, tuple) or not all(isinstance(s, int) and s >= 1 for s in shape):
+            fail(f"message field {field!r}", f"shape {shape!r} must be a tuple of positive integers")
+    extra = set(algo.public_fields) - set(spec)
+    if extra:
+        fail(f"public_fields {sorted(extra)}", "not message fields")
+    try:
+        domains = algo.cached_domains()
+    except NotImplementedError as error:
+        fail("message_domains", str(error))
+    for field, shape in spec.items():
+        if field not in domains:
+            fail(f"message field {field!r}", "has no domain: the server shards could not check it (declare it in "
+                                             "message_domains, or make it with a mechanism that has one)")
+        if tuple(domains[field].shape) != tuple(shape):
+            fail(f"message field {field!r}", f"its domain has shape {domains[field].shape}, the spec {shape}")
+    if algo.privacy_model == "ldp":
+        for field in spec:
+            if field not in algo.public_fields and field not in algo.mechanisms:
+                fail(f"message field {field!r}", "is made by no mechanism and is not public: under local DP a "
+                                                 "field must be a mechanism's output (mechanisms[field]) or listed "
+                                                 "in public_fields")
+    rows = algo.ledger()
+    if algo.privacy_model != "none" and not rows:
+        fail("ledger", f"empty: a {algo.privacy_model} algorithm must state what its mechanisms guarantee")
+    for row in rows:
+        label = f"ledger row {row.get('message')!r}"
+        eps, delta = row.get("eps"), row.get("delta")
+        if not (isinstance(eps, (int, float)) and eps > 0 and not math.isnan(eps)):
+            fail(label, f"eps {eps!r} must be a number > 0")
+        if not (isinstance(delta, (int, float)) and 0 <= delta < 1):
+            fail(label, f"delta {delta!r} must be in [0, 1)")
+        per_user = row.get("per_user", 1)
+        if isinstance(per_user, bool) or not isinstance(per_user, int) or per_user < 1:
+            fail(label, f"per_user {per_user!r} must be an integer >= 1 (how many outputs one user's data changes)")
+    if rows:
+        try:
+            accounting.compose(rows, algo.delta)
+        except Exception as error:       # a ledger the accountant cannot compose
+            fail("ledger", f"does not compose ({type(error).__name__}: {error})")

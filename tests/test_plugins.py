@@ -1,0 +1,229 @@
+"""The one door for algorithms and envs (ldpfed/plugins.py) and the contract checked at it
+(ldpfed/algorithms/contract.py): built-ins come through the `ldpfed.algorithms` / `ldpfed.envs` entry points,
+other classes through register() or LDPFED_PLUGINS, and a class that breaks the contract is refused with an error
+naming what is wrong."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from importlib.metadata import entry_points
+
+import numpy as np
+import pytest
+
+from ldpfed.algorithms import REGISTRY, make_algorithm
+from ldpfed.algorithms.ldp_reductions import LdpMabUcb, Ucb
+from ldpfed.config import RunConfig
+from ldpfed.engine import run_local
+from ldpfed.envs import ENVS, make_env
+from ldpfed.plugins import ALGORITHM_GROUP, ENV_GROUP, PLUGINS_VAR, PluginError, Registry
+
+
+def test_builtins_come_through_the_entry_points():
+    """Every registered built-in is one entry point of the ldpfed package, named as the class, and back."""
+    for group, registry in ((ALGORITHM_GROUP, REGISTRY), (ENV_GROUP, ENVS)):
+        points = {p.name: p for p in entry_points(group=group) if p.dist.metadata["Name"] == "ldpfed"}
+        builtins = {name for name in registry if registry.source(name) == "ldpfed"}
+        assert builtins == set(points), group
+        for name in builtins:
+            assert points[name].load() is registry[name]
+            assert registry[name].name == name
+
+
+@pytest.fixture
+def registered():
+    """Classes registered by a test, removed after it."""
+    names = []
+
+    def add(cls):
+        REGISTRY.register(cls)
+        names.append(cls.name)
+        return cls
+
+    yield add
+    for name in names:
+        REGISTRY.unregister(name)
+
+
+def test_a_registered_class_runs_like_a_builtin(registered):
+    class MyUcb(Ucb):
+        name = "my-ucb"
+
+    registered(MyUcb)
+    assert REGISTRY.source("my-ucb") == "register()"
+    mine = run_local(RunConfig("my-ucb", users=300, round_size=10, seed=3))
+    theirs = run_local(RunConfig("ucb", users=300, round_size=10, seed=3))
+    assert mine.summary["final_regret"] == theirs.summary["final_regret"]
+
+
+def test_duplicates_and_bad_names_are_refused(registered):
+    class Clash(Ucb):
+        name = "ucb"
+
+    with pytest.raises(PluginError, match="'ucb' is already provided by 'ldpfed'"):
+        REGISTRY.register(Clash)
+
+    class BadName(Ucb):
+        name = "Bad Name"
+
+    with pytest.raises(PluginError, match="lower case"):
+        REGISTRY.register(BadName)
+    with pytest.raises(PluginError, match="subclass of ldpfed.algorithms.base.Algorithm"):
+        REGISTRY.register(type("NotAnAlgorithm", (), {"name": "x"}))
+    with pytest.raises(PluginError, match="was not added by register"):
+        REGISTRY.unregister("ucb")
+
+
+@pytest.mark.parametrize("attrs, field", [
+    ({"default_env": "linear"}, "default_env"),
+    ({"privacy_model": "shuffle"}, "privacy_model"),
+    ({"env_kinds": ()}, "env_kinds"),
+    ({"profile_defaults": {"authors-code": {"nope": 1}}}, "profile_defaults.authors-code"),
+])
+def test_class_contract(attrs, field):
+    cls = type("Broken", (Ucb,), {"name": "broken-ucb", **attrs})
+    with pytest.raises(PluginError) as caught:
+        REGISTRY.register(cls)
+    assert caught.value.field == f"broken-ucb.{field}"
+    assert "broken-ucb" not in REGISTRY
+
+
+def test_an_algorithm_must_write_its_halves():
+    from ldpfed.algorithms import Algorithm
+
+    cls = type("Half", (Algorithm,), {"name": "half", "env_kinds": ("bernoulli",), "default_env": "bernoulli",
+                                      "initial_state": lambda self, rng: {}, "message_spec": lambda self: {}})
+    with pytest.raises(PluginError, match="half.*update: not implemented"):
+        REGISTRY.register(cls)
+
+
+def _built(cls, registered, **config):
+    registered(cls)
+    config = RunConfig(cls.name, users=100, round_size=10, **config)
+    return make_algorithm(make_env(config), config)
+
+
+def test_a_field_without_a_domain_is_refused(registered):
+    class NoDomain(LdpMabUcb):
+        name = "no-domain"
+
+        def message_domains(self):
+            return {"arm": super().message_domains()["arm"]}
+
+    with pytest.raises(PluginError, match="message field 'reward'.*has no domain") as caught:
+        _built(NoDomain, registered)
+    assert caught.value.field == "no-domain.message field 'reward'"
+
+
+def test_an_ldp_field_no_mechanism_made_is_refused(registered):
+    """Under local DP a field that is neither a mechanism's output nor public would carry raw data."""
+
+    class Raw(LdpMabUcb):
+        name = "raw-reward"
+        public_fields = frozenset()          # the arm is no longer declared public
+
+    with pytest.raises(PluginError, match="message field 'arm'.*made by no mechanism and is not public"):
+        _built(Raw, registered)
+
+
+def test_a_domain_of_the_wrong_shape_is_refused(registered):
+    from ldpfed.mechanisms import Domain
+
+    class Wide(LdpMabUcb):
+        name = "wide-arm"
+
+        def message_domains(self):
+            return {**super().message_domains(), "arm": Domain((2,), low=0, high=1)}
+
+    with pytest.raises(PluginError, match=r"'arm'.*shape \(2,\), the spec \(\)"):
+        _built(Wide, registered)
+
+
+@pytest.mark.parametrize("row, what", [
+    ({"per_user": 0}, "per_user 0"),
+    ({"eps": float("nan")}, "eps nan"),
+    ({"delta": 1.5}, "delta 1.5"),
+])
+def test_a_ledger_that_does_not_compose_is_refused(registered, row, what):
+    class BadLedger(LdpMabUcb):
+        name = "bad-ledger"
+
+        def ledger(self):
+            return [{**r, **row} for r in super().ledger()]
+
+    with pytest.raises(PluginError, match=f"ledger row 'reward'.*{what}"):
+        _built(BadLedger, registered)
+
+
+def test_a_private_algorithm_needs_a_ledger(registered):
+    class Silent(LdpMabUcb):
+        name = "silent"
+
+        def ledger(self):
+            return []
+
+    with pytest.raises(PluginError, match="ledger: empty"):
+        _built(Silent, registered)
+
+
+PLUGIN_MODULE = """
+from ldpfed.algorithms.ldp_reductions import LdpMabUcb
+
+
+class EnvUcb(LdpMabUcb):
+    '''LDP-UCB under another name, found through LDPFED_PLUGINS.'''
+    name = "env-ucb"
+"""
+
+
+def test_environment_variable_plugins(tmp_path, monkeypatch):
+    (tmp_path / "my_plugin.py").write_text(PLUGIN_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv(PLUGINS_VAR, "my_plugin:EnvUcb")
+    from ldpfed.algorithms import Algorithm
+
+    fresh = Registry(ALGORITHM_GROUP, "algorithm", lambda: Algorithm)
+    assert fresh.source("env-ucb") == PLUGINS_VAR and "ldp-ols" in fresh
+    monkeypatch.setenv(PLUGINS_VAR, "my_plugin:Missing")
+    with pytest.raises(PluginError, match="module 'my_plugin' has no 'Missing'"):
+        Registry(ALGORITHM_GROUP, "algorithm", lambda: Algorithm)["ldp-ols"]
+
+
+def test_environment_plugin_runs_on_ray_workers(tmp_path):
+    """A module that is not installed, listed in LDPFED_PLUGINS: the Ray engine's workers (a new local Ray, in a
+    subprocess) find it too, and its run equals the same algorithm's under its built-in name."""
+    (tmp_path / "my_plugin.py").write_text(PLUGIN_MODULE)
+    script = textwrap.dedent("""
+        import json
+        from ldpfed.config import RunConfig
+        from ldpfed.engine import run
+        out = {}
+        for name in ("env-ucb", "ldp-mab-ucb"):
+            result = run(RunConfig(name, users=400, round_size=20, populations=2, seed=5), engine="ray",
+                         actors=2, shards=2, mode="per-user")
+            out[name] = result.summary["final_regret"]
+        print(json.dumps(out))
+    """)
+    env = {**os.environ, PLUGINS_VAR: "my_plugin:EnvUcb", "PYTHONPATH": str(tmp_path), "RAY_ADDRESS": ""}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    regrets = json.loads(done.stdout.strip().splitlines()[-1])
+    assert regrets["env-ucb"] == regrets["ldp-mab-ucb"] and np.isfinite(regrets["env-ucb"])
+
+
+def test_cli_reports_a_broken_plugin(tmp_path):
+    (tmp_path / "broken.py").write_text(PLUGIN_MODULE + textwrap.dedent("""
+
+        class NoDomain(EnvUcb):
+            name = "no-domain"
+
+            def message_domains(self):
+                return {"arm": super().message_domains()["arm"]}
+    """))
+    env = {**os.environ, PLUGINS_VAR: "broken:NoDomain", "PYTHONPATH": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-m", "ldpfed", "run", "no-domain", "--users", "50"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert "message field 'reward'" in done.stderr and "has no domain" in done.stderr
+    assert "Traceback" not in done.stderr
