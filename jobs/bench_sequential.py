@@ -6,6 +6,7 @@ this one process, one after the other.
     python jobs/bench_sequential.py                                     # every kernel; reference if cloned at
                                                                         #   /tmp/ldpbandit_ref (see --reference)
     python jobs/bench_sequential.py --algorithms ldp-sgd,ldp-ols --users 1e5
+    python jobs/bench_sequential.py --algorithms all --markdown        # every registered algorithm (plugins too)
     git clone https://github.com/liangzp/LDP-Bandit /tmp/ldpbandit_ref  # to compare with the reference
 
 Setting: d = 2, K = 10, eps = 1, delta = 0.01, seed 0 (seed 000's comparison setting) for the single-parameter
@@ -17,6 +18,9 @@ algorithms (ldp-gloc on the logistic env, the others linear); the multi-paramete
   * reference: the reference code's WorkerA with the same d, K, T, eps (one user at a time; its run covers T + 1
     users) for LDP-SGD, LDP-OLS, LDP-UCB and LDP-GLOC (Scheme1/instances/singleparam.py and logistic.py settings).
 The machine is named (CPUs, memory, load average): on a shared machine wall figures move, CPU figures less.
+With `--algorithms all`, every registered algorithm runs at B = 1 on its default env; those without a compiled
+kernel run on the generic engine only, and the line says so, with the B = 1 target of issue 17 (100,000 users/s;
+20,000 for the LASSO ones) beside each rate.
 Nothing here is asserted by the test suite; the reference code is never imported by ldpfed or its tests.
 """
 from __future__ import annotations
@@ -31,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ldpfed.algorithms import REGISTRY
 from ldpfed.config import RunConfig
 from ldpfed.engine import run, run_local
 from ldpfed.engine.sequential import sequential_unsupported
@@ -46,6 +51,10 @@ SETTINGS = {   # algorithm -> (env, env_params, reference (name, mechanism, serv
     "sw-klucb-cf": ("piecewise-bernoulli", {}, None),
     "klucb-cf": ("piecewise-bernoulli", {}, None),
 }
+
+
+# Issue 17's B = 1 speed targets, users/s (None: every other algorithm)
+B1_TARGET = {None: 100_000, "private-lasso": 20_000, "lasso-bandit": 20_000}
 
 
 def machine() -> str:
@@ -103,13 +112,20 @@ def main(argv=None) -> int:
               f"{'x':>5}  {'reference':>9} {'(cpu)':>7} {'x wall':>6} {'x cpu':>6}")
     print(header)
     rows = []
-    for name in [a for a in args.algorithms.split(",") if a]:
-        env, env_params, ref = SETTINGS[name]
+    names = sorted(REGISTRY) if args.algorithms == "all" else [a for a in args.algorithms.split(",") if a]
+    for name in names:
+        env, env_params, ref = SETTINGS.get(name, (REGISTRY[name].default_env, {}, None))
         config = RunConfig(name, env=env, env_params=env_params, users=args.users, round_size=1, eps=1.0,
                            delta=0.01 if name not in ("ldp-sgd-multi", "ldp-ols-multi") else 0.1, seed=args.seed)
+        target = B1_TARGET.get(name, B1_TARGET[None])
         reason = sequential_unsupported(config)
         if reason:
-            print(f"{name:<14} not on the sequential engine: {reason}")
+            generic_cfg = config.replace(users=min(args.generic_users, args.users))
+            _, g_wall, g_cpu = timed(lambda: run_local(generic_cfg))
+            generic = generic_cfg.users / g_wall
+            print(f"{name:<14} {env:<20} generic engine only ({reason}): {generic:,.0f} users/s "
+                  f"(cpu {generic_cfg.users / g_cpu:,.0f}); target {target:,}: {generic / target:.2f} of it", flush=True)
+            rows.append([f"`{name}`", env, "no kernel", "", f"{generic:,.0f}", "", "", "", "", ""])
             continue
         run(config.replace(users=100))   # load (or compile) the kernel outside the timing
         result, wall, cpu = timed(lambda: run(config))

@@ -227,3 +227,19 @@ def test_cli_reports_a_broken_plugin(tmp_path):
     assert done.returncode == 2
     assert "message field 'reward'" in done.stderr and "has no domain" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_sweep_runs_a_registered_plugin(registered, tmp_path):
+    from ldpfed import sweep as sweeps
+
+    class SweepUcb(Ucb):
+        name = "sweep-ucb"
+
+    registered(SweepUcb)
+    sweep = sweeps.build({"name": "plugin", "algorithms": ["sweep-ucb", "ucb"], "seeds": [0, 1], "users": 200,
+                          "params": {"sweep-ucb": {}}})
+    configs = sweeps.configs(sweep)
+    assert [c.algorithm for c in configs] == ["sweep-ucb", "sweep-ucb", "ucb", "ucb"]
+    assert [c.env for c in configs] == ["bernoulli"] * 4
+    results = [run_local(c.replace(round_size=20)).summary["final_regret"] for c in configs]
+    assert results[:2] == results[2:]       # the same algorithm under two names, the same seeds

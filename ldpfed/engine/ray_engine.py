@@ -39,7 +39,8 @@ from ldpfed.algorithms import make_algorithm
 from ldpfed.engine.core import PopulationRow, population_users, simulate_population
 from ldpfed.engine.driver import Backend, drive
 from ldpfed.engine.ray_security import disable_metrics_export, enable_token_auth
-from ldpfed.engine.ray_shard import MODES, LatencyHistogram, ShardCore, current_rss_bytes, make_plan, peak_rss_bytes
+from ldpfed.engine.ray_shard import (MODES, LatencyHistogram, ShardCore, WireMessage, current_rss_bytes, make_plan,
+                                     peak_rss_bytes)
 from ldpfed.envs import make_env
 from ldpfed.errors import ConfigError, describe_error
 from ldpfed.memory import keep_freed_memory
@@ -85,7 +86,7 @@ class PopulationActor:
             if payload and plan.sum_spec:
                 for s, part in enumerate(plan.split(payload, len(users), p)):
                     if part is not None:
-                        per_shard[s].append((config.algorithm, round_index, p, part))
+                        per_shard[s].append(WireMessage(config.algorithm, round_index, p, part))
         return (*per_shard, metrics)
 
     def stats(self) -> dict:

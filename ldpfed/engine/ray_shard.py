@@ -41,6 +41,7 @@ import math
 import resource
 import time
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -49,6 +50,17 @@ from ldpfed.mechanisms.domains import symmetric_reason
 
 FLOAT = np.dtype(np.float64)
 MODES = ("pre-aggregated", "per-user")
+
+
+class WireMessage(NamedTuple):
+    """What a population sends a server shard: the run's algorithm, the round, the population and the payload
+    (field -> array: per-user messages in per-user mode, their sums in pre-aggregated mode, for this shard's keys
+    only). A shard trusts none of it: `ShardCore.fold` checks every part (any 4-tuple is read the same way)."""
+
+    algorithm: str
+    round: int
+    population: int
+    payload: dict
 
 
 @dataclass(frozen=True)
@@ -329,7 +341,7 @@ class ShardCore:
         plan = self.plan
         if not isinstance(message, tuple) or len(message) != 4:
             return "malformed"
-        algorithm, round_index, population, payload = message
+        algorithm, round_index, population, payload = message      # a WireMessage, or anything a client sent
         if algorithm != plan.algorithm:
             return "unknown algorithm"
         if isinstance(round_index, bool) or not isinstance(round_index, (int, np.integer)):
