@@ -5,7 +5,6 @@ Two checks: (1) the public description itself holds no ground truth (only scalar
 attributes, containers, mechanisms, closures of its functions, bound methods) is an Env or a ground-truth array.
 """
 import dataclasses
-import types
 
 import numpy as np
 import pytest
@@ -14,6 +13,7 @@ from ldpfed.algorithms import REGISTRY, make_algorithm
 from ldpfed.config import RunConfig
 from ldpfed.envs import ENVS, make_env
 from ldpfed.envs.base import Env, PublicWorld
+from ldpfed.testing import reachable
 
 # The ground truth of each world (attribute names on the env object).
 TRUTH = ("theta", "x_star", "segment_means", "change_points", "support", "labels", "X", "_pending")
@@ -37,51 +37,6 @@ def _truth_arrays(env):
     return arrays
 
 
-def _reachable(root):
-    """Every object reachable from root through attributes, containers, closures and bound methods."""
-    seen, stack, out = set(), [root], []
-    while stack:
-        obj = stack.pop()
-        if id(obj) in seen or isinstance(obj, (type, types.ModuleType, str, bytes, int, float, bool, type(None))):
-            continue
-        seen.add(id(obj))
-        out.append(obj)
-        if isinstance(obj, dict) or isinstance(obj, types.MappingProxyType):
-            stack.extend(obj.keys())
-            stack.extend(obj.values())
-        elif isinstance(obj, (list, tuple, set, frozenset)):
-            stack.extend(obj)
-        elif isinstance(obj, np.ndarray):
-            if obj.dtype == object:
-                stack.extend(obj.ravel().tolist())
-            if obj.base is not None:
-                stack.append(obj.base)
-            continue
-        if isinstance(obj, types.MethodType):
-            stack.append(obj.__self__)
-            stack.append(obj.__func__)
-        if isinstance(obj, types.FunctionType):
-            stack.extend(cell.cell_contents for cell in (obj.__closure__ or ()) if _has_contents(cell))
-            stack.extend((obj.__defaults__ or ()))
-            continue
-        if isinstance(obj, np.random.Generator):
-            continue
-        if hasattr(obj, "__dict__"):
-            stack.append(vars(obj))
-        for slot in getattr(type(obj), "__slots__", ()):
-            if hasattr(obj, slot):
-                stack.append(getattr(obj, slot))
-    return out
-
-
-def _has_contents(cell):
-    try:
-        cell.cell_contents
-    except ValueError:
-        return False
-    return True
-
-
 def _is_truth(obj, truths):
     for _, truth in truths:
         if obj is truth:
@@ -101,7 +56,7 @@ def test_no_algorithm_reaches_the_truth(name, env_name):
     truths = _truth_arrays(env)
     algo = make_algorithm(env, config)
     assert isinstance(algo.world, PublicWorld)
-    for obj in _reachable(algo):
+    for obj in reachable(algo):
         assert not isinstance(obj, Env), f"{name} can reach the env object"
         assert not _is_truth(obj, truths), f"{name} can reach a ground-truth value ({type(obj).__name__})"
 
@@ -112,10 +67,10 @@ def test_the_walk_finds_a_leak():
     env = make_env(config)
     algo = make_algorithm(env, config)
     algo.mechanisms["hidden"] = {"nested": [lambda: env]}          # the env behind a closure in a container
-    assert any(isinstance(obj, Env) for obj in _reachable(algo))
+    assert any(isinstance(obj, Env) for obj in reachable(algo))
     algo2 = make_algorithm(env, config)
     algo2.cache = (env.theta.copy(),)                                 # an equal copy of theta*
-    assert any(_is_truth(obj, _truth_arrays(env)) for obj in _reachable(algo2))
+    assert any(_is_truth(obj, _truth_arrays(env)) for obj in reachable(algo2))
 
 
 @pytest.mark.parametrize("env_name", sorted(ENVS))

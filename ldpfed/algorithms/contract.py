@@ -4,7 +4,7 @@
 `check_instance` runs on every algorithm the engines build (`make_algorithm`): its message fields, their domains
 and mechanisms, and its privacy ledger. A break raises PluginError naming the algorithm and the field.
 
-The rules (tests/test_contract.py breaks each one on purpose):
+The rules (tests/test_plugins.py breaks each one on purpose; ldpfed.testing checks more, by running the algorithm):
 * every message field has a per-user shape of positive integers, and a Domain of that shape: what the server
   shards check every client's values against (the server trusts no client);
 * under local DP ("ldp") every field is either made by one of the algorithm's mechanisms (`mechanisms[field]`) or

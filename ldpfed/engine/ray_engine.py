@@ -172,15 +172,18 @@ class ActorPool:
 
     def take(self, cls, node: str):
         self._check_session()
-        idle = self.idle.get((cls, node))
+        idle = self.idle.get((cls, node, _plugins()))
         if idle:
             return idle.pop()
         strategy = NodeAffinitySchedulingStrategy(node_id=node, soft=False)
-        return cls.options(num_cpus=0, scheduling_strategy=strategy).remote()
+        options = {"num_cpus": 0, "scheduling_strategy": strategy}
+        if _plugins():   # the actor finds the same plugin classes as this driver (ldpfed/plugins.py)
+            options["runtime_env"] = {"env_vars": {PLUGINS_VAR: _plugins()}}
+        return cls.options(**options).remote()
 
     def give_back(self, cls, node: str, handle) -> None:
         self._check_session()
-        self.idle.setdefault((cls, node), []).append(handle)
+        self.idle.setdefault((cls, node, _plugins()), []).append(handle)
 
     def clear(self) -> None:
         for handles in self.idle.values():
@@ -190,6 +193,11 @@ class ActorPool:
 
 
 POOL = ActorPool()
+
+
+def _plugins() -> str:
+    """This driver's LDPFED_PLUGINS ("" when unset): every actor gets it, so it rebuilds the same classes by name."""
+    return os.environ.get(PLUGINS_VAR, "")
 
 
 def _kill(handle) -> None:
@@ -216,11 +224,6 @@ def ensure_ray(address=None, **init_kwargs) -> bool:
         # metrics exporter on all interfaces (see ray_security)
         enable_token_auth()
         disable_metrics_export()
-    plugins = os.environ.get(PLUGINS_VAR)
-    if plugins and "runtime_env" not in kwargs and not os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR"):
-        # the workers find the same plugin classes as this driver (ldpfed/plugins.py); a job submitted with
-        # `ray job submit --runtime-env-json` carries its own env_vars to its workers already
-        kwargs["runtime_env"] = {"env_vars": {PLUGINS_VAR: plugins}}
     sigterm = signal.getsignal(signal.SIGTERM)
     ray.init(address=address, **kwargs)
     # Ray's core installs a C-level SIGTERM handler in the driver that aborts (SIGABRT, no `finally`, no

@@ -1,0 +1,774 @@
+"""The conformance kit: what a plugin author's own tests call on their algorithm, the same checks ldpfed runs on
+every built-in (tests/test_conformance.py).
+
+    from ldpfed.testing import check_algorithm, ConformanceError, CHECKS
+
+    def test_my_algorithm_conforms():
+        report = check_algorithm(MyAlgorithm)      # a class or a registered name; raises ConformanceError
+        assert set(report) == set(CHECKS)
+
+The registry checks a class's shape when it is registered and every built instance's declarations when an engine
+builds it (ldpfed/algorithms/contract.py). What declarations cannot show is whether the code keeps them: whether
+encode's messages have the declared shapes, whether it clips before privatizing, whether its noise gives the
+privacy its ledger claims, whether it peeks at the env's ground truth, whether its public fields are data-free,
+whether it runs bit-identically on every engine path. Each check below runs the algorithm to find out:
+
+1. "contract"      check_instance, then encode's messages against message_spec (fields, per-user shapes, one
+                   numeric dtype for every batch: the shards' wire format), and aggregate against aggregate_bounds.
+2. "ledger"        the ledger composes within the configured (eps, delta); no void claim (unless the profile is
+                   authors-code); every mechanism has its row; the noise the rows say is drawn supports their claim
+                   (dp-accounting's eps of the same composition, from the noise, is not above the basic total).
+3. "clipping"      honest messages lie in their Domains; so do messages built from contexts scaled by up to 1e12
+                   and rewards of +-1e12 (an unclipped input breaks the domain: public bounds plus the noise tail),
+                   and so do their aggregates (aggregate_bounds); and, for the mechanisms of ldpfed, the data encode
+                   hands to a mechanism spreads no further than the sensitivity of its ledger row.
+4. "privacy_audit" (LDP only) an empirical lower bound on eps from neighbouring users, beyond Clopper-Pearson
+                   confidence (ldpfed/mechanisms/audit.py), must not exceed the ledger's composed eps.
+5. "no_truth"      nothing reachable from the algorithm, its model or its server state is an Env or one of the
+                   env's arrays; `world` is a PublicWorld.
+6. "public_fields" (private algorithms) with the same randomness, other users' data gives the same public fields.
+7. "engines"       the local engine twice and the Ray engine (pre-aggregated with 1 shard, per-user with 2) give
+                   the same per-round table, bit for bit.
+
+A check returns "passed" or "skipped: why" and raises ConformanceError naming the check, the algorithm and, where
+there is one, the message field. Statistical checks use fixed seeds and confidence bounds, so an honest algorithm
+fails them with probability below AUDIT_ALPHA whatever the seed.
+"""
+from __future__ import annotations
+
+import os
+import re
+import traceback
+import types
+
+import numpy as np
+
+from ldpfed.algorithms import REGISTRY, Algorithm
+from ldpfed.algorithms.contract import check_instance
+from ldpfed.config import RunConfig
+from ldpfed.engine.core import simulate_population
+from ldpfed.envs import make_env
+from ldpfed.envs.base import Env, PublicWorld
+from ldpfed.errors import ConfigError
+from ldpfed.mechanisms import accounting, audit
+from ldpfed.plugins import PLUGINS_VAR, PluginError, environment_references, load_reference
+from ldpfed.rng import derive
+
+CHECKS = ("contract", "ledger", "clipping", "privacy_audit", "no_truth", "public_fields", "engines")
+
+# privacy_audit: samples per neighbour to choose the event (pilot) and to measure it (audit), and the confidence:
+# an algorithm that meets its claim fails the audit with probability at most AUDIT_ALPHA. With 10,000 samples an
+# eps lower bound comes within ~0.1 of a likelihood ratio that the event shows at probabilities around 0.1-0.5;
+# a mechanism with a tenth of the noise it claims gives bounds several times its eps.
+PILOT_N = 2_000
+AUDIT_N = 10_000
+AUDIT_ALPHA = 1e-3
+AUDIT_CHUNK = 2_000           # users per encode call of the audit (bounds memory for large messages)
+# clipping: how far beyond the public bounds the hostile inputs go (contexts scaled by these, with random signs;
+# rewards these multiples of the reward bound, and +-1e12 outright).
+HOSTILE_SCALES = (1e-3, 1.0, 7.0, 1e6, 1e12)
+HOSTILE_REWARDS = (-1e12, -1e6, -7.0, -1.0, 0.0, 0.4, 1.0, 7.0, 1e6, 1e12)
+# ledger: dp-accounting's PLD is pessimistic by at most PLD_INTERVAL per composed mechanism; rounding of the sums.
+LEDGER_RTOL = 1e-9
+RAY_SKIP = ("class not importable by Ray workers; install it as a package or list it in "
+            f"{PLUGINS_VAR}")
+
+
+class ConformanceError(AssertionError):
+    """An algorithm that breaks the contract, found by running it: names the check, the algorithm and, where there
+    is one, the message field (`check`, `algorithm`, `field`)."""
+
+    def __init__(self, check: str, algorithm: str, message: str, field: str | None = None):
+        self.check, self.algorithm, self.field, self.reason = check, algorithm, field, message
+        where = f", message field {field!r}" if field else ""
+        super().__init__(f"conformance check {check!r} failed for algorithm {algorithm!r}{where}: {message}")
+
+    def __reduce__(self):          # picklable (its __init__ does not take the formatted message)
+        return type(self), (self.check, self.algorithm, self.reason, self.field)
+
+
+# ---- the one entry point -------------------------------------------------------------------------------------
+def check_algorithm(cls_or_name, env=None, *, eps=1.0, delta=0.01, users=120, round_size=12, seed=0, ray=True,
+                    checks=None) -> dict:
+    """Run the conformance checks on an algorithm (an Algorithm subclass, or a registered name) on env (None: its
+    default env); returns {check: "passed" | "skipped: why"} in CHECKS order, raises ConformanceError at the first
+    failure. A class not in the registry is registered for the duration of the call (the engines build algorithms
+    by name). ray=False skips the Ray half of "engines"; with ray=True, Ray is used if initialized, else a local
+    instance is started for the check and shut down after it."""
+    selected = _selected(checks)
+    cls, added = _resolve(cls_or_name)
+    try:
+        subject = Subject(cls, env, eps=eps, delta=delta, users=users, round_size=round_size, seed=seed, ray=ray)
+        report = {}
+        for name in selected:
+            report[name] = _run(name, subject)
+        return report
+    finally:
+        if added:
+            REGISTRY.unregister(cls.name)
+
+
+def _selected(checks) -> list[str]:
+    if checks is None:
+        return list(CHECKS)
+    names = [checks] if isinstance(checks, str) else list(checks)
+    unknown = [name for name in names if name not in CHECKS]
+    if unknown:
+        raise ConfigError("checks", unknown, f"unknown checks; choose from {list(CHECKS)}")
+    return [name for name in CHECKS if name in names]
+
+
+def _resolve(cls_or_name):
+    """(class, whether this call registered it)."""
+    if isinstance(cls_or_name, str):
+        if cls_or_name not in REGISTRY:
+            raise ConfigError("algorithm", cls_or_name, f"not registered; registered: {sorted(REGISTRY)}")
+        return REGISTRY[cls_or_name], False
+    cls = cls_or_name
+    if not (isinstance(cls, type) and issubclass(cls, Algorithm)):
+        raise ConfigError("algorithm", cls, "must be an Algorithm subclass or a registered name")
+    name = getattr(cls, "name", "")
+    if name in REGISTRY:
+        if REGISTRY[name] is not cls:
+            raise PluginError(f"algorithm {name!r} is already provided by {REGISTRY.source(name)!r} (another "
+                              f"class): give yours another name", field=f"{name}.name")
+        return cls, False
+    try:
+        REGISTRY.register(cls)
+    except PluginError as error:       # check_class: what can be told without building it
+        raise ConformanceError("contract", name or repr(cls), str(error), _message_field(error)) from error
+    return cls, True
+
+
+def _run(name: str, subject: "Subject") -> str:
+    """One check: "passed", "skipped: why", or ConformanceError (an unexpected exception of the algorithm's code
+    is a failure of the check that ran it)."""
+    try:
+        outcome = CHECK_FUNCTIONS[name](subject)
+    except ConformanceError:
+        raise
+    except Exception as error:
+        frame = traceback.extract_tb(error.__traceback__)[-1]          # where the algorithm's code failed
+        try:
+            path = os.path.relpath(frame.filename)
+        except ValueError:                                              # another drive
+            path = frame.filename
+        where = f" (at {path}:{frame.lineno}, in {frame.name})"
+        raise ConformanceError(name, subject.name, f"raised {type(error).__name__}: {error}{where}") from error
+    return "passed" if outcome is None else outcome
+
+
+class Subject:
+    """The algorithm under test and the run it is checked in; every check builds its own instance."""
+
+    def __init__(self, cls, env, *, eps, delta, users, round_size, seed, ray):
+        self.cls, self.name = cls, cls.name
+        self.eps, self.delta, self.users, self.round_size, self.seed = eps, delta, users, round_size, seed
+        self.ray = ray
+        self.env_name = env
+        self.config()          # usage errors (an env it does not run on, bad sizes) raise ConfigError here
+
+    def config(self, populations: int = 1) -> RunConfig:
+        return RunConfig(self.name, env=self.env_name, users=self.users, round_size=self.round_size,
+                         populations=populations, eps=self.eps, delta=self.delta, seed=self.seed)
+
+    def build(self):
+        """(config, env, algorithm), built as make_algorithm does but without its contract check (check 1's)."""
+        config = self.config()
+        env = make_env(config)
+        return config, env, REGISTRY[self.name](env.public(), config)
+
+    def fail(self, check: str, message: str, field: str | None = None):
+        raise ConformanceError(check, self.name, message, field)
+
+    def batches(self, config) -> list[np.ndarray]:
+        """Users of two batches: the run's first users (warm-up, initialization schedules) and its last ones."""
+        n = min(config.round_size, config.users)
+        return [np.arange(n, dtype=np.int64), np.arange(config.users - n, config.users, dtype=np.int64)]
+
+
+def _message_field(error, algo=None) -> str | None:
+    """The message field a contract error is about, if any (named in its `field`, "<algorithm>.<what>"); with the
+    algorithm, only a name that is one of its message fields."""
+    found = re.search(r"(?:message field|ledger row) '([^']+)'", str(getattr(error, "field", "")))
+    if found is None:
+        return None
+    return found.group(1) if algo is None else _field_of(algo, found.group(1))
+
+
+def _model(algo, config):
+    return algo.publish(algo.initial_state(derive(config.seed, "init")))
+
+
+def _client_round(algo, env, model, users, seed: int):
+    """(contexts, actions, rewards) of these users, from generators keyed by seed (as a population's round)."""
+    world, client = np.random.default_rng([seed, 1]), np.random.default_rng([seed, 2])
+    contexts = env.contexts(users, world)
+    actions = algo.act(model, contexts, users, client)
+    rewards, _ = env.step(contexts, actions, users, world)
+    return contexts, actions, rewards
+
+
+# ---- 1. contract -----------------------------------------------------------------------------------------------
+def check_contract(subject: Subject):
+    """check_instance on a built instance, then what it does against what it declares: encode's fields and per-user
+    shapes are message_spec's (the shards reject anything else), in one numeric dtype for every batch (the
+    per-user wire format is probed once), and aggregate's fields are those aggregate_bounds bounds."""
+    check = "contract"
+    config, env, algo = subject.build()
+    try:
+        check_instance(algo)
+    except PluginError as error:
+        subject.fail(check, str(error), _message_field(error, algo))
+    spec = algo.message_spec()
+    model = _model(algo, config)
+    dtypes = {}
+    for batch, users in enumerate(subject.batches(config)):
+        messages, _, metrics = simulate_population(algo, env, model, config.seed, batch, 0, users,
+                                                   pre_aggregate=False)
+        if not isinstance(messages, dict):
+            subject.fail(check, f"encode returned {type(messages).__name__} messages, not a dict field -> array")
+        if not isinstance(metrics, dict):
+            subject.fail(check, f"encode returned {type(metrics).__name__} metrics, not a dict of counters")
+        for field in sorted(set(spec) | set(messages)):
+            if field not in messages:
+                subject.fail(check, "declared in message_spec, missing from encode's messages", field)
+            if field not in spec:
+                subject.fail(check, "sent by encode, not declared in message_spec", field)
+            value = np.asarray(messages[field])
+            want = (len(users), *spec[field])
+            if value.shape != want:
+                subject.fail(check, f"encode made shape {value.shape} for {len(users)} users, message_spec says "
+                                    f"{spec[field]} per user, i.e. {want}", field)
+            if value.dtype.kind not in "biuf":
+                subject.fail(check, f"dtype {value.dtype} is not numeric", field)
+            if dtypes.setdefault(field, value.dtype) != value.dtype:
+                subject.fail(check, f"dtype {value.dtype} for users {users[0]}.., {dtypes[field]} for the first "
+                                    f"users: the per-user wire format must not change", field)
+        sums = algo.aggregate(messages, users)
+        if not isinstance(sums, dict):
+            subject.fail(check, f"aggregate returned {type(sums).__name__}, not a dict")
+        try:
+            bounds = algo.aggregate_bounds(users)
+        except NotImplementedError as error:
+            subject.fail(check, f"aggregate_bounds: {error} (pre-aggregated server shards check population sums "
+                                f"against it)")
+        if set(bounds) != set(sums):
+            subject.fail(check, f"aggregate_bounds covers {sorted(bounds)}, aggregate makes {sorted(sums)}")
+
+
+# ---- 2. ledger -------------------------------------------------------------------------------------------------
+def check_ledger(subject: Subject):
+    """The ledger composes within the configured budget, claims something (no void rows outside the authors-code
+    profile), has a row for every mechanism, and claims no more than the noise the rows record can give:
+    dp-accounting's eps of the same composition (computed from the noise drawn, the sensitivity and the node counts)
+    at the configured delta is at most the basic total, up to its discretization."""
+    check = "ledger"
+    config, env, algo = subject.build()
+    rows = algo.ledger()
+    if not rows:
+        if algo.privacy_model != "none":
+            subject.fail(check, f"empty ledger for a {algo.privacy_model} algorithm")
+        return "skipped: privacy model 'none' and an empty ledger: nothing to compose"
+    listed = {row.get("message") for row in rows}
+    for key in algo.mechanisms:
+        if key not in listed:
+            subject.fail(check, f"mechanism {key!r} has no ledger row: what it spends is not accounted",
+                         _field_of(algo, key))
+    try:
+        composed = accounting.compose(rows, config.delta)
+    except Exception as error:
+        subject.fail(check, f"the ledger does not compose ({type(error).__name__}: {error})")
+    if composed.void:
+        if algo.profile == "authors-code":
+            return f"skipped: claim void under profile authors-code ({composed.void})"
+        row = next(row for row in rows if row.get("claim_void"))
+        subject.fail(check, f"claim void ({composed.void}): only profile authors-code may reproduce unprivate "
+                            f"code", _field_of(algo, row.get("message")))
+    try:
+        accounting.check_budget(composed, config.eps, config.delta, subject.name)
+    except ConfigError as error:
+        subject.fail(check, f"over budget: {error}")
+    if composed.eps_pld is not None:
+        slack = composed.eps * LEDGER_RTOL + accounting.PLD_INTERVAL * sum(
+            int(row.get("per_user", 1)) * int(row.get("nodes", 1)) for row in rows)
+        if composed.eps_pld > composed.eps + slack:
+            subject.fail(check, f"the noise the ledger records gives eps = {composed.eps_pld:.4g} at delta = "
+                                f"{config.delta:g} (dp-accounting, from noise_std/noise_scale and sensitivity), more "
+                                f"than the {composed.eps:.4g} it claims: a mechanism draws less noise than its claim "
+                                f"needs")
+
+
+def _field_of(algo, key):
+    """key if it names a message field, else None (a server release)."""
+    return key if key in algo.message_spec() else None
+
+
+# ---- 3. clipping -----------------------------------------------------------------------------------------------
+def check_clipping(subject: Subject):
+    """Messages stay in their Domains (what honest clients can send: public bounds plus the noise tail) for honest
+    inputs and for inputs far beyond the public bounds, and their aggregates in aggregate_bounds; for the mechanisms
+    of ldpfed (Gaussian, symmetric Gaussian, Laplace, l2-ball, randomized response), the data encode hands them
+    spreads no further than their ledger rows' sensitivity: the noise was calibrated for that spread."""
+    check = "clipping"
+    config, env, algo = subject.build()
+    domains = algo.cached_domains()
+    model = _model(algo, config)
+    rows = {row.get("message"): row for row in algo.ledger()}
+    seen = _record_inputs(algo, rows) if algo.privacy_model == "ldp" else {}
+    c_r = float(algo.world.reward_bound)
+    for batch, users in enumerate(subject.batches(config)):
+        contexts, actions, rewards = _client_round(algo, env, model, users, seed=1000 + batch)
+        honest, _ = algo.encode(model, contexts, actions, rewards, users, np.random.default_rng([batch, 3]))
+        _check_domains(subject, check, algo, domains, honest, users, "an honest message")
+        rng = np.random.default_rng([batch, 4])
+        hostile_contexts = _hostile_contexts(contexts, rng)
+        hostile_rewards = rng.choice(np.array(HOSTILE_REWARDS) * np.where(np.abs(HOSTILE_REWARDS) < 1e6, c_r, 1.0),
+                                     size=np.shape(rewards))
+        try:
+            messages, _ = algo.encode(model, hostile_contexts, actions, hostile_rewards, users, rng)
+        except Exception as error:
+            subject.fail(check, f"encode raised {type(error).__name__} ({error}) on contexts scaled by up to 1e12 and "
+                                f"rewards up to +-1e12: a client clips (or rounds) its inputs to the public bounds "
+                                f"(PublicWorld.reward_bound, context_bound) before privatizing, whatever they are")
+        _check_domains(subject, check, algo, domains, messages, users,
+                       "with contexts scaled by up to 1e12 and rewards up to +-1e12, the message")
+    for key, calls in seen.items():          # any two users, honest or not, of both batches
+        _check_spread(subject, check, algo, key, rows[key], calls)
+
+
+def _hostile_contexts(contexts, rng):
+    if contexts is None:
+        return None
+    x = np.asarray(contexts, dtype=float)
+    factor = rng.choice(HOSTILE_SCALES, size=len(x)) * rng.choice([-1.0, 1.0], size=len(x))
+    return x * factor.reshape((-1,) + (1,) * (x.ndim - 1))
+
+
+def _check_domains(subject, check, algo, domains, messages, users, what):
+    for field, value in messages.items():
+        why = domains[field].reason(np.asarray(value), users)
+        if why is not None:
+            subject.fail(check, f"{what} is outside its domain ({domains[field].source}): {why}: the server "
+                                f"shards would reject it", field)
+    sums = algo.aggregate(messages, users)
+    bounds = algo.aggregate_bounds(users)
+    for field, value in sums.items():
+        why = bounds[field].reason(np.asarray(value, dtype=float).reshape(-1))
+        if why is not None:
+            subject.fail(check, f"{what}s' aggregate {field!r} is outside aggregate_bounds: {why}",
+                         field if field in domains else None)
+
+
+def _record_inputs(algo, rows) -> dict:
+    """Make the algorithm's own mechanisms (of ldpfed's kinds, with a ledger row) keep a copy of the data they are
+    asked to privatize; instance attributes, so only this algorithm's mechanisms are watched."""
+    kinds = ("gaussian", "symmetric-gaussian", "laplace", "l2-ball", "randomized-response")
+    seen = {}
+    for key, mech in algo.mechanisms.items():
+        if key not in rows or rows[key].get("mechanism") not in kinds or not hasattr(mech, "privatize"):
+            continue
+        seen[key] = []
+        for method in ("privatize", "privatize_counted"):     # (a call of one through the other records twice)
+            if hasattr(mech, method):
+
+                def privatize(values, rng, _original=getattr(mech, method), _key=key):
+                    seen[_key].append(np.array(values, dtype=float, copy=True))
+                    return _original(values, rng)
+
+                setattr(mech, method, privatize)
+        if hasattr(mech, "privatize_gram"):        # privatize(x x^T) without building it: the data is x x^T
+
+            def privatize_gram(x, rng, _original=mech.privatize_gram, _key=key):
+                x = np.array(x, dtype=float)
+                seen[_key].append(x[..., :, None] * x[..., None, :])
+                return _original(x, rng)
+
+            mech.privatize_gram = privatize_gram
+    return seen
+
+
+def _units(kind: str, data: np.ndarray) -> np.ndarray:
+    """The vectors a mechanism's sensitivity is about, one per row: a user's value or one slot's (last axis); for
+    symmetric matrix noise the upper triangle incl. the diagonal of each matrix."""
+    if kind == "symmetric-gaussian":
+        d = data.shape[-1]
+        iu = np.triu_indices(d)
+        return data.reshape(-1, d, d)[:, iu[0], iu[1]]
+    return data.reshape(-1, 1) if data.ndim == 1 else data.reshape(-1, data.shape[-1])
+
+
+def _max_distance(units: np.ndarray, norm: str) -> float:
+    """Largest distance between two rows (l1 or l2)."""
+    if len(units) < 2:
+        return 0.0
+    if norm == "l1":
+        return max(float(np.abs(units[i + 1:] - units[i]).sum(axis=1).max()) for i in range(len(units) - 1))
+    sq = np.einsum("ij,ij->i", units, units)
+    d2 = sq[:, None] + sq[None, :] - 2.0 * (units @ units.T)
+    return float(np.sqrt(max(float(d2.max()), 0.0)))
+
+
+def _check_spread(subject, check, algo, key, row, calls):
+    if not calls:
+        return
+    data = np.concatenate([c.reshape(-1, *c.shape[1:]) for c in calls])
+    kind, sensitivity = row["mechanism"], float(row["sensitivity"])
+    field = _field_of(algo, key)
+    if not np.isfinite(data).all():
+        subject.fail(check, f"mechanism {key!r} was handed non-finite data", field)
+    if kind == "randomized-response":                      # the input is a bit
+        if not set(np.unique(data).tolist()) <= {0.0, 1.0}:
+            subject.fail(check, f"randomized response {key!r} was handed values other than bits", field)
+    elif kind == "l2-ball":                                # the ledger's bound is the radius of the input ball
+        norms = np.linalg.norm(data.reshape(-1, data.shape[-1]), axis=1)
+        if norms.max() > sensitivity * (1 + 1e-9):
+            subject.fail(check, f"mechanism {key!r} was handed a vector of norm {norms.max():.4g} > its radius "
+                                f"{sensitivity:.4g}", field)
+    else:                                                  # Gaussian / Laplace: two users' data apart
+        spread = _max_distance(_units(kind, data), row.get("norm", "l2"))
+        if spread > sensitivity * (1 + 1e-9):
+            subject.fail(check, f"mechanism {key!r} was handed data of two users {spread:.4g} apart ({row['norm']}) "
+                                f"> the sensitivity {sensitivity:.4g} its noise is calibrated for: clip to the public "
+                                f"bounds before privatizing", field)
+
+
+# ---- 4. privacy_audit -------------------------------------------------------------------------------------------
+def check_privacy_audit(subject: Subject):
+    """An end-to-end audit of encode on neighbouring users whose inputs differ maximally within the public bounds
+    (what the noise is calibrated for; check "clipping" covers inputs beyond them): same user index (past any
+    warm-up), same arm, same model; rewards +-the reward bound; contexts from the env (x, and another user's x2).
+    Candidate pairs: the rewards differ; the contexts differ; both differ.
+
+    Each message (its private fields, flattened) is reduced to one number: the projection on the mean difference
+    of the two users' messages (estimated on pilot samples drawn with common random numbers, so additive noise
+    cancels), scaled by the per-coordinate variance (for Gaussian noise, the likelihood ratio; for bits, the bit).
+    On the pilot, the pair and the event "statistic above tau" (or below) with the largest eps lower bound are
+    chosen; on fresh samples that event's Clopper-Pearson bound (ldpfed.mechanisms.audit.event_audit, model-free:
+    valid for any mechanism) must not exceed the ledger's composed eps at its composed delta."""
+    check = "privacy_audit"
+    config, env, algo = subject.build()
+    if algo.privacy_model != "ldp":
+        if algo.privacy_model == "central":
+            return ("skipped: central model: encode sends raw data to the trusted server, the noise is in the "
+                    "server's releases (audit those with ldpfed.mechanisms.audit)")
+        return "skipped: privacy model 'none': nothing to audit"
+    claim = _basic_claim(algo.ledger())
+    if claim is None:
+        subject.fail(check, "LDP algorithm with an empty ledger")
+    if claim.void:
+        return f"skipped: the ledger's claim is void ({claim.void})"
+    private = [f for f in sorted(algo.message_spec()) if f not in algo.public_fields]
+    if not private:
+        return "skipped: no private message field"
+    model = _model(algo, config)
+    user = np.array([config.users - 1], dtype=np.int64)    # past any warm-up: the whole message is sent
+    contexts, actions, rewards = _client_round(algo, env, model, user, seed=7)
+    other, _, _ = _client_round(algo, env, model, user, seed=8)
+    c_r = float(algo.world.reward_bound)
+    signs = np.where(np.arange(np.size(rewards)) % 2 == 0, 1.0, -1.0).reshape(np.shape(rewards))
+    up, down = c_r * signs, -c_r * signs                     # (two-point feedback: r1 - r2 = +-2 c_r)
+    pairs = {"rewards differ": ((contexts, up), (contexts, down))}
+    if contexts is not None:
+        pairs["contexts differ"] = ((contexts, up), (other, up))
+        pairs["both differ"] = ((contexts, up), (other, down))
+
+    def sample(inputs, n, seed):
+        return _audit_vectors(algo, model, *inputs, actions, user, private, n, seed)
+
+    best = None
+    for label, (input_a, input_b) in pairs.items():
+        pilot_a, pilot_b = sample(input_a, PILOT_N, 101), sample(input_b, PILOT_N, 101)   # common randomness
+        shift = (pilot_b - pilot_a).mean(axis=0)
+        var = 0.5 * (pilot_a.var(axis=0) + pilot_b.var(axis=0))
+        positive = var[var > 0]                          # a coordinate without noise weighs most
+        direction = shift / np.maximum(var, 1e-6 * float(positive.min()) if positive.size else 1.0)
+        if not np.isfinite(direction).all() or not direction.any():
+            continue                                     # the pilot sees no difference in this pair
+        centre = 0.5 * (pilot_a.mean(axis=0) + pilot_b.mean(axis=0))
+        tau, upper, bound = _choose_event((pilot_a - centre) @ direction, (pilot_b - centre) @ direction,
+                                          claim.delta)
+        if best is None or bound > best[0]:
+            best = (bound, label, input_a, input_b, centre, direction, tau, upper)
+    if best is None:
+        return None                                      # no pair's messages differ: nothing to tell apart
+    _, label, input_a, input_b, centre, direction, tau, upper = best
+    stat_a = (sample(input_a, AUDIT_N, 201) - centre) @ direction
+    stat_b = (sample(input_b, AUDIT_N, 202) - centre) @ direction
+    if upper:            # "stat > tau" is likelier under b
+        result = audit.event_audit(stat_b > tau, stat_a > tau, claim.eps, claim.delta, AUDIT_ALPHA)
+    else:                # "stat <= tau" is likelier under a
+        result = audit.event_audit(stat_a <= tau, stat_b <= tau, claim.eps, claim.delta, AUDIT_ALPHA)
+    if result.flagged:
+        subject.fail(check, f"neighbouring users ({label}) are told apart beyond the ledger's claim: eps >= "
+                            f"{result.eps_lower:.3f} with confidence {1 - AUDIT_ALPHA:g} > claimed eps = "
+                            f"{claim.eps:.4g} (delta = {claim.delta:.3g}); event: statistic "
+                            f"{'>' if upper else '<='} {tau:.4g} on fields {', '.join(private)}, counts "
+                            f"{result.counts} of {result.n}", private[0] if len(private) == 1 else None)
+
+
+def _basic_claim(rows):
+    """The ledger's claim by basic composition (what check_budget holds against the budget), without
+    dp-accounting's PLD, which the audit does not need; None for an empty ledger."""
+    rows = list(rows or [])
+    if not rows:
+        return None
+    void = "; ".join(sorted({str(row["claim_void"]) for row in rows if row.get("claim_void")})) or None
+    per_user = [int(row.get("per_user", 1)) for row in rows]
+    eps = sum(k * float(row["eps"]) for k, row in zip(per_user, rows))
+    delta = sum(k * float(row["delta"]) for k, row in zip(per_user, rows))
+    return types.SimpleNamespace(eps=eps, delta=delta, void=void)
+
+
+def _audit_vectors(algo, model, contexts, rewards, actions, user, fields, n, seed) -> np.ndarray:
+    """n encodes of one user's input (each with its own randomness): the private fields, flattened, (n, m)."""
+    def copies(value, m):
+        return None if value is None else np.repeat(np.asarray(value), m, axis=0)
+
+    rng = np.random.default_rng([seed, 5])
+    out = []
+    for start in range(0, n, AUDIT_CHUNK):
+        m = min(AUDIT_CHUNK, n - start)
+        messages, _ = algo.encode(model, copies(contexts, m), copies(actions, m), copies(rewards, m),
+                                  np.repeat(user, m), rng)
+        out.append(np.concatenate([np.asarray(messages[f], dtype=float).reshape(m, -1) for f in fields], axis=1))
+    return np.concatenate(out)
+
+
+def _choose_event(stat_a: np.ndarray, stat_b: np.ndarray, delta: float):
+    """(tau, upper, bound): the threshold event with the largest eps lower bound on the pilot samples; upper: the
+    event is "stat > tau" (likelier under b), else "stat <= tau" (likelier under a)."""
+    pooled = np.concatenate([stat_a, stat_b])
+    values = np.unique(pooled)
+    if len(values) <= 256:                        # discrete statistics (bits): between consecutive values
+        taus = 0.5 * (values[1:] + values[:-1]) if len(values) > 1 else values
+    else:
+        q = np.concatenate([[0.0005, 0.001, 0.002, 0.005], np.linspace(0.01, 0.99, 99), [0.995, 0.998, 0.999,
+                                                                                        0.9995]])
+        taus = np.unique(np.quantile(pooled, q))
+    a_sorted, b_sorted = np.sort(stat_a), np.sort(stat_b)
+    n_a, n_b = len(stat_a), len(stat_b)
+    best = (float(np.median(pooled)), True, -1.0)
+    for tau in taus:
+        above_a = n_a - np.searchsorted(a_sorted, tau, side="right")
+        above_b = n_b - np.searchsorted(b_sorted, tau, side="right")
+        for upper, (k_b, nb, k_a, na) in ((True, (above_b, n_b, above_a, n_a)),
+                                          (False, (n_a - above_a, n_a, n_b - above_b, n_b))):
+            bound = audit.eps_lower_bound(k_b, nb, k_a, na, delta, AUDIT_ALPHA)
+            if bound > best[2]:
+                best = (float(tau), upper, bound)
+    return best
+
+
+# ---- 5. no_truth -----------------------------------------------------------------------------------------------
+def check_no_truth(subject: Subject):
+    """Nothing reachable from the algorithm (attributes, containers, mechanisms, closures, bound methods), from the
+    model it publishes or from its server state after a round is the env or one of the env's arrays (the env holds
+    the ground truth: theta*, change points, support, the data set); `world` is a PublicWorld."""
+    check = "no_truth"
+    config, env, algo = subject.build()
+    if not isinstance(algo.world, PublicWorld):
+        subject.fail(check, f"algo.world is a {type(algo.world).__name__}, not the env's PublicWorld")
+    truths = _env_arrays(env)
+    state = algo.initial_state(derive(config.seed, "init"))
+    roots = [("the algorithm", algo), ("its initial state", state)]
+    model = algo.publish(state)
+    users = subject.batches(config)[0]
+    sums, _, _ = simulate_population(algo, env, model, config.seed, 0, 0, users)
+    state = algo.update(state, sums or {}, int(users[0]), int(users[-1]) + 1, derive(config.seed, "server", 0))
+    roots += [("its published model", model), ("its state after a round", state), ("the algorithm after a round",
+                                                                                       algo)]
+    for label, root in roots:
+        for obj in reachable(root):
+            if isinstance(obj, Env):
+                subject.fail(check, f"{label} can reach the env ({type(obj).__name__}), which holds the ground "
+                                    f"truth: an algorithm sees only env.public()")
+            name = _truth_match(obj, truths)
+            if name is not None:
+                subject.fail(check, f"{label} can reach the env's {name!r} ({type(obj).__name__}): ground truth")
+
+
+def _env_arrays(env) -> list[tuple[str, object]]:
+    """Every array (size > 1) and non-empty dict the env holds besides its options: its ground truth, whatever the
+    env calls it."""
+    found = []
+    for name, value in vars(env).items():
+        if name == "params":
+            continue
+        if isinstance(value, np.ndarray) and value.size > 1:
+            found.append((name, value))
+        elif isinstance(value, dict) and value:
+            found.append((name, value))
+    return found
+
+
+def _truth_match(obj, truths):
+    for name, truth in truths:
+        if obj is truth:
+            return name
+        if isinstance(obj, np.ndarray) and isinstance(truth, np.ndarray) and obj.size > 1:
+            if np.shares_memory(obj, truth):
+                return name
+            if obj.shape == truth.shape and obj.dtype.kind in "biuf" and np.array_equal(obj, truth):
+                return name
+    return None
+
+
+def reachable(root):
+    """Every object reachable from root through attributes, containers, closures and bound methods (the walk of
+    tests/test_public_world.py)."""
+    seen, stack, out = set(), [root], []
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen or isinstance(obj, (type, types.ModuleType, str, bytes, int, float, bool, type(None))):
+            continue
+        seen.add(id(obj))
+        out.append(obj)
+        if isinstance(obj, (dict, types.MappingProxyType)):
+            stack.extend(obj.keys())
+            stack.extend(obj.values())
+        elif isinstance(obj, (list, tuple, set, frozenset)):
+            stack.extend(obj)
+        elif isinstance(obj, np.ndarray):
+            if obj.dtype == object:
+                stack.extend(obj.ravel().tolist())
+            if obj.base is not None:
+                stack.append(obj.base)
+            continue
+        if isinstance(obj, types.MethodType):
+            stack.append(obj.__self__)
+            stack.append(obj.__func__)
+        if isinstance(obj, types.FunctionType):
+            stack.extend(cell.cell_contents for cell in (obj.__closure__ or ()) if _has_contents(cell))
+            stack.extend(obj.__defaults__ or ())
+            continue
+        if isinstance(obj, np.random.Generator):
+            continue
+        if hasattr(obj, "__dict__"):
+            stack.append(vars(obj))
+        for slot in getattr(type(obj), "__slots__", ()):
+            if isinstance(slot, str) and hasattr(obj, slot):
+                stack.append(getattr(obj, slot))
+    return out
+
+
+def _has_contents(cell) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:
+        return False
+    return True
+
+
+# ---- 6. public_fields ------------------------------------------------------------------------------------------
+def check_public_fields(subject: Subject):
+    """Public fields carry no user data: the same users with the same randomness (act and encode draw from one
+    client generator, as in a population) but other contexts and rewards (another draw of the env's) send the
+    same public fields, bit for bit. Checked for private algorithms ("ldp", "central"); without privacy every
+    field may carry data."""
+    check = "public_fields"
+    config, env, algo = subject.build()
+    public = sorted(algo.public_fields)
+    if algo.privacy_model == "none":
+        return "skipped: privacy model 'none': no field is private, so public_fields may carry data"
+    if not public:
+        return "skipped: no public fields"
+    model = _model(algo, config)
+    for batch, users in enumerate(subject.batches(config)):
+        sent = []
+        for variant in range(2):
+            world = np.random.default_rng([batch, variant, 11])   # other contexts and rewards (the env's)
+            client = np.random.default_rng([batch, 12])          # the same randomness for both variants
+            contexts = env.contexts(users, world)
+            actions = algo.act(model, contexts, users, client)
+            rewards, _ = env.step(contexts, actions, users, world)
+            messages, _ = algo.encode(model, contexts, actions, rewards, users, client)
+            sent.append(messages)
+        for field in public:
+            first, second = np.asarray(sent[0][field]), np.asarray(sent[1][field])
+            if first.shape != second.shape or not np.array_equal(first, second):
+                changed = int(np.count_nonzero(np.any((first != second).reshape(len(users), -1), axis=1))) \
+                    if first.shape == second.shape else len(users)
+                subject.fail(check, f"public field differs for {changed} of {len(users)} users (users {users[0]}..) "
+                                    f"when only their contexts and rewards change: it depends on their data",
+                             field)
+
+
+# ---- 7. engines ------------------------------------------------------------------------------------------------
+def check_engines(subject: Subject):
+    """The same config (2 populations) gives the same per-round table bit for bit on every engine path: the local
+    engine twice (determinism), and the Ray engine pre-aggregated with 1 shard and per-user with 2 shards
+    (2 actors) when ray=True and the Ray workers can build the algorithm."""
+    from ldpfed.engine import run
+
+    check = "engines"
+    config = subject.config(populations=min(2, subject.round_size))
+    reference = run(config, "local", fast=False)
+    _same(subject, check, reference, run(config, "local", fast=False), "a second local run")
+    if not subject.ray:
+        return ("skipped: ray=False: the Ray engine was not compared (the local engine was: two runs "
+                "bit-identical)")
+    why = _ray_unavailable(subject.name)
+    if why is not None:
+        return f"skipped: {why} (the local engine was: two runs bit-identical)"
+    import ray
+
+    from ldpfed.engine.ray_engine import POOL, ensure_ray
+
+    started = ensure_ray(log_to_driver=False, logging_level="ERROR")
+    try:
+        for actors, shards, mode in ((2, 1, "pre-aggregated"), (2, 2, "per-user")):
+            result = run(config, "ray", actors=actors, shards=shards, mode=mode)
+            label = f"the Ray engine ({actors} actors, {shards} shards, {mode})"
+            _same(subject, check, reference, result, label)
+            if result.summary.get("rejected_messages"):
+                subject.fail(check, f"{label}: the shards rejected {result.summary['rejected_messages']} honest "
+                                    f"messages")
+    finally:
+        if started:
+            POOL.clear()
+            ray.shutdown()
+
+
+def _ray_unavailable(name: str) -> str | None:
+    """Why Ray workers could not build `name` (they load the registry themselves), or None."""
+    if REGISTRY.source(name) == "register()" and not any(
+            _names_class(reference, REGISTRY[name]) for reference in environment_references()):
+        return RAY_SKIP
+    return None
+
+
+def _names_class(reference: str, cls) -> bool:
+    """Does the LDPFED_PLUGINS reference name cls (or a list holding it)? False if it cannot be loaded."""
+    try:
+        obj = load_reference(reference)
+    except PluginError:
+        return False
+    return obj is cls or (isinstance(obj, (list, tuple)) and cls in obj)
+
+
+def _same(subject, check, want, got, label):
+    import pandas as pd
+
+    try:
+        pd.testing.assert_frame_equal(want.table, got.table, check_exact=True)
+    except AssertionError as error:
+        subject.fail(check, f"{label} differs from the local engine's per-round table: {error}")
+    if want.summary["final_regret"] != got.summary["final_regret"]:
+        subject.fail(check, f"{label}: final regret {got.summary['final_regret']!r} != "
+                            f"{want.summary['final_regret']!r}")
+    if [row.get("users_sending") for row in want.ledger] != [row.get("users_sending") for row in got.ledger]:
+        subject.fail(check, f"{label}: the ledger's users_sending differ")
+
+
+CHECK_FUNCTIONS = {
+    "contract": check_contract,
+    "ledger": check_ledger,
+    "clipping": check_clipping,
+    "privacy_audit": check_privacy_audit,
+    "no_truth": check_no_truth,
+    "public_fields": check_public_fields,
+    "engines": check_engines,
+}
+
+__all__ = ["CHECKS", "ConformanceError", "check_algorithm"] + [f"check_{name}" for name in CHECKS]

@@ -1,0 +1,320 @@
+"""The conformance kit (ldpfed/testing.py) on every built-in algorithm, and on broken ones: each check passes the
+built-ins and rejects a small algorithm broken on purpose for it, naming the check and the field. The kit is what a
+plugin's own tests call, so it must be able to fail: a check that passes everything proves nothing.
+
+The broken algorithms are variants of a tiny LDP algorithm written here (so a refactor of the built-ins cannot
+quietly un-break them), or subclasses of built-ins that change them only through the public contract (message
+fields, `mechanisms`, the mechanisms' own parameters)."""
+import numpy as np
+import pytest
+from scipy.special import expit
+
+from ldpfed.algorithms import REGISTRY, Algorithm
+from ldpfed.algorithms.glm_ldp import LdpOls
+from ldpfed.algorithms.klucb import SWKLUCBCF
+from ldpfed.algorithms.ldp_reductions import LdpBcoOnePoint, LdpMabUcb
+from ldpfed.envs import make_env
+from ldpfed.errors import ConfigError
+from ldpfed.mechanisms import Domain, GaussianMechanism
+from ldpfed.testing import CHECKS, RAY_SKIP, ConformanceError, check_algorithm
+
+BUILTINS = sorted(name for name in REGISTRY if REGISTRY.source(name) == "ldpfed")
+# every built-in on every env it runs on: a few seconds in all
+PAIRS = [(name, env) for name in BUILTINS for env in REGISTRY[name].env_kinds]
+ON_RAY = ["ldp-ols", "ldp-sgd-multi", "sw-klucb-cf", "linucb-dgs", "ldp-mab-ucb", "uniform"]
+LOCAL = [name for name in CHECKS if name != "engines"]
+
+
+# ---- every built-in passes --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name,env", PAIRS, ids=[f"{name}@{env}" for name, env in PAIRS])
+def test_builtin_conforms(name, env):
+    report = check_algorithm(name, env, ray=False, checks=LOCAL)
+    assert list(report) == LOCAL
+    model = REGISTRY[name].privacy_model
+    for check, outcome in report.items():
+        assert outcome == "passed" or outcome.startswith("skipped: "), (check, outcome)
+    # what may be skipped, and why: nothing else
+    assert (report["privacy_audit"] == "passed") == (model == "ldp"), report["privacy_audit"]
+    assert (report["ledger"] == "passed") == (model != "none"), report["ledger"]
+    has_public = model != "none" and bool(REGISTRY[name].public_fields)
+    assert (report["public_fields"] == "passed") == has_public, report["public_fields"]
+    for check in ("contract", "clipping", "no_truth"):
+        assert report[check] == "passed", (check, report[check])
+
+
+@pytest.mark.parametrize("name", ON_RAY)
+def test_builtin_is_bit_identical_on_every_engine_path(ray_session, name):
+    assert check_algorithm(name, ray=True, checks=["engines"]) == {"engines": "passed"}
+
+
+# ---- a tiny LDP algorithm, and the kit's own behaviour on it ------------------------------------------------------
+class Tiny(Algorithm):
+    """Round-robin arms (public) on the Bernoulli bandit; each user sends its reward clipped to the public bound
+    c_r, plus Gaussian noise calibrated for the range 2 c_r; the server keeps the sums. Conforms."""
+
+    name = "tiny"
+    privacy_model = "ldp"
+    env_kinds = ("bernoulli",)
+    default_env = "bernoulli"
+    public_fields = frozenset({"arm"})
+    clip_to = 1.0                  # times c_r
+    noise_for = 1.0                # the mechanism is calibrated for this fraction of the true sensitivity 2 c_r
+
+    def setup(self):
+        self.c_r = float(self.world.reward_bound)
+        self.mechanisms["reward"] = GaussianMechanism(2 * self.c_r * self.noise_for, self.eps, self.delta)
+
+    def initial_state(self, rng):
+        return {"arm": np.zeros(()), "reward": np.zeros(())}
+
+    def update(self, state, sums, start, stop, rng):
+        return {key: state[key] + sums.get(key, 0.0) for key in state}
+
+    def act(self, model, contexts, users, rng):
+        return np.asarray(users, dtype=np.int64) % self.K
+
+    def message_spec(self):
+        return {"arm": (), "reward": ()}
+
+    def message_domains(self):
+        return {"arm": Domain((), low=0, high=self.K - 1, integral=True, source="public arm"),
+                "reward": self.mechanisms["reward"].output_domain((), self.c_r)}
+
+    def encode(self, model, contexts, actions, rewards, users, rng):
+        bound = self.clip_to * self.c_r
+        reward = np.clip(np.asarray(rewards, dtype=float), -bound, bound)
+        return {"arm": np.asarray(actions, dtype=np.int64),
+                "reward": self.mechanisms["reward"].privatize(reward, rng)}, {}
+
+
+def test_a_class_defined_here_is_registered_for_the_call_only(monkeypatch):
+    monkeypatch.delenv("LDPFED_PLUGINS", raising=False)
+    assert "tiny" not in REGISTRY
+    report = check_algorithm(Tiny, ray=True)                # Ray is not started: its workers could not build it
+    assert list(report) == list(CHECKS)
+    assert report["engines"] == f"skipped: {RAY_SKIP} (the local engine was: two runs bit-identical)"
+    assert all(v == "passed" for k, v in report.items() if k != "engines"), report
+    assert "tiny" not in REGISTRY
+
+
+def test_a_registered_class_stays_registered():
+    REGISTRY.register(Tiny)
+    try:
+        assert check_algorithm(Tiny, ray=False, checks=["contract"]) == {"contract": "passed"}
+        assert REGISTRY["tiny"] is Tiny
+    finally:
+        REGISTRY.unregister("tiny")
+
+
+def test_usage_errors_are_config_errors():
+    with pytest.raises(ConfigError):
+        check_algorithm("ldp-ols", checks=["no-such-check"])
+    with pytest.raises(ConfigError):
+        check_algorithm("no-such-algorithm")
+    with pytest.raises(ConfigError):
+        check_algorithm("ldp-ols", env="bernoulli")                 # not one of its envs
+    assert list(check_algorithm("ldp-ols", ray=False, checks=["ledger", "contract"])) == ["contract", "ledger"]
+
+
+def rejected(cls, check, **options) -> ConformanceError:
+    """The ConformanceError `check` raises on cls (the kit registers and unregisters it)."""
+    with pytest.raises(ConformanceError) as caught:
+        check_algorithm(cls, ray=False, checks=[check], **options)
+    error = caught.value
+    assert isinstance(error, AssertionError)
+    assert error.check == check and error.algorithm == cls.name, str(error)
+    assert repr(check) in str(error) and repr(cls.name) in str(error)
+    assert cls.name not in REGISTRY
+    return error
+
+
+# ---- 1. contract ------------------------------------------------------------------------------------------------
+class ShapeLies(LdpMabUcb):
+    """Declares a scalar reward per user, sends a column."""
+    name = "shape-lies"
+
+    def encode(self, model, contexts, actions, rewards, users, rng):
+        messages, metrics = super().encode(model, contexts, actions, rewards, users, rng)
+        return {**messages, "reward": messages["reward"][:, None]}, metrics
+
+
+class RawField(Tiny):
+    """Also sends the clipped reward as a field no mechanism made, not public: nothing raw may leave an LDP client."""
+    name = "raw-field"
+
+    def message_spec(self):
+        return {**super().message_spec(), "raw": ()}
+
+    def message_domains(self):
+        return {**super().message_domains(), "raw": Domain((), low=-self.c_r, high=self.c_r, source="raw")}
+
+    def encode(self, model, contexts, actions, rewards, users, rng):
+        messages, metrics = super().encode(model, contexts, actions, rewards, users, rng)
+        return {**messages, "raw": np.clip(np.asarray(rewards, dtype=float), -self.c_r, self.c_r)}, metrics
+
+
+class MissingMethods(Algorithm):
+    """Writes no initial_state, update or act (refused when registered)."""
+    name = "missing-methods"
+    privacy_model = "ldp"
+    env_kinds = ("bernoulli",)
+    default_env = "bernoulli"
+    message_spec, encode = Tiny.message_spec, Tiny.encode
+
+
+def test_contract_rejects_shapes_raw_fields_and_missing_methods():
+    assert rejected(ShapeLies, "contract").field == "reward"
+    error = rejected(RawField, "contract")
+    assert error.field == "raw" and "no mechanism" in str(error)
+    with pytest.raises(ConformanceError) as caught:             # refused at registration already
+        check_algorithm(MissingMethods, ray=False, checks=["ledger"])
+    assert caught.value.check == "contract" and "not implemented" in str(caught.value)
+    assert "missing-methods" not in REGISTRY
+
+
+# ---- 2. ledger --------------------------------------------------------------------------------------------------
+class Overspends(Tiny):
+    """Counts two outputs per user of a mechanism calibrated for the whole budget: 2 eps."""
+    name = "overspends"
+
+    def ledger(self):
+        return [{**row, "per_user": 2} for row in super().ledger()]
+
+
+class ThinNoise(Tiny):
+    """Draws a third of the noise its ledger row's claim needs (the row records the noise it draws)."""
+    name = "thin-noise"
+
+    def setup(self):
+        super().setup()
+        self.mechanisms["reward"].sigma /= 3
+
+
+def test_ledger_rejects_overspending_and_noise_below_the_claim():
+    assert "over budget" in str(rejected(Overspends, "ledger"))
+    assert "less noise" in str(rejected(ThinNoise, "ledger"))
+
+
+# ---- 3. clipping ------------------------------------------------------------------------------------------------
+class NoClip(Tiny):
+    """Privatizes the raw reward: the noise covers rewards in [-c_r, c_r] only."""
+    name = "no-clip"
+    clip_to = np.inf
+
+
+class ClipsTwice(Tiny):
+    """Clips to twice the bound its noise is calibrated for: its messages stay in the domain (the noise tail is
+    wide), but the data it privatizes spreads beyond the sensitivity of its ledger row."""
+    name = "clips-twice"
+    clip_to = 2.0
+
+
+def test_clipping_rejects_unclipped_inputs():
+    error = rejected(NoClip, "clipping")
+    assert error.field == "reward" and "outside its domain" in str(error)
+    error = rejected(ClipsTwice, "clipping")
+    assert error.field == "reward" and "sensitivity" in str(error)
+
+
+# ---- 4. privacy_audit -------------------------------------------------------------------------------------------
+class TenthNoise(Tiny):
+    """Its mechanism is built for a tenth of the sensitivity (a tenth of the noise) while its ledger still claims
+    the configured (eps, delta): self-consistent on paper, only running it shows the leak."""
+    name = "tenth-noise"
+    noise_for = 0.1
+
+
+class TenthNoiseOls(LdpOls):
+    """ldp-ols with a tenth of the noise in both its mechanisms, its ledger still claiming (eps/2, delta/2) each."""
+    name = "tenth-noise-ols"
+
+    def setup(self):
+        super().setup()
+        for mech in self.mechanisms.values():
+            mech.sigma /= 10
+
+
+class KeepsTooMuch(SWKLUCBCF):
+    """Randomized response that keeps the bit with probability expit(2 eps) while claiming eps."""
+    name = "keeps-too-much"
+
+    def setup(self):
+        super().setup()
+        self.mechanisms["feedback"].p_keep = float(expit(2 * self.eps))
+
+
+def test_privacy_audit_catches_under_noised_mechanisms():
+    assert check_algorithm(TenthNoise, ray=False, checks=["contract", "ledger"]) == {
+        "contract": "passed", "ledger": "passed"}
+    error = rejected(TenthNoise, "privacy_audit")
+    assert error.field == "reward" and "told apart beyond the ledger's claim" in str(error)
+    rejected(TenthNoiseOls, "privacy_audit")
+    assert check_algorithm(KeepsTooMuch, ray=False, checks=["ledger", "clipping"]) == {
+        "ledger": "passed", "clipping": "passed"}
+    assert rejected(KeepsTooMuch, "privacy_audit").field == "feedback"
+
+
+# ---- 5. no_truth ------------------------------------------------------------------------------------------------
+class Peeks(Tiny):
+    """Rebuilds the env from its config (same seed: same ground truth) to peek at the arms' means."""
+    name = "peeks"
+
+    def setup(self):
+        super().setup()
+        self._world_copy = make_env(self.config)
+
+
+class KeepsMeans(LdpMabUcb):
+    """Keeps a copy of the true means only (no env object)."""
+    name = "keeps-means"
+
+    def setup(self):
+        super().setup()
+        self.prior = {"means": make_env(self.config).segment_means.copy()}
+
+
+def test_no_truth_rejects_an_algorithm_that_reaches_the_env():
+    assert "can reach the env" in str(rejected(Peeks, "no_truth"))
+    assert "'segment_means'" in str(rejected(KeepsMeans, "no_truth"))
+
+
+# ---- 6. public_fields -------------------------------------------------------------------------------------------
+class ArmByReward(Tiny):
+    """Reports the next arm instead of its own when its reward is 1: an arm in the domain, public by declaration,
+    but it carries the user's reward in the clear."""
+    name = "arm-by-reward"
+
+    def encode(self, model, contexts, actions, rewards, users, rng):
+        messages, metrics = super().encode(model, contexts, actions, rewards, users, rng)
+        shifted = (messages["arm"] + (np.asarray(rewards) > 0.5)) % self.K
+        return {**messages, "arm": shifted.astype(np.int64)}, metrics
+
+
+class SteersByLoss(LdpBcoOnePoint):
+    """Flips its public direction u by a bit of its loss (the parity of its third decimal): a unit vector in the
+    domain, but one bit of the user's loss in the clear."""
+    name = "steers-by-loss"
+
+    def encode(self, model, contexts, actions, rewards, users, rng):
+        messages, metrics = super().encode(model, contexts, actions, rewards, users, rng)
+        flip = np.where(np.floor(1e3 * np.asarray(rewards)) % 2 == 1, -1.0, 1.0)
+        return {**messages, "u": messages["u"] * flip[:, None]}, metrics
+
+
+def test_public_fields_rejects_a_data_dependent_public_field():
+    error = rejected(ArmByReward, "public_fields")
+    assert error.field == "arm" and "depends on their data" in str(error)
+    assert rejected(SteersByLoss, "public_fields").field == "u"
+
+
+# ---- 7. engines -------------------------------------------------------------------------------------------------
+class Unseeded(Tiny):
+    """Draws its arms from fresh OS entropy instead of the generator it is handed: not reproducible."""
+    name = "unseeded"
+
+    def act(self, model, contexts, users, rng):
+        return np.random.default_rng().integers(self.K, size=len(users))
+
+
+def test_engines_rejects_a_non_deterministic_algorithm():
+    assert "second local run" in str(rejected(Unseeded, "engines"))
