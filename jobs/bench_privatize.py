@@ -70,7 +70,7 @@ def bench(users: int, batch: int, d: int, seed: int):
         u = mech_u.privatize(r[:, None] * x, rng)
         t2, c2 = time.perf_counter(), time.process_time()
         grad = (x @ theta - r)[:, None] * x
-        Z, c = mech_g.privatize(grad, rng)
+        Z, c = mech_g.privatize_counted(grad, rng)
         t3, c3 = time.perf_counter(), time.process_time()
         t_M += t1 - t0
         t_u += t2 - t1

@@ -153,6 +153,22 @@ def _options(defaults: dict, by_profile: dict, indent: str) -> list[str]:
     return lines
 
 
+def _algorithm_options(cls) -> list[str]:
+    """Per option: name = default (a profile's default where it differs), what values it accepts, what it does."""
+    rows = cls.option_table()
+    if not rows:
+        return ["  (no options)"]
+    width = max(len(row["name"]) for row in rows)
+    lines = []
+    for row in rows:
+        changed = [f"{profile}: {value!r}" for profile, value in row["profiles"].items()]
+        lines.append(f"  {row['name']:<{width}} = {row['default']!r}" + (f"   ({'; '.join(changed)})" if changed else "")
+                     + (f"   [{row['accepts']}]" if row["kind"] != "any" else ""))
+        if row["doc"]:
+            lines.append(f"  {'':<{width}}   {row['doc']}")
+    return lines
+
+
 def cmd_describe(name: str) -> int:
     from ldpfed.algorithms import REGISTRY
     from ldpfed.envs import ENVS
@@ -168,7 +184,7 @@ def cmd_describe(name: str) -> int:
              f"privacy model:  {cls.privacy_model}" + ("" if cls.privacy_model != "none" else
                                                        " (not private: --eps and --delta play no part)"),
              "options (--param KEY=VALUE; default, and the authors-code profile's where it differs):",
-             *_options(dict(cls.defaults), dict(getattr(cls, "profile_defaults", {}) or {}), "  "),
+             *_algorithm_options(cls),
              f"envs (--env; default {cls.default_env}):"]
     setting = dict(cls.paper_setting)
     for env in [cls.default_env] + [e for e in cls.env_kinds if e != cls.default_env]:

@@ -71,6 +71,7 @@ class Registry(Mapping):
 
     def __init__(self, group: str, kind: str, base, check=None):
         self.group, self.kind, self._base, self._check = group, kind, base, check
+        REGISTRIES.append(self)
         self._classes: dict | None = None
         self._sources: dict[str, str] = {}
         self._loading = False
@@ -146,10 +147,14 @@ class Registry(Mapping):
 
     def _load_environment(self) -> None:
         base = self._base()
+        bases = tuple(registry._base() for registry in REGISTRIES)
         for reference in environment_references():
             obj = load_reference(reference)
             for cls in (obj if isinstance(obj, (list, tuple)) else [obj]):
-                if isinstance(cls, type) and issubclass(cls, base):
+                if not (isinstance(cls, type) and issubclass(cls, bases)):   # neither an algorithm nor an env
+                    kinds = " or ".join(f"{b.__module__}.{b.__name__}" for b in bases)
+                    raise PluginError(f"{PLUGINS_VAR} entry {reference!r}: {cls!r} is not a subclass of {kinds}")
+                if issubclass(cls, base):
                     self._add(cls, getattr(cls, "name", None), PLUGINS_VAR, f"{PLUGINS_VAR} entry {reference!r}")
 
     def _add(self, cls, name, source: str, where: str | None = None) -> None:
@@ -171,6 +176,9 @@ class Registry(Mapping):
             self._check(cls, where)
         classes[name] = cls
         self._sources[name] = source
+
+
+REGISTRIES: list[Registry] = []     # every registry made (ldpfed.algorithms', ldpfed.envs'), in order
 
 
 def _distribution(point) -> str:

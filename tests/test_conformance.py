@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from scipy.special import expit
 
-from ldpfed.algorithms import REGISTRY, Algorithm
+from ldpfed.algorithms import REGISTRY, Algorithm, make_algorithm
+from ldpfed.config import RunConfig
 from ldpfed.algorithms.glm_ldp import LdpOls
 from ldpfed.algorithms.klucb import SWKLUCBCF
 from ldpfed.algorithms.ldp_reductions import LdpBcoOnePoint, LdpMabUcb
@@ -36,7 +37,8 @@ def test_builtin_conforms(name, env):
     # what may be skipped, and why: nothing else
     assert (report["privacy_audit"] == "passed") == (model == "ldp"), report["privacy_audit"]
     assert (report["ledger"] == "passed") == (model != "none"), report["ledger"]
-    has_public = model != "none" and bool(REGISTRY[name].public_fields)
+    config = RunConfig(name, env=env, users=120, round_size=12)
+    has_public = model != "none" and bool(make_algorithm(make_env(config), config).public_fields)  # fields() sets them
     assert (report["public_fields"] == "passed") == has_public, report["public_fields"]
     for check in ("contract", "clipping", "no_truth"):
         assert report[check] == "passed", (check, report[check])
@@ -240,7 +242,7 @@ class KeepsTooMuch(SWKLUCBCF):
 
     def setup(self):
         super().setup()
-        self.mechanisms["feedback"].p_keep = float(expit(2 * self.eps))
+        self.rr.p_keep = float(expit(2 * self.eps))      # the mechanism that fields() declares for "feedback"
 
 
 def test_privacy_audit_catches_under_noised_mechanisms():

@@ -23,7 +23,7 @@ def test_smoke_all():
     out = s.privatize(np.zeros((5, 3, 3)), rng)
     assert np.array_equal(out, np.swapaxes(out, -1, -2))
     assert M.LaplaceMechanism(2.0, 0.5).b == 4.0
-    z, n_clip = M.L2BallMechanism(1.0, 1.0, 3).privatize(np.array([[2.0, 0, 0], [0.1, 0, 0]]), rng)
+    z, n_clip = M.L2BallMechanism(1.0, 1.0, 3).privatize_counted(np.array([[2.0, 0, 0], [0.1, 0, 0]]), rng)
     assert n_clip == 1 and z.shape == (2, 3)
     rr = M.RandomizedResponse(1.0)
     assert set(np.unique(rr.privatize(np.array([0, 1, 1, 0]), rng))) <= {0, 1}

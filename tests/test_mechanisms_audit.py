@@ -167,8 +167,8 @@ def test_audit_l2_ball():
     a = np.zeros((n, dim))
     a[:, 0] = -R
     b = -a
-    za, ca = real.privatize(a, rng)
-    zb, cb = real.privatize(b, rng)
+    za, ca = real.privatize_counted(a, rng)
+    zb, cb = real.privatize_counted(b, rng)
     assert ca == cb == 0
     res = A.event_audit(zb[:, 0] > 0, za[:, 0] > 0, EPS, 0.0, ALPHA)
 
@@ -184,7 +184,7 @@ def test_audit_l2_ball():
     assert not res.flagged and res.eps_lower > EPS - 0.15
     assert res_w.flagged
     # and the real mechanism with clipping is NOT fooled by out-of-ball inputs
-    zc, cc = real.privatize(4 * b, rng)
+    zc, cc = real.privatize_counted(4 * b, rng)
     assert cc == n
     res_c = A.event_audit(zc[:, 0] > 0, za[:, 0] > 0, EPS, 0.0, ALPHA)
     _record("l2-ball real, inputs of norm 4R (clipped)", res_c)

@@ -28,7 +28,7 @@ def test_l2_ball_unbiased_and_on_sphere(dim, n):
     mech = M.L2BallMechanism(R, eps, dim)
     rng = np.random.default_rng([7, dim])
     for name, g in _inputs(dim, R, rng).items():
-        z, clipped = mech.privatize(np.broadcast_to(g, (n, dim)), rng)
+        z, clipped = mech.privatize_counted(np.broadcast_to(g, (n, dim)), rng)
         assert clipped == 0, name
         np.testing.assert_allclose(np.linalg.norm(z, axis=1), mech.B, rtol=1e-12)
         se = mech.B / math.sqrt(dim * n)  # per-coordinate variance of Z is B^2/d - g_i^2 <= B^2/d
@@ -48,7 +48,7 @@ def test_l2_ball_clipping_counted_and_unbiased_for_clipped_input():
     unit = rng.standard_normal((5, dim))
     unit = R * unit / np.linalg.norm(unit, axis=1, keepdims=True)  # exactly on the sphere (up to rounding)
     batch = np.vstack([np.broadcast_to(g, (n, dim)), unit, 0.5 * unit])
-    z, clipped = mech.privatize(batch, rng)
+    z, clipped = mech.privatize_counted(batch, rng)
     assert clipped == n  # the norm-5 rows; rows of norm R (rounding) and R/2 are not counted
     target = g * R / 5.0
     se = mech.B / math.sqrt(dim * n)
@@ -59,9 +59,9 @@ def test_l2_ball_input_not_modified_and_shapes():
     mech = M.L2BallMechanism(1.0, 0.5, 4)
     g = np.full((3, 4), 2.0)
     before = g.copy()
-    z, c = mech.privatize(g, np.random.default_rng(0))
+    z, c = mech.privatize_counted(g, np.random.default_rng(0))
     assert np.array_equal(g, before) and z.shape == (3, 4) and z.dtype == np.float64 and c == 3
-    z0, c0 = mech.privatize(np.zeros((0, 4)), np.random.default_rng(0))
+    z0, c0 = mech.privatize_counted(np.zeros((0, 4)), np.random.default_rng(0))
     assert z0.shape == (0, 4) and c0 == 0
 
 
@@ -153,8 +153,8 @@ def test_mechanisms_use_only_the_given_rng():
         b = mech.privatize(x, np.random.default_rng(42))
         assert np.array_equal(a, b)
     l2 = M.L2BallMechanism(1.0, 1.0, 3)
-    assert np.array_equal(l2.privatize(x * 0.1, np.random.default_rng(1))[0],
-                          l2.privatize(x * 0.1, np.random.default_rng(1))[0])
+    assert np.array_equal(l2.privatize(x * 0.1, np.random.default_rng(1)),
+                          l2.privatize(x * 0.1, np.random.default_rng(1)))
 
 
 # ---------------------------------------------------------------- tree

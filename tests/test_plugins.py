@@ -243,3 +243,37 @@ def test_a_sweep_runs_a_registered_plugin(registered, tmp_path):
     assert [c.env for c in configs] == ["bernoulli"] * 4
     results = [run_local(c.replace(round_size=20)).summary["final_regret"] for c in configs]
     assert results[:2] == results[2:]       # the same algorithm under two names, the same seeds
+
+
+def test_a_broken_field_declaration_names_the_field(registered):
+    """fields(): a public field without its domain, a Gaussian field without the public bound of its input; and a
+    class that declares fields() while it (or a parent) writes message_domains by hand: which one holds?"""
+    from ldpfed.algorithms.fields import Field
+    from ldpfed.algorithms.klucb import SWKLUCBCF
+    from ldpfed.mechanisms import GaussianMechanism
+
+    class NoPublicDomain(SWKLUCBCF):
+        name = "no-public-domain"
+
+        def fields(self):
+            return {**super().fields(), "pulls": Field((self.K,))}
+
+    class NoDataBound(SWKLUCBCF):
+        name = "no-data-bound"
+
+        def fields(self):
+            return {**super().fields(), "feedback": Field((self.K,), mechanism=GaussianMechanism(1.0, self.eps, 0.01))}
+
+    with pytest.raises(PluginError, match="'pulls' declares no domain.*a public field \\(no mechanism\\) must state"):
+        _built(NoPublicDomain, registered)
+    with pytest.raises(PluginError, match="'feedback' declares no domain.*give the Field a data_bound"):
+        _built(NoDataBound, registered)
+
+    class Both(LdpMabUcb):
+        name = "both"
+
+        def fields(self):
+            return {}
+
+    with pytest.raises(PluginError, match="fields: declared, but .* also writes message_spec, message_domains"):
+        REGISTRY.register(Both)

@@ -197,8 +197,8 @@ def _no_clipping(monkeypatch, name, algo):
     if name == "ldp-ols":
         monkeypatch.setattr(algo, "_clip", lambda x, r: (np.asarray(x, float), np.asarray(r, float), {}))
     else:
-        monkeypatch.setattr(ldp_linear, "_clip_contexts", lambda x: (x, 0))
-        monkeypatch.setattr(ldp_linear, "_clip", lambda v, bound: (v, 0))
+        monkeypatch.setattr(ldp_linear, "clip_rows_by_squares", lambda x, bound: (x, 0))
+        monkeypatch.setattr(ldp_linear, "clip_values", lambda v, bound: (v, 0))
 
 
 @pytest.mark.parametrize("name", ["ldp-ols", "ldp-ucb", "ldp-gloc"])

@@ -23,17 +23,17 @@ def test_mechanism_output_domains_hold_for_honest_outputs_and_exclude_the_rest()
     l2 = L2BallMechanism(2.0, 1.0, 5)
     g = rng.standard_normal((2000, 5))
     g *= 2.0 / np.linalg.norm(g, axis=1, keepdims=True) * rng.random((2000, 1))
-    Z, _ = l2.privatize(g, rng)
-    sphere = l2.output_domain()
+    Z = l2.privatize(g, rng)
+    sphere = l2.output_domain((5,))
     assert sphere.reason(Z, users) is None
     assert sphere.reason(Z * (1 + 1e-6), users) == "not on the sphere"     # inside the ball is not an output
     assert sphere.reason(Z * 0.5, users) == "not on the sphere"
 
     rr = RandomizedResponse(1.0)
     bits = rr.privatize(rng.integers(0, 2, size=2000), rng)
-    assert rr.output_domain().reason(bits, users) is None
-    assert rr.output_domain().reason(np.where(users == 3, 7, bits), users) is not None
-    assert rr.output_domain().reason(np.where(users == 3, 0.5, bits), users) is not None
+    assert rr.output_domain(()).reason(bits, users) is None
+    assert rr.output_domain(()).reason(np.where(users == 3, 7, bits), users) is not None
+    assert rr.output_domain(()).reason(np.where(users == 3, 0.5, bits), users) is not None
 
     # Gaussian: data in [-1, 1] plus noise; the tail bound is the one stated (union bound over the coordinates)
     gauss = GaussianMechanism(2.0, 1.0, 0.01)

@@ -8,13 +8,21 @@ so it may run in a population (pre-aggregated mode) or in a server shard (per-us
 
 Messages are dicts of arrays whose leading axis is the user. Under local DP every field that is not listed in
 `public_fields` must be the output of a mechanism: nothing raw leaves the client half.
+
+Options: an algorithm declares them once, `options = {"alpha": Option(0.1, low=0, high=1, ..., doc="...")}`
+(ldpfed.algorithms.options); `defaults` is derived from them, and `__init__` validates every option of a run in
+one place before `setup()`, so `self.params` holds validated values (floats as float, ints as int). A class that
+lists plain `defaults` instead still works: its options are then accepted as they are (or keep the checks of an
+inherited option of the same name). `option_table()` describes them (name, default, kind, bounds, doc).
 """
 from __future__ import annotations
 
 import numpy as np
 
+from ldpfed.algorithms.options import Option, options_from_defaults
 from ldpfed.errors import ConfigError
 from ldpfed.mechanisms.accounting import noise_fields
+from ldpfed.mechanisms.protocol import DataBoundRequired
 
 ONE_MESSAGE = "one output per user: each user arrives once and sends this field once"
 ONE_RELEASE = ("one mechanism per run: every release of the run is covered by this one guarantee (a user is in "
@@ -27,14 +35,36 @@ class Algorithm:
     privacy_model: str = "none"      # "ldp", "central" or "none"
     env_kinds: tuple = ()            # env names it runs on
     default_env: str = ""            # its paper's setting
-    defaults: dict = {}              # options with the paper's values
+    options: dict = {}               # option name -> Option: default (the paper's value), kind, bounds, doc
+    defaults: dict = {}              # option name -> default, derived from `options` (see __init_subclass__)
     public_fields: frozenset = frozenset()  # message fields that the protocol makes public (e.g. a public arm)
+    _fields: dict | None = None      # what fields() declared (set after setup()); None: the methods are written
     # The paper's experiment, for jobs/: RunConfig fields, e.g. {"env_params": {...}, "users": 10**5, "eps": 1.0,
     # "delta": 0.01, "params": {...}}; the env is `default_env`.
     paper_setting: dict = {}
     # Options whose default differs under RunConfig.profile="authors-code" (the public code's choices), e.g.
     # {"authors-code": {"step": 5.0}}; every key must be in `defaults`. No entry: identical under both profiles.
     profile_defaults: dict = {}
+
+    def __init_subclass__(cls, **kwargs):
+        """`defaults` from the class's own `options` (each Option's default must pass its own check); for a class
+        that lists plain `defaults`, options built from them (ldpfed.algorithms.options.options_from_defaults)."""
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__
+        if "options" in own:
+            if "defaults" in own:
+                raise TypeError(f"{cls.__qualname__}: declare `options` only; `defaults` is derived from them")
+            for name, option in cls.options.items():
+                if not isinstance(option, Option):
+                    raise TypeError(f"{cls.__qualname__}.options[{name!r}] must be an Option, not {option!r}")
+                try:
+                    option.validate(name, option.default)
+                except ConfigError as error:
+                    raise TypeError(f"{cls.__qualname__}: the default of option {name!r} fails its own check: "
+                                    f"{error}") from None
+            cls.defaults = {name: option.default for name, option in cls.options.items()}
+        elif isinstance(own.get("defaults"), dict):
+            cls.options = options_from_defaults(own["defaults"], super(cls, cls).options)
 
     def __init__(self, world, config):
         """world: the env's PublicWorld (ldpfed.envs.base), never the env itself: an algorithm sees only what its
@@ -47,14 +77,41 @@ class Algorithm:
         self.world = world
         self.config = config
         self.profile = config.profile
-        self.params = {**self.defaults, **self.profile_defaults.get(self.profile, {}), **config.params}
+        self.params = self.validate_params(
+            {**self.defaults, **self.profile_defaults.get(self.profile, {}), **config.params})
         self.eps, self.delta, self.T = float(config.eps), float(config.delta), int(config.users)
         self.d, self.K = world.d, world.K
         self.mechanisms: dict = {}   # message field (or release) -> mechanism; the ledger is built from these
         self.setup()
+        self._fields = self.fields()
+        if self._fields is not None:     # the one declaration: mechanisms and public fields follow from it
+            self.mechanisms.update({k: f.mechanism for k, f in self._fields.items() if not f.public})
+            self.public_fields = frozenset(k for k, f in self._fields.items() if f.public)
 
     def setup(self) -> None:
-        """Validate options and build the mechanisms."""
+        """Build the mechanisms (self.params is validated already; what depends on other options or on the world,
+        e.g. a value resolved from the env, is checked here)."""
+
+    @classmethod
+    def validate_params(cls, params: dict) -> dict:
+        """Every option's value through its Option's check (ConfigError naming params.<name>); the values of names
+        without an Option are kept as they are."""
+        options = cls.options
+        return {name: (options[name].validate(name, value) if name in options else value)
+                for name, value in params.items()}
+
+    @classmethod
+    def option_table(cls) -> list[dict]:
+        """One row per option: name, default, kind, bounds (text: "(0, 1)", "[0, inf)", "one of [...]"), choices,
+        allow (values accepted as they are, e.g. "auto"), accepts (what a value must be), doc, and the profiles
+        whose default differs (profiles: {"authors-code": value})."""
+        rows = []
+        for name, option in cls.options.items():
+            row = option.row(name)
+            row["profiles"] = {profile: values[name] for profile, values in cls.profile_defaults.items()
+                               if name in values}
+            rows.append(row)
+        return rows
 
     # ---- server half -------------------------------------------------------------------------
     def initial_state(self, rng: np.random.Generator):
@@ -81,10 +138,19 @@ class Algorithm:
         that go to the metrics channel, never to the server."""
         raise NotImplementedError
 
+    def fields(self) -> dict | None:
+        """The message declared once: field -> ldpfed.algorithms.fields.Field (shape, the mechanism that makes it
+        or the public domain, the data bound, per_user). Called after setup(); message_spec, message_domains,
+        public_fields, mechanisms and the ledger rows then follow from it. None (the default): the algorithm
+        writes those itself."""
+        return None
+
     def message_spec(self) -> dict:
         """Per-user shape of every message field, e.g. {"M": (d, d), "u": (d,)}: the same for every user whatever
         their data (so a message's shape reveals nothing); server shards reject messages that do not match."""
-        raise NotImplementedError
+        if self._fields is None:
+            raise NotImplementedError(f"{self.name}: declare fields() or write message_spec()")
+        return {key: f.shape for key, f in self._fields.items()}
 
     def aggregate(self, messages: dict, users: np.ndarray) -> dict:
         """Sum of the users' messages; override for per-user weights (e.g. SGD step sizes), which are public."""
@@ -94,14 +160,28 @@ class Algorithm:
     def message_domains(self) -> dict:
         """Per message field, the Domain every honest client's values lie in: the output domain of the mechanism
         that made the field, or the public schedule/bounds for the fields no mechanism made. Default: the
-        mechanisms whose output domain needs no public input bound (l2-ball, randomized response); algorithms
-        declare every other field."""
+        mechanisms whose output domain needs no public input bound (l2-ball, randomized response: their
+        output_domain(shape) works without data_bound); algorithms declare every other field."""
+        if self._fields is not None:
+            domains = {}
+            for key, declared in self._fields.items():
+                try:
+                    domains[key] = declared.make_domain()
+                except NotImplementedError as error:
+                    raise NotImplementedError(f"{self.name}: message field {key!r} declares no domain ({error})") \
+                        from None
+            return domains
         domains = {}
         for field, shape in self.message_spec().items():
+            mech = self.mechanisms.get(field)
+            if not callable(getattr(mech, "output_domain", None)):
+                why = "no mechanism makes it" if mech is None else "its mechanism has no output_domain"
+                raise NotImplementedError(f"{self.name}: message field {field!r} declares no domain ({why})")
             try:
-                domains[field] = self.mechanisms[field].output_domain(shape)
-            except (KeyError, TypeError, AttributeError):
-                raise NotImplementedError(f"{self.name}: message field {field!r} declares no domain") from None
+                domains[field] = mech.output_domain(shape)
+            except DataBoundRequired as error:
+                raise NotImplementedError(f"{self.name}: message field {field!r} declares no domain ({error.reason}"
+                                          f"; declare it in message_domains)") from None
         return domains
 
     def aggregate_bounds(self, users: np.ndarray) -> dict:
@@ -123,22 +203,13 @@ class Algorithm:
         draw and how many of their outputs one user's data can change (`per_user`, and why: `composition`), which
         the privacy accountant (ldpfed.mechanisms.accounting) composes. Override to change `per_user`."""
         reason = (ONE_MESSAGE if self.privacy_model == "ldp" else ONE_RELEASE)
-        return [{"message": key, **mech.guarantee.as_dict(), **noise_fields(mech), "per_user": 1,
-                 "composition": reason} for key, mech in self.mechanisms.items()]
+        declared = self._fields or {}
+        return [{"message": key, **mech.guarantee.as_dict(), **noise_fields(mech),
+                 "per_user": declared[key].per_user if key in declared else 1,
+                 "composition": (declared[key].composition if key in declared else None) or reason}
+                for key, mech in self.mechanisms.items()]
 
     @classmethod
     def describe(cls) -> dict:
         return {"algorithm": cls.name, "paper": cls.paper, "privacy_model": cls.privacy_model,
                 "envs": list(cls.env_kinds), "default_env": cls.default_env}
-
-
-def clip_norm(x: np.ndarray, bound: float) -> tuple[np.ndarray, int]:
-    """Rows of x scaled down to norm <= bound, and how many were clipped."""
-    norms = np.linalg.norm(x, axis=-1, keepdims=True)
-    over = norms > bound
-    return np.where(over, x * (bound / np.maximum(norms, 1e-300)), x), int(over.sum())
-
-
-def clip_abs(r: np.ndarray, bound: float) -> tuple[np.ndarray, int]:
-    """Values clipped to [-bound, bound], and how many were clipped."""
-    return np.clip(r, -bound, bound), int((np.abs(r) > bound).sum())

@@ -27,5 +27,3 @@ class Uniform(Algorithm):
     def encode(self, model, contexts, actions, rewards, users, rng):
         return {}, {}
 
-
-ALGORITHMS = [Uniform]

@@ -21,35 +21,15 @@ import math
 import numpy as np
 
 from ldpfed.algorithms.base import Algorithm
-from ldpfed.errors import ConfigError
-from ldpfed.mechanisms import Domain, Guarantee, SumBounds, TreeMechanism, TreeNoise, gaussian_sigma, tree_depth
+from ldpfed.algorithms.options import CALIBRATION, Option
+from ldpfed.clip import clip_coords_in_place, clip_rows_in_place, clip_values
+from ldpfed.mechanisms import (Domain, DynamicTreeMechanism, Guarantee, SumBounds, TreeMechanism, gaussian_sigma,
+                              tree_depth)
 
 PAPER_001 = "seed 001 Wang, Zhao, Wang 2022"
 # Seed 001's simulation (Section 4): arm pool of 1,000, 10 arms shown, reward noise std 0.5; eps, delta lost:
 # ALGORITHMS.md gives delta = 0.1 with eps swept; eps = 1 is the default point of the sweep.
 SETTING_001 = {"env_params": {}, "users": 100_000, "eps": 1.0, "delta": 0.1, "params": {}}
-
-
-def option_float(name: str, value, *, minimum: float = 0.0, strict: bool = False) -> float:
-    """A finite float option >= minimum (> minimum when strict); ConfigError naming params.<name> otherwise."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ConfigError(f"params.{name}", value, "must be a finite number")
-    if value < minimum or (strict and value == minimum):
-        raise ConfigError(f"params.{name}", value, f"must be {'>' if strict else '>='} {minimum}")
-    return float(value)
-
-
-def option_choice(name: str, value, choices) -> str:
-    if value not in choices:
-        raise ConfigError(f"params.{name}", value, f"must be one of {list(choices)}")
-    return value
-
-
-class _Release:
-    """Ledger entry of a server release whose noise is drawn by hand (TreeNoise) rather than a mechanism class."""
-
-    def __init__(self, guarantee: Guarantee):
-        self.guarantee = guarantee
 
 
 class CentralRows:
@@ -73,19 +53,14 @@ class CentralRows:
         x = z[:, :self.d]
         x[...] = contexts[np.arange(n), actions]
         if self.context_norm == "l2":
-            over = np.einsum("ij,ij->i", x, x) > self.L ** 2
-            clipped_x = int(over.sum())
-            if clipped_x:
-                x[over] *= self.L / np.linalg.norm(x[over], axis=1, keepdims=True)
+            clipped_x = clip_rows_in_place(x, self.L)
         else:
-            clipped_x = int(np.any(np.abs(x) > self.L, axis=1).sum())   # users with a coordinate out of bounds
-            if clipped_x:
-                np.clip(x, -self.L, self.L, out=x)
+            clipped_x = clip_coords_in_place(x, self.L)     # users with a coordinate out of bounds
         z[:, self.d] = rewards
         r = z[:, self.d]
-        clipped_r = int((np.abs(r) > self.R).sum())
+        r_clipped, clipped_r = clip_values(r, self.R)
         if clipped_r:
-            np.clip(r, -self.R, self.R, out=r)
+            r[...] = r_clipped
         return {"z": z}, {"clipped": clipped_x + clipped_r}
 
     def message_domains(self):
@@ -130,16 +105,17 @@ class LinUCB(CentralRows, Algorithm):
     privacy_model = "none"
     env_kinds = ("arm-pool", "linear")
     default_env = "arm-pool"
-    defaults = {
-        "alpha": 0.3,   # reconstruction: the seed lost its alpha; 0.3 is the usual value of the authors' LinUCB code
-        "lam": 1.0,     # ridge lambda
+    options = {
+        "alpha": Option(0.3, low=0, doc="exploration width alpha of the index theta^T x + alpha ||x||_{A^-1} "
+                                        "(reconstruction: the seed lost its alpha; 0.3 is the usual value of the "
+                                        "authors' LinUCB code)"),
+        "lam": Option(1.0, low=0, low_open=True, doc="ridge lambda of A = lambda I + sum x x^T"),
     }
     paper_setting = SETTING_001
     REFRESH = 4096
 
     def setup(self):
-        self.alpha = option_float("alpha", self.params["alpha"])
-        self.lam = option_float("lam", self.params["lam"], strict=True)
+        self.alpha, self.lam = self.params["alpha"], self.params["lam"]
         self.client_bounds()
 
     # ---- server half -------------------------------------------------------------------------
@@ -202,18 +178,18 @@ class PrivateLinUCB(LinUCB):
     name = "private-linucb"
     paper = f"{PAPER_001}, Section 4 baseline Private LinUCB (constant sensitivity, Shariff & Sheffet 2018)"
     privacy_model = "central"
-    defaults = {
-        **LinUCB.defaults,
-        "upsilon_alpha": 0.05,       # reconstruction: failure probability of the Upsilon bound (Shariff & Sheffet)
-        "calibration": "classic",    # Gaussian calibration of the tree nodes ("classic" or "analytic")
+    options = {
+        **LinUCB.options,
+        "upsilon_alpha": Option(0.05, low=0, high=1, low_open=True, high_open=True,
+                                doc="failure probability of the Upsilon bound on the prefix noise's operator norm "
+                                    "(Shariff & Sheffet; a reconstruction)"),
+        "calibration": CALIBRATION,  # of the tree's Gaussian nodes
     }
 
     def setup(self):
         super().setup()
-        self.upsilon_alpha = option_float("upsilon_alpha", self.params["upsilon_alpha"], strict=True)
-        if self.upsilon_alpha >= 1:
-            raise ConfigError("params.upsilon_alpha", self.upsilon_alpha, "must be in (0, 1)")
-        self.calibration = option_choice("calibration", self.params["calibration"], ("classic", "analytic"))
+        self.upsilon_alpha = self.params["upsilon_alpha"]
+        self.calibration = self.params["calibration"]
         self.sensitivity = math.sqrt(2.0) * (self.L ** 2 + self.R ** 2)
         self.mechanisms["gram"] = self._tree()
         tree = self.mechanisms["gram"]
@@ -277,28 +253,32 @@ class LinUCBDGS(LinUCB):
     name = "linucb-dgs"
     paper = f"{PAPER_001}, Algorithm 2 (Private LinUCB-DGS) with Algorithm 1 (tree mechanism with DGS)"
     privacy_model = "central"
-    defaults = {
-        **LinUCB.defaults,
-        "lambda_0": None,            # lower bound of lambda_min E[x x^T]; None: the env's (1/d for isotropic)
-        "S": 1.0,                    # bound on ||theta*||
-        "noise": "gaussian",         # the paper's "or Gaussian": Delta_e is an L2 bound, which is what it needs;
-                                     # "laplace" (the paper's main text) then needs the sqrt(d) L1 factor
-        "calibration": "classic",    # Gaussian variant only
-        "l1_sensitivity": True,      # scale Laplace by sqrt(d), a true L1 bound (the paper's is not); see docstring
+    options = {
+        **LinUCB.options,
+        "lambda_0": Option(None, low=0, allow=(None,),
+                           doc="lower bound lambda_0 of lambda_min E[x x^T] (the paper's Assumption 1); None: the "
+                               "env's public value (1/d for isotropic contexts)"),
+        "S": Option(1.0, low=0, doc="bound on ||theta*||"),
+        "noise": Option("gaussian", kind="choice", choices=("laplace", "gaussian"),
+                        doc="node noise: 'gaussian' (the paper's \"or Gaussian\": Delta_e is an L2 bound, which is "
+                            "what it needs) or 'laplace' (the paper's main text, which then needs the sqrt(d) L1 "
+                            "factor)"),
+        "calibration": CALIBRATION,  # Gaussian variant only
+        "l1_sensitivity": Option(True, kind="bool",
+                                 doc="scale the Laplace nodes by sqrt(d), a true L1 bound (the paper's is not; "
+                                     "false reproduces its calibration, for comparison only)"),
     }
 
     def setup(self):
         super().setup()
         lam0 = self.params["lambda_0"]
-        if lam0 is None:
+        if lam0 is None:     # the env's public value, held to the same check
             lam0 = self.world.context_min_eig
-            lam0 = 1.0 / self.d if lam0 is None else lam0
-        self.lambda_0 = option_float("lambda_0", lam0)
-        self.S = option_float("S", self.params["S"])
-        self.noise = option_choice("noise", self.params["noise"], ("laplace", "gaussian"))
-        self.calibration = option_choice("calibration", self.params["calibration"], ("classic", "analytic"))
-        if not isinstance(self.params["l1_sensitivity"], bool):
-            raise ConfigError("params.l1_sensitivity", self.params["l1_sensitivity"], "must be true or false")
+            lam0 = self.options["lambda_0"].validate("lambda_0", 1.0 / self.d if lam0 is None else lam0)
+        self.lambda_0 = lam0
+        self.S = self.params["S"]
+        self.noise = self.params["noise"]
+        self.calibration = self.params["calibration"]
         self.depth = tree_depth(self.config.rounds)
         self.numerator = 2.0 * self.L * (self.R + self.L * self.S)
         factor = math.sqrt(self.d) if (self.params["l1_sensitivity"] and self.noise == "laplace") else 1.0
@@ -312,9 +292,12 @@ class LinUCBDGS(LinUCB):
                                                                      self.calibration)
             self.var_per_scale2 = 1.0
         # Laplace: delta for Assumption 1's event; Gaussian: delta/2 for the event + delta/2 for the tree.
-        self.mechanisms["theta"] = _Release(Guarantee(
-            f"tree-{self.noise}", "central", self.eps, self.delta, self.sensitivity_at(1) * factor,
-            "l1" if self.noise == "laplace" else "l2"))
+        guarantee = Guarantee(f"tree-{self.noise}", "central", self.eps, self.delta, self.sensitivity_at(1) * factor,
+                              "l1" if self.noise == "laplace" else "l2")
+        # the release of theta: tree noise whose node closing after e users has scale unit_scale * Delta_e
+        self.mechanisms["theta"] = DynamicTreeMechanism(self.config.rounds, (self.d,), noise=self.noise,
+                                                        unit_scale=self.unit_scale,
+                                                        max_sensitivity=self.sensitivity_at(1), guarantee=guarantee)
 
     def sensitivity_at(self, e: int) -> float:
         """Delta_e = 2 L (R + L S) / (lam + lambda_0 e): dynamic global sensitivity after e users."""
@@ -324,7 +307,7 @@ class LinUCBDGS(LinUCB):
         state = super().initial_state(rng)
         rounds = self.config.rounds
         state.update({
-            "tree": TreeNoise(rounds, (self.d,), noise=self.noise, node_scale=self.unit_scale),
+            "tree": self.mechanisms["theta"].noise_stream(),
             "level_scale": np.zeros(self.depth),
             "released": np.zeros(self.d),   # nothing released yet: the data-independent zero model
             "node_scale": np.zeros(rounds), "noise_std": np.zeros(rounds), "noise_norm": np.zeros(rounds),
@@ -336,7 +319,7 @@ class LinUCBDGS(LinUCB):
             self._clean_update(state, sums["Z"])
         r = state["rounds"]
         tree = state["tree"]
-        scale = self.unit_scale * self.sensitivity_at(stop)
+        scale = self.mechanisms["theta"].node_scale(self.sensitivity_at(stop))
         noise = tree.step(rng, node_scale=scale)
         t = tree.t
         level_scale = state["level_scale"]
@@ -356,5 +339,3 @@ class LinUCBDGS(LinUCB):
     def estimate(self, state):
         return state["released"]
 
-
-ALGORITHMS = [LinUCB, PrivateLinUCB, LinUCBDGS]

@@ -6,7 +6,8 @@ and mechanisms, and its privacy ledger. A break raises PluginError naming the al
 
 The rules (tests/test_plugins.py breaks each one on purpose; ldpfed.testing checks more, by running the algorithm):
 * every message field has a per-user shape of positive integers, and a Domain of that shape: what the server
-  shards check every client's values against (the server trusts no client);
+  shards check every client's values against (the server trusts no client); only a ledger that voids its own
+  claim (`claim_void`: a profile reproducing code with unbounded inputs) may lack them;
 * under local DP ("ldp") every field is either made by one of the algorithm's mechanisms (`mechanisms[field]`) or
   listed in `public_fields` (a public schedule, a public count): nothing raw leaves the client half;
 * `public_fields` are message fields;
@@ -23,6 +24,8 @@ from ldpfed.plugins import PluginError
 PRIVACY_MODELS = ("ldp", "central", "none")
 # What a subclass must write itself: the base class raises NotImplementedError for these.
 REQUIRED_METHODS = ("initial_state", "update", "act", "encode", "message_spec")
+# What fields() declares for a class (Algorithm derives them from it): a class writes one or the other.
+DERIVED_METHODS = ("message_spec", "message_domains")
 
 
 def check_class(cls, where: str) -> None:
@@ -48,10 +51,17 @@ def check_class(cls, where: str) -> None:
         unknown = set(options) - set(cls.defaults)
         if unknown:
             fail(f"profile_defaults.{profile}", f"options {sorted(unknown)} are not in defaults")
+    if cls.fields is not Algorithm.fields:
+        by_hand = [m for m in DERIVED_METHODS if getattr(cls, m) is not getattr(Algorithm, m)]
+        if by_hand:
+            fail("fields", f"declared, but the class (or a parent) also writes {', '.join(by_hand)}: one "
+                           f"declaration, so either fields() or those methods")
     for method in REQUIRED_METHODS:
+        if method == "message_spec" and cls.fields is not Algorithm.fields:
+            continue                     # the message is declared as fields()
         if getattr(cls, method) is getattr(Algorithm, method):
-            fail(method, "not implemented (every algorithm writes initial_state, update, act, encode and "
-                         "message_spec)")
+            fail(method, "not implemented (every algorithm writes initial_state, update, act, encode, and "
+                         "fields() or message_spec)")
 
 
 def check_instance(algo) -> None:
@@ -70,23 +80,17 @@ def check_instance(algo) -> None:
     extra = set(algo.public_fields) - set(spec)
     if extra:
         fail(f"public_fields {sorted(extra)}", "not message fields")
-    try:
-        domains = algo.cached_domains()
-    except NotImplementedError as error:
-        fail("message_domains", str(error))
-    for field, shape in spec.items():
-        if field not in domains:
-            fail(f"message field {field!r}", "has no domain: the server shards could not check it (declare it in "
-                                             "message_domains, or make it with a mechanism that has one)")
-        if tuple(domains[field].shape) != tuple(shape):
-            fail(f"message field {field!r}", f"its domain has shape {domains[field].shape}, the spec {shape}")
+    rows = algo.ledger()
+    # A profile that reproduces code whose inputs are unbounded says so (claim_void): it claims no guarantee and
+    # has no bounded domain to declare; its runs stay on the single-process engine (the shards refuse it).
+    if not any(row.get("claim_void") for row in rows):
+        _check_domains(algo, spec, fail)
     if algo.privacy_model == "ldp":
         for field in spec:
             if field not in algo.public_fields and field not in algo.mechanisms:
                 fail(f"message field {field!r}", "is made by no mechanism and is not public: under local DP a "
                                                  "field must be a mechanism's output (mechanisms[field]) or listed "
                                                  "in public_fields")
-    rows = algo.ledger()
     if algo.privacy_model != "none" and not rows:
         fail("ledger", f"empty: a {algo.privacy_model} algorithm must state what its mechanisms guarantee")
     for row in rows:
@@ -104,3 +108,17 @@ def check_instance(algo) -> None:
             accounting.compose(rows, algo.delta)
         except Exception as error:       # a ledger the accountant cannot compose
             fail("ledger", f"does not compose ({type(error).__name__}: {error})")
+
+
+def _check_domains(algo, spec: dict, fail) -> None:
+    """Every message field has a Domain of its spec's shape (what the server shards check every client against)."""
+    try:
+        domains = algo.cached_domains()
+    except NotImplementedError as error:
+        fail("message_domains", str(error))
+    for field, shape in spec.items():
+        if field not in domains:
+            fail(f"message field {field!r}", "has no domain: the server shards could not check it (declare it in "
+                                             "message_domains, or make it with a mechanism that has one)")
+        if tuple(domains[field].shape) != tuple(shape):
+            fail(f"message field {field!r}", f"its domain has shape {domains[field].shape}, the spec {shape}")

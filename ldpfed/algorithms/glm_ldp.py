@@ -35,69 +35,48 @@ and r to c_r BEFORE privatizing and counts what it clipped):
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
-from scipy.special import expit
-
 from ldpfed.algorithms.base import Algorithm
+from ldpfed.algorithms.options import CALIBRATION, Option
+from ldpfed.clip import clip_rows, clip_values, rows_over, values_over
 from ldpfed.errors import ConfigError
+from ldpfed.links import mean_function
 from ldpfed.mechanisms import (Domain, GaussianMechanism, L2BallMechanism, SymmetricGaussianMechanism,
                               weighted_sphere_bounds)
 
 SINGLE_ENVS = ("linear", "logistic", "poisson")
 MULTI_ENVS = ("linear-multi", "logistic-multi", "poisson-multi", "classification")
 PAPER = "seed 000 Han et al. 2021"
-# Largest linear predictor fed to exp() in the Poisson link: e^50 already exceeds any public reward bound by far,
-# so the clipped gradient is unchanged for any context of norm > R / e^50; it only prevents overflow.
-_EXP_CAP = 50.0
 
 
-# A row counts as clipped when its norm exceeds the bound by more than this relative tolerance (contexts drawn on
-# the unit sphere have norm 1 up to rounding); every row above the bound is still rescaled to it.
-CLIP_RTOL = 1e-9
-
-
-def clip_rows(x: np.ndarray, bound: float) -> tuple[np.ndarray, int]:
-    """Rows of x (last axis) scaled down to norm <= bound, and how many exceeded it (beyond rounding)."""
-    norms = np.sqrt(np.einsum("...i,...i->...", x, x))
-    over = norms > bound
-    if not over.any():
-        return x, 0
-    scale = np.where(over, bound / np.maximum(norms, 1e-300), 1.0)
-    return x * scale[..., None], int(np.count_nonzero(norms > bound * (1.0 + CLIP_RTOL)))
-
-
-def clip_values(r: np.ndarray, bound: float) -> tuple[np.ndarray, int]:
-    """Values clipped to [-bound, bound], and how many were outside (np.clip is slow on the tiny arrays of B = 1)."""
-    over = np.abs(r) > bound
-    if not over.any():
-        return r, 0
-    return np.minimum(np.maximum(r, -bound), bound), int(np.count_nonzero(over))
-
-
-def _links(link: str):
-    if link == "identity":
-        return lambda z: z
-    if link == "logistic":
-        return expit
-    if link == "poisson":
-        return lambda z: np.exp(np.minimum(z, _EXP_CAP))
-    raise ConfigError("env.link", link, "unknown link (identity, logistic, poisson)")
-
-
-def _positive(name: str, value, allow_inf: bool = False) -> float:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise ConfigError(f"params.{name}", value, "must be a number > 0")
-    v = float(value)
-    if math.isnan(v) or v <= 0 or (math.isinf(v) and not allow_inf):
-        raise ConfigError(f"params.{name}", value, "must be a finite number > 0" if not allow_inf else "must be > 0")
-    return v
-
-
-def _choice(name: str, value, options) -> str:
-    if value not in options:
-        raise ConfigError(f"params.{name}", value, f"must be one of {list(options)}")
-    return value
+# ---- options (ldpfed.algorithms.options) ------------------------------------------------------------------------
+CONTEXT_BOUND = Option(1.0, low=0, low_open=True,
+                       doc="C_B: public bound on a context's norm; the client clips contexts to it (and rewards to "
+                           "the env's reward bound c_r) before privatizing, and the noise is calibrated for it")
+ALPHA = Option(0.1, low=0, high=1, low_open=True, high_open=True,
+               doc="failure probability in the shift c~ (Theorems 3.1, 4.1); 0.1 is the authors' public code "
+                   "(fail_prob)")
+RIDGE = Option(1.0, low=0, low_open=True,
+               doc="constant ridge of the non-private OLS solve, in place of the noise shift (a reconstruction)")
+STEP = Option(5.0, low=0, low_open=True,
+              doc="SGD step numerator: eta_t = step / (t + step_offset) (5: the authors' public code's 5/(t+1))")
+STEP_OFFSET = Option("auto", low=0, allow=("auto",),
+                     doc="SGD step offset (a reconstruction); 'auto' = B - 1 (0 at B = 1, the paper's c/t): damps "
+                         "the first steps of a round, which all use one published theta")
+RADIUS = Option("auto", low=0, low_open=True, allow=("auto",),
+                doc="clip radius R of the gradient before the l2-ball mechanism; 'auto' = 2 c_r C_B (the paper)")
+S0 = Option("auto", kind="int", low=1, allow=("auto", "authors"),
+            doc="warm-up pulls per arm; 'auto' = min(3000, max(1, round(T / (100 K)))) (the paper's 3000 at T = 1e6: "
+                "about 1% of the users; a reconstruction for smaller T); 'authors' = ceil(3000 / K) (the public "
+                "code's 3000 warm-up users in all)")
+H = Option(1.0, low=0, low_open=True, allow_inf=True,
+           doc="elimination margin h of eq. 7, in units of x^T theta (the paper's h_sub is unknown to the "
+               "algorithm; 1.0 is a reconstruction); inf: no elimination (the authors' code)")
+PROJECT = Option(math.inf, low=0, low_open=True, allow_inf=True,
+                 doc="radius of the ball every theta_a is projected on after each update (post-processing); inf: "
+                     "none (the paper)")
 
 
 def _unit_vector(rng: np.random.Generator, d: int) -> np.ndarray:
@@ -139,10 +118,10 @@ class _GLMBase(Algorithm):
             raise ConfigError("env", self.world.name, f"{self.name} runs on {list(self.env_kinds)}")
         self.authors = self.profile == "authors-code"
         self.void_reasons: list[str] = []
-        self.C_B = _positive("context_bound", self.params["context_bound"])
+        self.C_B = self.params["context_bound"]
         self.c_r = float(self.world.reward_bound)
         self.link = self.world.link or "identity"
-        self.mu = _links(self.link)
+        self.mu = mean_function(self.link)       # the Poisson mean capped at e^50 (ldpfed.links)
         self._I = np.eye(self.d)
         # The authors' multi-parameter code privatizes raw N(0, I_d) contexts and noisy rewards without clipping.
         self.clip_inputs = not (self.authors and multi and self.private)
@@ -160,8 +139,7 @@ class _GLMBase(Algorithm):
         (authors' multi-parameter code) only count the inputs beyond the bounds."""
         x, r = np.asarray(x, dtype=float), np.asarray(r, dtype=float)
         if not self.clip_inputs:
-            over_x = int(np.count_nonzero(np.einsum("...i,...i->...", x, x) > self.C_B ** 2 * (1 + 2 * CLIP_RTOL)))
-            over_r = int(np.count_nonzero(np.abs(r) > self.c_r))
+            over_x, over_r = rows_over(x, self.C_B), values_over(r, self.c_r)
             return x, r, {"unclipped_context_over_bound": over_x, "unclipped_reward_over_bound": over_r}
         x, n_x = clip_rows(x, self.C_B)
         r, n_r = clip_values(r, self.c_r)
@@ -219,16 +197,13 @@ class LdpOls(_SingleBase):
     paper = f"{PAPER}, Algorithm 1 with the OLS mechanism (eq. 3-4)"
     privacy_model = "ldp"
     # alpha: failure probability in c~ (Theorem 3.1); 0.1 is the authors' public code (fail_prob).
-    defaults = {"alpha": 0.1, "calibration": "classic", "context_bound": 1.0}
+    options = {"alpha": ALPHA, "calibration": CALIBRATION, "context_bound": CONTEXT_BOUND}
 
     def _setup(self):
         self._set_noise(self.eps / 2, self.delta / 2, log_arg=2.0 * self.T)
 
     def _set_noise(self, eps, delta, log_arg):
-        alpha = _positive("alpha", self.params["alpha"])
-        if alpha >= 1:
-            raise ConfigError("params.alpha", self.params["alpha"], "must be in (0, 1)")
-        calibration = _choice("calibration", self.params["calibration"], ("classic", "analytic"))
+        alpha, calibration = self.params["alpha"], self.params["calibration"]
         sens_M, sens_u = self._ols_sensitivities()
         if self.authors:
             sigma = authors_sigma(self.eps, self.delta)   # the user's whole (eps, delta), for every field and slot
@@ -291,10 +266,10 @@ class Ols(LdpOls):
     paper = f"{PAPER}, non-private greedy OLS baseline"
     privacy_model = "none"
     private = False
-    defaults = {"ridge": 1.0, "context_bound": 1.0}
+    options = {"ridge": RIDGE, "context_bound": CONTEXT_BOUND}
 
     def _setup(self):
-        self.ridge = _positive("ridge", self.params["ridge"])
+        self.ridge = self.params["ridge"]
 
     def shift(self, t):
         return self.ridge
@@ -318,7 +293,7 @@ class LdpSgd(_SingleBase):
     name = "ldp-sgd"
     paper = f"{PAPER}, Algorithm 1 with the SGD mechanism (eq. 5-6)"
     privacy_model = "ldp"
-    defaults = {"step": 5.0, "step_offset": "auto", "context_bound": 1.0, "radius": "auto"}  # step: code's 5/(t+1)
+    options = {"step": STEP, "step_offset": STEP_OFFSET, "context_bound": CONTEXT_BOUND, "radius": RADIUS}
     profile_defaults = {"authors-code": {"radius": 1.0}}
 
     def _setup(self):
@@ -331,7 +306,7 @@ class LdpSgd(_SingleBase):
 
     def _radius(self):
         radius = self.params["radius"]
-        return 2.0 * self.c_r * self.C_B if radius == "auto" else _positive("radius", radius)
+        return 2.0 * self.c_r * self.C_B if radius == "auto" else radius
 
     def _predict(self, z):
         return self.mu(z if math.isinf(self.predict_clip) else np.clip(z, -self.predict_clip, self.predict_clip))
@@ -341,15 +316,12 @@ class LdpSgd(_SingleBase):
         return self.step / (np.asarray(users, dtype=float) + (1.0 + self.step_offset))
 
     def _set_step(self):
-        self.step = _positive("step", self.params["step"])
+        self.step = self.params["step"]
         offset = self.params["step_offset"]
         if offset == "auto":
             # B - 1: zero at B = 1 (the paper's sequential steps); with rounds it keeps the B steps taken at one
             # published theta from summing to a huge first move (5 H_B at B = 1000 made LDP-SGD diverge).
             offset = self.config.round_size - 1
-        if isinstance(offset, (bool, np.bool_)) or not isinstance(offset, (int, float, np.integer, np.floating)) \
-                or not math.isfinite(offset) or offset < 0:
-            raise ConfigError("params.step_offset", offset, "must be a finite number >= 0")
         self.step_offset = float(offset)
 
     def initial_state(self, rng):
@@ -381,8 +353,7 @@ class LdpSgd(_SingleBase):
         x, r, metrics = self._clip(self._chosen(contexts, actions), rewards)
         g = (self._predict(x @ model["theta"]) - r)[:, None] * x
         g, metrics["clipped"] = clip_rows(g, self.R)
-        Z, _ = self.mech.privatize(g, rng)
-        return {"Z": Z}, metrics
+        return {"Z": self.mech.privatize(g, rng)}, metrics
 
     def aggregate(self, messages, users):
         return {"Z": self._eta(users) @ messages["Z"]}
@@ -423,11 +394,9 @@ class _MultiBase(_GLMBase):
             s0 = min(3000, max(1, int(round(self.T / (100 * self.K)))))
         elif s0 == "authors":
             s0 = -(-3000 // self.K)
-        elif isinstance(s0, (bool, np.bool_)) or not isinstance(s0, (int, np.integer)) or s0 < 1:
-            raise ConfigError("params.s0", s0, "must be a positive integer, 'auto' or 'authors'")
         self.s0 = int(s0)
         self.warm = self.K * self.s0
-        self.h = _positive("h", self.params["h"], allow_inf=True)
+        self.h = self.params["h"]
 
     def publish(self, state):
         warm = state["theta_warm"]
@@ -498,7 +467,7 @@ class LdpOlsMulti(_MultiBase, LdpOls):
     name = "ldp-ols-multi"
     paper = f"{PAPER}, Algorithm 2 with the OLS mechanism"
     privacy_model = "ldp"
-    defaults = {"s0": "auto", "h": 1.0, "alpha": 0.1, "calibration": "classic", "context_bound": 1.0}
+    options = {"s0": S0, "h": H, "alpha": ALPHA, "calibration": CALIBRATION, "context_bound": CONTEXT_BOUND}
     profile_defaults = {"authors-code": {"s0": "authors", "h": math.inf}}
     paper_setting = {"env_params": {"d": 20, "K": 3}, "users": 10**6, "eps": 1.0, "delta": 0.1, "params": {}}
 
@@ -554,11 +523,11 @@ class OlsMulti(LdpOlsMulti):
     paper = f"{PAPER}, non-private Algorithm 2 with OLS"
     privacy_model = "none"
     private = False
-    defaults = {"s0": "auto", "h": 1.0, "ridge": 1.0, "context_bound": 1.0}
+    options = {"s0": S0, "h": H, "ridge": RIDGE, "context_bound": CONTEXT_BOUND}
 
     def _setup(self):
         self._setup_multi()
-        self.ridge = _positive("ridge", self.params["ridge"])
+        self.ridge = self.params["ridge"]
 
     def shift(self, n):
         return np.full(np.shape(n), self.ridge)
@@ -589,14 +558,15 @@ class LdpSgdMulti(_MultiBase, LdpSgd):
     name = "ldp-sgd-multi"
     paper = f"{PAPER}, Algorithm 2 with the SGD mechanism"
     privacy_model = "ldp"
-    defaults = {"s0": "auto", "h": 1.0, "step": 5.0, "step_offset": 0.0, "context_bound": 1.0, "project": math.inf}
+    options = {"s0": S0, "h": H, "step": STEP, "step_offset": replace(STEP_OFFSET, default=0.0),
+               "context_bound": CONTEXT_BOUND, "project": PROJECT}
     profile_defaults = {"authors-code": {"s0": "authors", "h": math.inf, "project": math.inf}}
     paper_setting = {"env_params": {"d": 20, "K": 3}, "users": 10**6, "eps": 1.0, "delta": 0.1, "params": {}}
 
     def _setup(self):
         self._setup_multi()
         self._set_step()
-        self.project = _positive("project", self.params["project"], allow_inf=True)
+        self.project = self.params["project"]
         self.decay = 0.0
         if self.authors:
             self._setup_authors()
@@ -644,8 +614,7 @@ class LdpSgdMulti(_MultiBase, LdpSgd):
         g_pulled, metrics["clipped"] = clip_rows(g_pulled, self.R)
         g = np.zeros((n, self.K, self.d))              # psi(0, 0): the zero gradient for the other arms
         g[np.arange(n), actions] = g_pulled
-        Z, _ = self.mech.privatize(g.reshape(n * self.K, self.d), rng)
-        Z = Z.reshape(n, self.K, self.d) * sent[:, :, None]
+        Z = self.mech.privatize(g.reshape(n * self.K, self.d), rng).reshape(n, self.K, self.d) * sent[:, :, None]
         return {"Z": Z, "n": sent}, metrics
 
     def _encode_authors(self, model, contexts, actions, rewards, users, rng):
@@ -668,7 +637,7 @@ class LdpSgdMulti(_MultiBase, LdpSgd):
             g = np.zeros((len(idx), K, d))
             g[np.arange(len(idx)), actions[idx]] = (self.mu(z) - r[idx])[:, None] * x[idx]
             g, metrics["clipped"] = clip_rows(g.reshape(len(idx), K * d), self.R)
-            Z[idx] = self.mech.privatize(g, rng)[0].reshape(len(idx), K, d)
+            Z[idx] = self.mech.privatize(g, rng).reshape(len(idx), K, d)
         return {"M": M, "u": u, "Z": Z, "n": sent}, metrics
 
     def message_counts(self, users):
@@ -719,5 +688,3 @@ class LdpSgdMulti(_MultiBase, LdpSgd):
         norms = np.linalg.norm(theta, axis=1, keepdims=True)
         return theta * np.minimum(1.0, self.project / np.maximum(norms, 1e-300))
 
-
-ALGORITHMS = [LdpOls, Ols, LdpSgd, LdpOlsMulti, OlsMulti, LdpSgdMulti]

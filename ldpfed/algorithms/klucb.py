@@ -52,7 +52,8 @@ import numpy as np
 from scipy.special import xlogy
 
 from ldpfed.algorithms.base import Algorithm
-from ldpfed.errors import ConfigError
+from ldpfed.algorithms.fields import Field
+from ldpfed.algorithms.options import Option
 from ldpfed.mechanisms import Domain, RandomizedResponse
 from ldpfed.memory import check_allocation
 
@@ -126,14 +127,6 @@ def _solve(p: np.ndarray, n: np.ndarray, f) -> np.ndarray:
     return lo
 
 
-def _optional_int(name: str, value, minimum: int = 1):
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ConfigError(f"params.{name}", value, f"must be None or an integer >= {minimum}")
-    return int(value)
-
-
 def paper_window(T: int, L_T: int) -> int:
     """w = sqrt(4 e T / (L_T + 4)) of Theorem 1, rounded up."""
     return max(1, math.ceil(math.sqrt(4.0 * math.e * T / (L_T + 4))))
@@ -153,10 +146,17 @@ class SWKLUCBCF(Algorithm):
     privacy_model = "ldp"
     env_kinds = ("piecewise-bernoulli", "bernoulli")
     default_env = "piecewise-bernoulli"
-    # L_T: the paper's number of breakpoints (counting t = 1); None: the env's change points + 1.
-    # window: w in users; None: sqrt(4 e T / (L_T + 4)) (Theorem 1).
-    defaults = {"L_T": None, "window": None, "window_rule": "paper"}
-    public_fields = frozenset({"pulls"})
+    options = {
+        "L_T": Option(None, kind="int", low=1, allow=(None,),
+                      doc="the paper's number of breakpoints L_T (counting t = 1: the number of stationary segments); "
+                          "None: the env's public number of segments"),
+        "window": Option(None, kind="int", low=1, allow=(None,),
+                         doc="the window w in users; None: the window rule's"),
+        "window_rule": Option("paper", kind="choice", choices=("paper", "eps-aware"),
+                              doc="'paper': w = sqrt(4 e T / (L_T + 4)) (Theorem 1); 'eps-aware': that divided by "
+                                  "tanh(eps/2), the factor randomized response shrinks every feedback gap by (at most "
+                                  "T)"),
+    }
     # The paper has no experiments; ALGORITHMS.md proposes T = 1e5..1e6, K = 5, L_T = 4, eps in {0.5, 1, 2}.
     # delta is not used (pure eps-LDP); RunConfig needs one.
     paper_setting = {"env_params": {"K": 5, "breakpoints": 4}, "users": 10**5, "eps": 1.0, "delta": 0.01,
@@ -166,14 +166,11 @@ class SWKLUCBCF(Algorithm):
 
     def setup(self):
         if self.windowed:
-            L_T = _optional_int("L_T", self.params["L_T"])
+            L_T = self.params["L_T"]
             if L_T is None:
                 L_T = self.world.segments or 1   # public: the number of stationary segments, not their times
             self.L_T = L_T
-            window = _optional_int("window", self.params["window"])
-            rule = self.params["window_rule"]
-            if rule not in ("paper", "eps-aware"):
-                raise ConfigError("params.window_rule", rule, "must be 'paper' or 'eps-aware'")
+            window, rule = self.params["window"], self.params["window_rule"]
             if window is None:
                 gap_factor = math.tanh(self.eps / 2.0) if (self.private and rule == "eps-aware") else 1.0
                 window = eps_aware_window(self.T, L_T, gap_factor)
@@ -190,7 +187,6 @@ class SWKLUCBCF(Algorithm):
                              self.capacity * (2 * self.K + 1) * 8, f"a window of {self.w:,} users")
         if self.private:
             self.rr = RandomizedResponse(self.eps)
-            self.mechanisms["feedback"] = self.rr
             self.inverse = self.rr.debias
         else:
             self.rr = None
@@ -287,24 +283,23 @@ class SWKLUCBCF(Algorithm):
         pulls[np.arange(n), actions] = 1.0
         return {"pulls": pulls, "feedback": pulls * reported[:, None]}, {"clipped": clipped}
 
-    def message_spec(self):
-        return {"pulls": (self.K,), "feedback": (self.K,)}
-
-    def message_domains(self):
-        # pulls: one-hot of the scheduled arm (user t < K pulls t, the others the round's argmax of the index);
-        # feedback: a bit in at most one slot (the pulled arm's)
+    def fields(self):
+        # pulls: one-hot of the scheduled arm (user t < K pulls t, the others the round's argmax of the index),
+        # public; feedback: a bit in at most one slot (the pulled arm's), through randomized response (the
+        # non-private baselines send it raw: public, which is why they are not private)
         K = self.K
         pulls = Domain((K,), low=0.0, high=1.0, integral=True, one_hot=True, scheduled=K, source="public pulled arm")
-        feedback = (self.rr.output_domain((K,), at_most_one=True) if self.private else
-                    Domain((K,), low=0.0, high=1.0, integral=True, at_most_one=True, source="raw reward bit"))
-        return {"pulls": pulls, "feedback": feedback}
+        feedback = (Field((K,), mechanism=self.rr, schedule={"at_most_one": True}) if self.private else
+                    Field((K,), domain=Domain((K,), low=0.0, high=1.0, integral=True, at_most_one=True,
+                                              source="raw reward bit")))
+        return {"pulls": Field((K,), domain=pulls), "feedback": feedback}
 
 
 class KLUCBCF(SWKLUCBCF):
     """kl-UCB-CF: SW-KLUCB-CF without the window (all users, f(t))."""
     name = "klucb-cf"
     paper = f"{PAPER}, baseline KLUCB-CF (Algorithm 1 without the sliding window)"
-    defaults = {}
+    options = {}
     windowed = False
 
 
@@ -313,7 +308,6 @@ class SWKLUCB(SWKLUCBCF):
     name = "sw-klucb"
     paper = f"{PAPER}, non-private baseline SW-KLUCB"
     privacy_model = "none"
-    public_fields = frozenset({"pulls", "feedback"})
     private = False
 
 
@@ -322,8 +316,5 @@ class KLUCB(KLUCBCF):
     name = "klucb"
     paper = f"{PAPER}, non-private baseline kl-UCB"
     privacy_model = "none"
-    public_fields = frozenset({"pulls", "feedback"})
     private = False
 
-
-ALGORITHMS = [SWKLUCBCF, KLUCBCF, SWKLUCB, KLUCB]

@@ -46,54 +46,27 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.special import expit
 
-from ldpfed.algorithms.base import Algorithm, clip_norm
+from ldpfed.algorithms.base import Algorithm
+from ldpfed.algorithms.fields import Field
 from ldpfed.algorithms.glm_ldp import authors_gaussian, authors_sigma
+from ldpfed.algorithms.options import CALIBRATION, Option
+from ldpfed.clip import clip_rows, clip_rows_by_squares, clip_values
 from ldpfed.errors import ConfigError
+from ldpfed.links import inf_slope, mean_function, sup_mean
 from ldpfed.mechanisms import GaussianMechanism, SymmetricGaussianMechanism
 
 SINGLE_GLM_ENVS = ("linear", "logistic")
 
-# inverse link g, its largest |g| on [-S, S], and mu = inf g' on [-S, S] (the paper's assumptions, S = 1)
-LINKS = {
-    "identity": (lambda z: z, lambda S: S, lambda S: 1.0),
-    "logistic": (expit, lambda S: float(expit(S)), lambda S: float(expit(S) * expit(-S))),
-}
+# ldp-gloc's links: the inverse link g, its largest |g| on [-S, S] and mu = inf g' on [-S, S] (the paper's
+# assumptions, S = 1) come from ldpfed.links
+GLOC_LINKS = ("identity", "logistic")
+CONTEXT_BOUND = 1.0      # the public bound C_B of the contexts' norm
 
 
-def _option(params: dict, name: str, low: float = 0.0, high: float = math.inf, open_low: bool = True) -> float:
-    value = params[name]
-    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
-    if ok:
-        ok = (value > low if open_low else value >= low) and value < high
-    if not ok:
-        raise ConfigError(f"params.{name}", value, f"must be a finite number in {'(' if open_low else '['}{low}, {high})")
-    return float(value)
-
-
-def _clip_contexts(x: np.ndarray) -> tuple[np.ndarray, int]:
-    """Rows scaled to norm <= 1 (the public context bound C_B = 1); counts only rows beyond rounding error
-    (the env's unit contexts have norms 1 +- 1e-16, which are rescaled but not counted)."""
-    sq = np.einsum("ni,ni->n", x, x)
-    over = sq > 1.0
-    if not over.any():
-        return x, 0
-    x = np.where(over[:, None], x / np.sqrt(np.maximum(sq, 1e-300))[:, None], x)
-    return x, int(np.count_nonzero(sq > 1.0 + 2e-9))
-
-
-def _clip(v: np.ndarray, bound: float) -> tuple[np.ndarray, int]:
-    """Values clipped to [-bound, bound] and how many were changed."""
-    c = np.clip(v, -bound, bound)
-    return c, int(np.count_nonzero(c != v))
-
-
-def _calibration(params: dict) -> str:
-    value = params["calibration"]
-    if value not in ("classic", "analytic"):
-        raise ConfigError("params.calibration", value, "must be 'classic' or 'analytic'")
-    return value
+ALPHA = Option(0.1, low=0, high=1, low_open=True, high_open=True,
+               doc="failure probability alpha in Upsilon_t = sigma sqrt(t) (4 sqrt(d) + 2 ln(2T/alpha)) (authors' "
+                   "code: 0.1)")
 
 
 class LdpUcb(Algorithm):
@@ -104,7 +77,7 @@ class LdpUcb(Algorithm):
     privacy_model = "ldp"
     env_kinds = SINGLE_GLM_ENVS
     default_env = "linear"
-    defaults = {"alpha": 0.1, "calibration": "classic"}   # alpha: failure probability (authors' code: 0.1)
+    options = {"alpha": ALPHA, "calibration": CALIBRATION}
     # The setting of the public reference comparison (ALGORITHMS.md: d=2, K=10, unit contexts, eps=1,
     # delta=0.01); a reconstruction, the seed's own experiment settings are not in its text.
     paper_setting = {"env_params": {"d": 2, "K": 10}, "users": 10**5, "eps": 1.0, "delta": 0.01, "params": {}}
@@ -113,8 +86,7 @@ class LdpUcb(Algorithm):
     authors_shares = 2.5   # the public code's sigma = 6 sqrt(2 ln(authors_shares/delta))/eps
 
     def setup(self):
-        self.alpha = _option(self.params, "alpha", 0.0, 1.0)
-        calibration = _calibration(self.params)
+        self.alpha, calibration = self.params["alpha"], self.params["calibration"]
         self.c_r = float(self.world.reward_bound)
         self.authors = self.profile == "authors-code"
         self.void_reasons: list[str] = []
@@ -194,17 +166,19 @@ class LdpUcb(Algorithm):
     def act(self, model, contexts, users, rng):
         return self._ucb_arms(model["theta"], model["V_inv"], model["beta"], contexts)
 
-    def message_spec(self):
-        return {"M": (self.d, self.d), "u": (self.d,)}
-
-    def message_domains(self):
+    def fields(self):
         # clipped inputs (||x|| <= 1): |x_i x_j| <= 1; |r x_i| <= c_r (ldp-gloc: |z x_i| <= S, |grad_i| <= C_g)
-        bounds = {"M": 1.0, "u": self.c_r} if self.shares == 2 else {"M": 1.0, "u": self.S, "grad": self.grad_bound}
-        return {f: self.mechanisms[f].output_domain(shape, bounds[f]) for f, shape in self.message_spec().items()}
+        d, made_by = self.d, self.mechanisms
+        fields = {"M": Field((d, d), mechanism=made_by["M"], data_bound=1.0),
+                  "u": Field((d,), mechanism=made_by["u"], data_bound=self.c_r if self.shares == 2 else self.S)}
+        if self.shares != 2:
+            fields["grad"] = Field((d,), mechanism=made_by["grad"], data_bound=self.grad_bound)
+        return fields
 
     def encode(self, model, contexts, actions, rewards, users, rng):
-        x, n_x = _clip_contexts(contexts[np.arange(len(actions)), actions])
-        r, n_r = _clip(rewards, self.c_r)
+        # contexts to C_B = 1 (the env's unit contexts, of norms 1 +- 1e-16, are rescaled but not counted)
+        x, n_x = clip_rows_by_squares(contexts[np.arange(len(actions)), actions], CONTEXT_BOUND)
+        r, n_r = clip_values(rewards, self.c_r)
         messages = {"M": self._gram_messages(x, rng), "u": self.mechanisms["u"].privatize(r[:, None] * x, rng)}
         return messages, {"clipped": n_x + n_r}
 
@@ -218,7 +192,14 @@ class LdpGloc(LdpUcb):
     paper = "seed 002 Zheng et al. 2020, Algorithm 3: LDP-GLOC for generalized linear bandits"
     env_kinds = SINGLE_GLM_ENVS
     default_env = "logistic"
-    defaults = {"alpha": 0.1, "calibration": "classic", "zeta_scale": 1.0, "S": 1.0}
+    options = {**LdpUcb.options,
+               "zeta_scale": Option(1.0, low=0, low_open=True,
+                                    doc="multiplies the step zeta = 2S / (C_g sqrt(1 + d sigma^2) sqrt(T)) of the "
+                                        "online gradient descent (the constant is a reconstruction; the paper: "
+                                        "zeta = Theta(1/sqrt T))"),
+               "S": Option(1.0, low=0, low_open=True, allow_inf=True,
+                           doc="radius of the ball W that theta^ is projected on, and |z| <= S in u = z x (the "
+                               "paper: 1); finite under profile paper, inf (no projection) is the authors' code")}
     profile_defaults = {"authors-code": {"S": math.inf}}
     authors_shares = 3.75
     # Reconstruction: the seed-000 comparison setting (d=2, K=10) on its GLM (logistic) env.
@@ -227,21 +208,24 @@ class LdpGloc(LdpUcb):
 
     def _setup_fields(self, eps, delta, calibration):
         link = self.world.link
-        if link not in LINKS:
-            raise ConfigError("env", self.world.name, f"ldp-gloc supports links {sorted(LINKS)}")
+        if link not in GLOC_LINKS:
+            raise ConfigError("env", self.world.name, f"ldp-gloc supports links {sorted(GLOC_LINKS)}")
         if self.authors:
             self._setup_authors_fields(link, eps, delta)
             return
-        self.S = _option(self.params, "S", 0.0)
+        self.S = self.params["S"]
+        if math.isinf(self.S):       # the paper's W is a ball and u's sensitivity 2S must be finite
+            raise ConfigError("params.S", self.S, "must be finite under profile 'paper' (inf, no projection, is the "
+                                                  "authors' code)")
         self.grad_z_clip = self.S                        # the gradient is taken at z clipped to [-S, S]
-        self.g, g_max, mu = LINKS[link]
-        self.mu = mu(self.S)
-        self.grad_bound = g_max(self.S) + self.c_r      # |g(z) - y| <= max|g| + c_r with |z| <= S
+        self.g = mean_function(link)
+        self.mu = inf_slope(link, self.S)
+        self.grad_bound = sup_mean(link, self.S) + self.c_r      # |g(z) - y| <= max|g| + c_r with |z| <= S
         # zeta = Theta(1/sqrt T) (the paper); the constant is the online-gradient-descent step D / (G sqrt T)
         # for W of diameter D = 2S and noisy gradients of second moment G^2 = C_g^2 (1 + d sigma^2)
         # (a reconstruction; the public reference code used d K / sqrt T without projection).
         grad_rms = self.grad_bound * math.sqrt(1.0 + self.d * self.sigma ** 2)
-        self.zeta = _option(self.params, "zeta_scale", 0.0) * 2.0 * self.S / (grad_rms * math.sqrt(self.T))
+        self.zeta = self.params["zeta_scale"] * 2.0 * self.S / (grad_rms * math.sqrt(self.T))
         # u = z x with |z| <= S ||x|| <= S
         self.mechanisms["u"] = GaussianMechanism(2.0 * self.S, eps, delta, calibration=calibration)
         self.mechanisms["grad"] = GaussianMechanism(2.0 * self.grad_bound, eps, delta, calibration=calibration)
@@ -249,13 +233,13 @@ class LdpGloc(LdpUcb):
     def _setup_authors_fields(self, link, eps, delta):
         """LDPGLMServer + GLMMechanism: mu = inf g' on [-1, 1] (the code's constants), zeta = 1/sqrt(T), no
         projection (S = inf unless params.S), z = x^T theta^ unclipped in u, gradient at z clipped to [-5, 5]."""
-        self.S = float(self.params["S"])
-        self.g, _, mu = LINKS[link]
-        self.mu = mu(1.0)
+        self.S = self.params["S"]
+        self.g = mean_function(link)
+        self.mu = inf_slope(link, 1.0)
         self.zeta = 1.0 / math.sqrt(self.T)
         self.grad_z_clip = 5.0                           # z is clipped to [-5, 5] inside the gradient only
         z_max = min(self.S, 5.0)
-        self.grad_bound = LINKS[link][1](z_max) + self.c_r
+        self.grad_bound = sup_mean(link, z_max) + self.c_r
         self.mechanisms["u"] = self._authors_mechanism(GaussianMechanism, "u", 2.0 * self.S, eps, delta)
         self.mechanisms["grad"] = self._authors_mechanism(GaussianMechanism, "grad", 2.0 * self.grad_bound, eps, delta)
 
@@ -286,16 +270,14 @@ class LdpGloc(LdpUcb):
         new["theta_hat"] = theta_hat
         return new
 
-    def message_spec(self):
-        return {"M": (self.d, self.d), "u": (self.d,), "grad": (self.d,)}
-
     def encode(self, model, contexts, actions, rewards, users, rng):
-        x, n_x = _clip_contexts(contexts[np.arange(len(actions)), actions])
-        y, n_y = _clip(rewards, self.c_r)
+        x, n_x = clip_rows_by_squares(contexts[np.arange(len(actions)), actions], CONTEXT_BOUND)
+        y, n_y = clip_values(rewards, self.c_r)
         if self.authors:
             return self._encode_authors(model, x, y, rng), {"clipped": n_x + n_y}
-        z, n_z = _clip(x @ model["theta_hat"], self.S)   # |z| <= S already when theta^ is in W
-        grad, n_g = clip_norm((self.g(z) - y)[:, None] * x, self.grad_bound)
+        z, n_z = clip_values(x @ model["theta_hat"], self.S)   # |z| <= S already when theta^ is in W
+        # the plain rule: norm by np.linalg.norm, every gradient over the bound counted (ldpfed.clip)
+        grad, n_g = clip_rows((self.g(z) - y)[:, None] * x, self.grad_bound, rtol=0.0, norm="linalg")
         messages = {"M": self._gram_messages(x, rng),
                     "u": self.mechanisms["u"].privatize(z[:, None] * x, rng),
                     "grad": self.mechanisms["grad"].privatize(grad, rng)}
@@ -308,5 +290,3 @@ class LdpGloc(LdpUcb):
                 "u": self.mechanisms["u"].privatize(z[:, None] * x, rng),
                 "grad": self.mechanisms["grad"].privatize(grad, rng)}
 
-
-ALGORITHMS = [LdpUcb, LdpGloc]

@@ -29,6 +29,8 @@ import math
 import numpy as np
 
 from ldpfed.algorithms.base import Algorithm
+from ldpfed.algorithms.options import CALIBRATION, Option
+from ldpfed.clip import clip_values
 from ldpfed.envs.base import unit_sphere
 from ldpfed.errors import ConfigError
 from ldpfed.mechanisms import Domain, GaussianMechanism, SumBounds, gaussian_tail_z
@@ -36,19 +38,14 @@ from ldpfed.mechanisms import Domain, GaussianMechanism, SumBounds, gaussian_tai
 MAB_ENVS = ("bernoulli", "piecewise-bernoulli")
 
 
-# ---- option checks ------------------------------------------------------------------------------
-def _choice(params: dict, name: str, allowed: tuple) -> str:
-    value = params[name]
-    if value not in allowed:
-        raise ConfigError(f"params.{name}", value, f"must be one of {list(allowed)}")
-    return value
-
-
-def _positive(params: dict, name: str) -> float:
-    value = params[name]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ConfigError(f"params.{name}", value, "must be a finite number > 0")
-    return float(value)
+# ---- options (ldpfed.algorithms.options) --------------------------------------------------------------------
+ETA_SCALE = Option(1.0, low=0, low_open=True, doc="multiplies the learning rate / step of the black box (1: the "
+                                                   "value in the class doc)")
+RHO_SCALE = Option(1.0, low=0, low_open=True, doc="multiplies the sampling radius rho (1: the value in the class "
+                                                   "doc); rho must stay below the inner radius r of the domain")
+START = Option("boundary", kind="choice", choices=("boundary", "centre"),
+               doc="start point y_1: 'boundary' = (1 - xi) R e_1, a fixed point on the edge; 'centre' = 0 (Agarwal "
+                   "et al.'s and FKM's choice)")
 
 
 def _arm_sums(messages: dict, K: int) -> dict:
@@ -69,7 +66,7 @@ class _OnePointScalar(Algorithm):
 
     def _build_mechanism(self, bound: float) -> float:
         """Register the mechanism of the private field; return its noise std (0 when not private)."""
-        calibration = _choice(self.params, "calibration", ("classic", "analytic"))
+        calibration = self.params["calibration"]
         if not self.private:
             return 0.0
         mech = GaussianMechanism(2.0 * bound, self.eps, self.delta, calibration=calibration)
@@ -83,9 +80,7 @@ class _OnePointScalar(Algorithm):
         return Domain((), low=-bound, high=bound, source="raw, public bound")
 
     def _privatize(self, values: np.ndarray, bound: float, rng) -> tuple[np.ndarray, int]:
-        values = np.asarray(values, dtype=float)
-        clipped = np.clip(values, -bound, bound)
-        n_clipped = int(np.count_nonzero(clipped != values))
+        clipped, n_clipped = clip_values(np.asarray(values, dtype=float), bound)
         if self.private:
             return self.mechanisms[self.private_field].privatize(clipped, rng), n_clipped
         return clipped, n_clipped
@@ -140,7 +135,7 @@ class LdpMabUcb(_OnePointMab):
     paper = "seed 002 Zheng et al. 2020, Algorithm 1 (one-point LDP reduction) with a UCB black box"
     env_kinds = MAB_ENVS
     default_env = "bernoulli"
-    defaults = {"calibration": "classic"}
+    options = {"calibration": CALIBRATION}
     public_fields = frozenset({"arm"})
     scheduled_arm = True
     # The paper has no MAB experiment; a reconstruction: 10 Bernoulli arms, T = 1e5, eps = 1, delta = 0.01.
@@ -219,7 +214,9 @@ class LdpMabAdversarial(_OnePointMab):
     paper = "seed 002 Zheng et al. 2020, Algorithm 1 with a Tsallis-INF black box (Appendix B.1)"
     env_kinds = MAB_ENVS
     default_env = "bernoulli"
-    defaults = {"calibration": "classic", "eta_scale": 1.0}
+    options = {"calibration": CALIBRATION,
+               "eta_scale": Option(1.0, low=0, low_open=True,
+                                   doc="multiplies the learning rate eta_t = 2 / (sqrt(t) sqrt(1 + sigma_l^2))")}
     public_fields = frozenset({"arm"})
     # Reconstruction (no MAB experiment in the paper), as for ldp-mab-ucb.
     paper_setting = {"env_params": {"K": 10}, "users": 10**5, "eps": 1.0, "delta": 0.01, "params": {}}
@@ -228,7 +225,7 @@ class LdpMabAdversarial(_OnePointMab):
         self.c_r = float(self.world.reward_bound)
         self.sigma = self._build_mechanism(self.c_r)
         sigma_loss = self.sigma / (2.0 * self.c_r)
-        self.eta_scale = _positive(self.params, "eta_scale") / math.sqrt(1.0 + sigma_loss ** 2)
+        self.eta_scale = self.params["eta_scale"] / math.sqrt(1.0 + sigma_loss ** 2)
 
     def _eta(self, t: int) -> float:
         return 2.0 * self.eta_scale / math.sqrt(t)
@@ -295,7 +292,7 @@ class _BallBco(_OnePointScalar):
         self.eta, self.rho = eta, rho
         self.xi = rho / self.r
         self.proj_radius = (1.0 - self.xi) * self.R           # y stays in (1 - xi) X, so y + rho u stays in X
-        self.start = _choice(self.params, "start", ("boundary", "centre"))
+        self.start = self.params["start"]
 
     def initial_state(self, rng):
         y = np.zeros(self.d)
@@ -357,7 +354,7 @@ class LdpBcoOnePoint(_BallBco):
 
     name = "ldp-bco-one-point"
     paper = "seed 002 Zheng et al. 2020, Algorithm 1 with one-point BCO (FKM sphere-sampling estimator)"
-    defaults = {"calibration": "classic", "eta_scale": 1.0, "rho_scale": 1.0, "start": "boundary"}
+    options = {"calibration": CALIBRATION, "eta_scale": ETA_SCALE, "rho_scale": RHO_SCALE, "start": START}
     private_field = "loss"
     # The paper has no BCO experiment; a reconstruction on the default "convex" env.
     paper_setting = {"env_params": {"d": 2}, "users": 10**5, "eps": 1.0, "delta": 0.01, "params": {}}
@@ -368,8 +365,8 @@ class LdpBcoOnePoint(_BallBco):
         C = math.sqrt(self.B ** 2 + self.sigma ** 2)
         T, d, R, r, G = self.T, self.d, self.R, self.r, self.G
         nu = R / (C * math.sqrt(T))
-        rho = _positive(self.params, "rho_scale") * T ** -0.25 * math.sqrt(R * d * C * r / (3.0 * (G * r + C)))
-        self._set_steps(_positive(self.params, "eta_scale") * nu * rho / d, rho)
+        rho = self.params["rho_scale"] * T ** -0.25 * math.sqrt(R * d * C * r / (3.0 * (G * r + C)))
+        self._set_steps(self.params["eta_scale"] * nu * rho / d, rho)
 
     def act(self, model, contexts, users, rng):
         return model["y"] + self.rho * unit_sphere(rng, len(users), self.d)
@@ -422,7 +419,12 @@ class LdpBcoTwoPoint(_BallBco):
 
     name = "ldp-bco-two-point"
     paper = "seed 002 Zheng et al. 2020, Algorithm 2 (two-point feedback LDP BCO)"
-    defaults = {"calibration": "classic", "eta_scale": 1.0, "rho_scale": 1.0, "step": "paper", "start": "boundary"}
+    options = {"calibration": CALIBRATION, "eta_scale": ETA_SCALE, "rho_scale": RHO_SCALE,
+               "step": Option("paper", kind="choice", choices=("paper", "convex", "scaled"),
+                              doc="'paper': Theorem 6 (eta_t = 1/(mu t) for a public strong convexity mu, else "
+                                  "1/sqrt(T)); 'convex': 1/sqrt(T); 'scaled': the OGD minimizer "
+                                  "2R / (d sqrt(G^2 + sigma^2) sqrt(T)) (a reconstruction)"),
+               "start": START}
     private_field = "diff"
     # Reconstruction (the paper has no BCO experiment).
     paper_setting = {"env_params": {"d": 2}, "users": 10**5, "eps": 1.0, "delta": 0.01, "params": {}}
@@ -430,9 +432,9 @@ class LdpBcoTwoPoint(_BallBco):
     def setup(self):
         self._domain()
         T = self.T
-        rho = _positive(self.params, "rho_scale") * math.log(max(T, 3)) / T
-        step = _choice(self.params, "step", ("paper", "convex", "scaled"))
-        self.eta_scale = _positive(self.params, "eta_scale")
+        rho = self.params["rho_scale"] * math.log(max(T, 3)) / T
+        step = self.params["step"]
+        self.eta_scale = self.params["eta_scale"]
         self._set_steps(self.eta_scale / math.sqrt(T), rho)
         self.diff_bound = 2.0 * self.rho * self.G
         self.mech_sigma = self._build_mechanism(self.diff_bound)   # = 2 rho sigma
@@ -476,6 +478,3 @@ class BcoTwoPoint(LdpBcoTwoPoint):
     privacy_model = "none"
     private = False
 
-
-ALGORITHMS = [LdpMabUcb, Ucb, LdpMabAdversarial, TsallisInf, LdpBcoOnePoint, BcoOnePoint, LdpBcoTwoPoint,
-              BcoTwoPoint]

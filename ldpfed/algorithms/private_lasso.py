@@ -43,9 +43,11 @@ import math
 import numpy as np
 
 from ldpfed.algorithms.base import Algorithm
-from ldpfed.algorithms.central_linucb import CentralRows, _Release, option_float
+from ldpfed.algorithms.central_linucb import CentralRows
+from ldpfed.algorithms.options import Option
 from ldpfed.errors import ConfigError
-from ldpfed.mechanisms import AboveNoisyThreshold, Guarantee, WishartMechanism, tree_depth
+from ldpfed.mechanisms import AboveNoisyThreshold, WishartMechanism, WishartTree, tree_depth
+from ldpfed.mechanisms.wishart import new_stream, tree_add
 
 PAPER_003 = "seed 003 Shukla 2024"
 
@@ -98,15 +100,8 @@ def lasso_gram(G, u, n, lam, theta0=None, tol=1e-8, max_sweeps=1000, max_outer=2
 
 def wishart_bartlett(mech: WishartMechanism, rng: np.random.Generator) -> np.ndarray:
     """A draw of Wishart_dim(k, sensitivity^2 I) with WishartMechanism's calibration, by the Bartlett
-    decomposition W = s^2 A A^T, A lower triangular, A_ii^2 ~ chi^2(k - i), A_ij ~ N(0, 1) below the diagonal."""
-    p, k = mech.dim, mech.k
-    A = np.zeros((p, p))
-    A[np.diag_indices(p)] = np.sqrt(rng.chisquare(k - np.arange(p)))
-    rows, cols = np.tril_indices(p, -1)
-    A[rows, cols] = rng.standard_normal(len(rows))
-    W = A @ A.T
-    W *= mech.sensitivity ** 2
-    return (W + W.T) * 0.5
+    decomposition (WishartMechanism.sample_bartlett, what every node of the episode trees draws)."""
+    return mech.sample_bartlett(rng)
 
 
 class PrivateThresholdLasso(CentralRows, Algorithm):
@@ -120,19 +115,29 @@ class PrivateThresholdLasso(CentralRows, Algorithm):
     default_env = "sparse-linear"
     context_norm = "linf"
     private = True
-    defaults = {
-        "s0": None,                 # the sparsity, known to the algorithm (paper); None: the env's
+    options = {
+        "s0": Option(None, kind="int", low=1, allow=(None,),
+                     doc="the sparsity s0, known to the algorithm (the paper); None: the env's public value; at most d"),
         # reconstruction: the paper gives no value. 0.02 with the sparse-linear world's noise std 0.1 puts lambda_t
         # at about half the sup norm of the score noise; the 4 lambda_t screen and the threshold remove the
         # LASSO's false positives (none reached S1 in our seeds)
-        "lambda_0": 0.02,
-        "phi2": None,               # compatibility constant phi^2; None: the env's (1/3 for sparse-linear)
-        "s_bar": None,              # None: the paper's 1 + 4 C_r C_X sqrt(s0) / phi^2
-        "C_theta": 1.0,             # bound on ||theta*||_2
-        "lasso_sensitivity": None,  # reconstruction: c of Delta_n = c / n; None: 2 C_X (C_r + C_X sqrt(s0) C_theta) / phi^2
-        "gap": 2.0,                 # reconstruction: threshold margin, in units of xi_T ln(1/delta1)
-        "ridge": 1.0,               # reconstruction: ridge of the support least squares (for ||theta|| <= C_theta)
-        "debias": False,            # reconstruction: subtract the Wishart mean from the released Gram
+        "lambda_0": Option(0.02, low=0, low_open=True,
+                           doc="LASSO weight lambda_t = lambda_0 sqrt(2 log n log d / n) (a reconstruction: the paper "
+                               "gives no value)"),
+        "phi2": Option(None, low=0, low_open=True, allow=(None,),
+                       doc="compatibility constant phi^2; None: the env's public value (1/3 for sparse-linear)"),
+        "s_bar": Option(None, low=1, allow=(None,),
+                        doc="None: the paper's 1 + 4 C_r C_X sqrt(s0) / phi^2; the support has at most "
+                            "s0 + sqrt(s_bar) coordinates"),
+        "C_theta": Option(1.0, low=0, low_open=True, doc="bound on ||theta*||_2"),
+        "lasso_sensitivity": Option(None, low=0, low_open=True, allow=(None,),
+                                    doc="c of the sparse vector queries' sensitivity Delta_n = c / n (a "
+                                        "reconstruction); None: 2 C_X (C_r + C_X sqrt(s0) C_theta) / phi^2"),
+        "gap": Option(2.0, low=0, doc="threshold margin, in units of xi_T ln(1/delta1) (a reconstruction)"),
+        "ridge": Option(1.0, low=0, doc="ridge of the support least squares, for ||theta|| <= C_theta (a "
+                                        "reconstruction)"),
+        "debias": Option(False, kind="bool", doc="subtract the Wishart mean k s^2 I of every node from the released "
+                                                 "Gram (a reconstruction; off, as in the seed)"),
     }
     # The seed has no experiment; ALGORITHMS.md: d >> s0, e.g. d = 1000, s0 = 5, K = 10 (the env's defaults).
     paper_setting = {"env_params": {"d": 1000, "s0": 5, "K": 10}, "users": 100_000, "eps": 1.0, "delta": 0.1,
@@ -141,49 +146,42 @@ class PrivateThresholdLasso(CentralRows, Algorithm):
 
     def setup(self):
         self.client_bounds()   # self.L: coordinate bound C_X, self.R: reward bound C_r
-        s0 = self.params["s0"]
-        if s0 is None:
-            s0 = self.world.sparsity   # seed 003 assumes s0 known (public)
-        if isinstance(s0, bool) or not isinstance(s0, (int, np.integer)) or not 1 <= s0 <= self.d:
+        # None: a public value of the env (or one derived from the other options), held to the option's check
+        s0 = self.resolved("s0", self.world.sparsity)   # seed 003 assumes s0 known (public)
+        if s0 > self.d:
             raise ConfigError("params.s0", s0, f"must be an integer in [1, d={self.d}]")
-        self.s0 = int(s0)
-        self.lambda_0 = option_float("lambda_0", self.params["lambda_0"], strict=True)
-        phi2 = self.params["phi2"]
-        if phi2 is None:
-            phi2 = 1.0 if self.world.context_min_eig is None else self.world.context_min_eig
-        self.phi2 = option_float("phi2", phi2,
-                                 strict=True)
-        self.C_theta = option_float("C_theta", self.params["C_theta"], strict=True)
-        s_bar = self.params["s_bar"]
-        if s_bar is None:
-            s_bar = 1.0 + 4.0 * self.R * self.L * math.sqrt(self.s0) / self.phi2
-        self.s_bar = option_float("s_bar", s_bar, minimum=1.0)
-        sens = self.params["lasso_sensitivity"]
-        if sens is None:
-            sens = 2.0 * self.L * (self.R + self.L * math.sqrt(self.s0) * self.C_theta) / self.phi2
-        self.lasso_sensitivity = option_float("lasso_sensitivity", sens, strict=True)
-        self.gap = option_float("gap", self.params["gap"])
-        self.ridge = option_float("ridge", self.params["ridge"])
-        if not isinstance(self.params["debias"], bool):
-            raise ConfigError("params.debias", self.params["debias"], "must be true or false")
-        self.debias = self.params["debias"]
+        self.s0 = s0
+        self.lambda_0 = self.params["lambda_0"]
+        self.phi2 = self.resolved("phi2", 1.0 if self.world.context_min_eig is None else self.world.context_min_eig)
+        self.C_theta = self.params["C_theta"]
+        self.s_bar = self.resolved("s_bar", 1.0 + 4.0 * self.R * self.L * math.sqrt(self.s0) / self.phi2)
+        self.lasso_sensitivity = self.resolved(
+            "lasso_sensitivity", 2.0 * self.L * (self.R + self.L * math.sqrt(self.s0) * self.C_theta) / self.phi2)
+        self.gap, self.ridge, self.debias = self.params["gap"], self.params["ridge"], self.params["debias"]
         self.max_support = min(self.d, int(math.floor(self.s0 + math.sqrt(self.s_bar))))
 
         # Budget split of Algorithm 1.
         self.episodes = max(1, math.ceil(math.log2(self.T))) if self.T > 1 else 1
         self.delta1 = self.delta2 = self.delta / (2 * self.episodes)
         self.eps1 = self.eps2 = self.eps / (2 * self.episodes * math.log(1.0 / self.delta2))
-        # Per-node budget of the episode trees (Section 3), L = the deepest tree (all rounds + the history element).
+        # Per-node budget of the episode trees (Section 3, WishartTree), L = the deepest tree (all rounds + the
+        # history element); the ledger's tree is the one of the largest support.
         self.tree_depth = tree_depth(self.config.rounds + 1)
-        self.eps_node = self.eps2 / math.sqrt(8.0 * self.tree_depth * math.log(2.0 / self.delta2))
-        self.delta_node = self.delta2 / (2 * self.tree_depth)
+        self.eps_node, self.delta_node = WishartTree.node_budget(self.config.rounds + 1, self.eps2, self.delta2)
         if self.private:
-            svt = self._svt(threshold=0.0, n=1)
-            self.mechanisms["support"] = _Release(svt.guarantee)
-            self.mechanisms["gram"] = _Release(Guarantee(
-                "wishart", "central", self.eps2, self.delta2, self.row_bound(self.max_support), "l2"))
+            # the episodes' releases: one sparse vector pass (its guarantee does not depend on n) and one tree
+            self.mechanisms["support"] = self._svt(threshold=0.0, n=1)
+            self.mechanisms["gram"] = self._wishart_tree(self.max_support)
 
     # ---- helpers -----------------------------------------------------------------------------
+    def resolved(self, name: str, fallback):
+        """params[name], or when it is None the fallback (a public value), through the option's check."""
+        value = self.params[name]
+        value = self.options[name].validate(name, fallback if value is None else value)
+        if value is None:
+            raise ConfigError(f"params.{name}", None, "the env has no public value to default to: set it")
+        return value
+
     def row_bound(self, size: int) -> float:
         """||[x_S; r]|| <= sqrt(|S| C_X^2 + C_r^2): the Wishart sensitivity on a support of that size."""
         return math.sqrt(size * self.L ** 2 + self.R ** 2)
@@ -192,8 +190,13 @@ class PrivateThresholdLasso(CentralRows, Algorithm):
         return AboveNoisyThreshold(threshold, self.eps1, sensitivity=self.lasso_sensitivity / n,
                                    max_positives=self.max_support, delta=self.delta1, model="central")
 
-    def _wishart(self, size):
-        return WishartMechanism(size + 1, self.eps_node, self.delta_node, sensitivity=self.row_bound(size))
+    def _wishart_tree(self, size) -> WishartTree:
+        """The episode tree on a support of `size` coordinates: elements [x_S; r] [x_S; r]^T, (eps2, delta2)."""
+        return WishartTree(self.config.rounds + 1, size + 1, self.eps2, self.delta2, sensitivity=self.row_bound(size))
+
+    def _wishart(self, size) -> WishartMechanism:
+        """The Wishart mechanism of every node of that tree."""
+        return self._wishart_tree(size).node
 
     def threshold_at(self, n: int) -> float:
         """The (noise-free part of the) threshold of the sparse vector pass after n users:
@@ -276,34 +279,16 @@ class PrivateThresholdLasso(CentralRows, Algorithm):
             state["episode"], state["theta_S"] = None, np.zeros(0)
             return
         cols = np.append(support, self.d)
-        ep = {"cols": cols, "j": 0, "clean": [], "noisy": [], "prefix": np.zeros((len(cols), len(cols))),
-              "mech": self._wishart(len(support)) if self.private else None}
+        ep = {"cols": cols, **new_stream(len(cols)), "mech": self._wishart(len(support)) if self.private else None}
         state["episode"] = ep
         self._tree_add(state, state["gram"][np.ix_(cols, cols)], rng)   # the history element
 
     def _tree_add(self, state, element, rng):
-        """Binary mechanism with Wishart nodes: append one element (a fresh array, used in place), update the
-        released prefix (the noisy nodes of the set bits of j) and the support least squares."""
+        """Binary mechanism with Wishart nodes (ldpfed.mechanisms.wishart.tree_add; no noise when not private):
+        append one element (a fresh array, used in place), update the released prefix and the support least
+        squares."""
         ep = state["episode"]
-        ep["j"] += 1
-        j = ep["j"]
-        level = (j & -j).bit_length() - 1
-        clean, noisy, prefix = ep["clean"], ep["noisy"], ep["prefix"]
-        while len(clean) <= level:
-            clean.append(None)
-            noisy.append(None)
-        block = element
-        for i in range(level):   # the node of `level` covers the element and the nodes below it, which close
-            block += clean[i]
-            prefix -= noisy[i]
-            clean[i] = noisy[i] = None
-        node = block
-        if self.private:
-            node = block + wishart_bartlett(ep["mech"], rng)
-            if self.debias:
-                node[np.diag_indices(len(node))] -= ep["mech"].k * ep["mech"].sensitivity ** 2
-        clean[level], noisy[level] = block, node
-        prefix += node
+        prefix = tree_add(ep, element, rng, ep["mech"], self.debias)
         s = len(ep["cols"]) - 1
         A = prefix[:s, :s].copy()
         A[np.diag_indices(s)] += self.ridge
@@ -356,5 +341,3 @@ class LassoBandit(PrivateThresholdLasso):
     privacy_model = "none"
     private = False
 
-
-ALGORITHMS = [PrivateThresholdLasso, LassoBandit]

@@ -76,7 +76,7 @@ def _greedy(ctx_i, theta):
 
 @njit(cache=True)
 def _clip_rows(x, bound, rtol):
-    """In place: x scaled to norm <= bound (rows over it); 1 if it exceeded bound (1 + rtol) (glm_ldp.clip_rows)."""
+    """In place: x scaled to norm <= bound (rows over it); 1 if it exceeded bound (1 + rtol) (ldpfed.clip.clip_rows)."""
     norm = math.sqrt(_dot(x, x))
     if norm > bound:
         scale = bound / max(norm, 1e-300)

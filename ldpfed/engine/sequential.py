@@ -426,7 +426,7 @@ class KlucbKernel(Kernel):
 
 
 def _clip_rtol():
-    from ldpfed.algorithms.glm_ldp import CLIP_RTOL
+    from ldpfed.clip import CLIP_RTOL
 
     return CLIP_RTOL
 

@@ -15,17 +15,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
-from scipy.special import expit
 
 from ldpfed.errors import ConfigError
 from ldpfed.envs.base import Env, nonneg_float, positive_int, unit_sphere
 from ldpfed.envs.sphere import sphere_points
-
-LINKS = {
-    "identity": lambda z: z,
-    "logistic": expit,
-    "poisson": np.exp,
-}
+from ldpfed.links import mean_function
 
 
 class GLMContextual(Env):
@@ -40,7 +34,7 @@ class GLMContextual(Env):
         if self.params["contexts"] not in ("sphere", "gaussian"):
             raise ConfigError("env_params.contexts", self.params["contexts"], "must be 'sphere' or 'gaussian'")
         self.gaussian_contexts = self.params["contexts"] == "gaussian"
-        self.mu = LINKS[self.link]
+        self.mu = mean_function(self.link, capped=False)    # the world's true mean (Poisson: not capped)
         shape = (self.K,) if self.multi else ()
         self.theta = unit_sphere(rng, shape, self.d) if self.multi else unit_sphere(rng, 1, self.d)[0]
         # Public bound the clients clip rewards to: |x^T theta| <= 1, so the mean is bounded; the

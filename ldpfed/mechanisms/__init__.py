@@ -1,8 +1,9 @@
 """Differential-privacy mechanisms, pure numpy, vectorized over a batch of users (leading axis = users).
 
+Every mechanism keeps the protocol of `protocol.Mechanism` (guarantee, privatize, output_domain, dp_event).
 All randomness comes from the numpy.random.Generator passed as `rng`. Bad input raises
 ldpfed.errors.ConfigError naming the parameter and its value; nothing is clipped silently (only the l2-ball
-mechanism clips, and it returns the count).
+mechanism clips, and privatize_counted returns the count).
 """
 
 from .domains import Domain, SumBounds, gaussian_tail_z, weighted_sphere_bounds
@@ -10,10 +11,11 @@ from .gaussian import GaussianMechanism, SymmetricGaussianMechanism, analytic_de
 from .guarantee import Guarantee
 from .l2ball import L2BallMechanism, l2_ball_radius
 from .laplace import LaplaceMechanism
+from .protocol import DataBoundRequired, Mechanism, check_dp_event
 from .rr import RandomizedResponse
 from .svt import AboveNoisyThreshold, sparse_scales
-from .tree import TreeMechanism, TreeNoise, tree_depth
-from .wishart import WishartMechanism, wishart_dof
+from .tree import DynamicTreeMechanism, TreeMechanism, TreeNoise, tree_depth
+from .wishart import WishartMechanism, WishartTree, wishart_dof
 
 __all__ = [
     "Domain",
@@ -21,6 +23,9 @@ __all__ = [
     "gaussian_tail_z",
     "weighted_sphere_bounds",
     "Guarantee",
+    "Mechanism",
+    "DataBoundRequired",
+    "check_dp_event",
     "gaussian_sigma",
     "analytic_delta",
     "GaussianMechanism",
@@ -31,8 +36,10 @@ __all__ = [
     "RandomizedResponse",
     "TreeNoise",
     "TreeMechanism",
+    "DynamicTreeMechanism",
     "tree_depth",
     "WishartMechanism",
+    "WishartTree",
     "wishart_dof",
     "AboveNoisyThreshold",
     "sparse_scales",

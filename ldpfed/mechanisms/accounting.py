@@ -14,14 +14,15 @@ Google's dp-accounting (privacy loss distributions, PLD) for the eps of the same
 delta. The PLD total is tighter for Gaussian mechanisms (their privacy loss is known exactly, so composing them is
 far cheaper than adding their eps); it is reported next to the basic total, not used to admit a run.
 
-PLD per row, from the noise the mechanism actually draws (`noise_fields`):
+PLD per row, from the noise the mechanism actually draws (its `dp_event()`, see ldpfed/mechanisms/protocol.py;
+`noise_fields` checks it and gives it to the ledger row):
 * Gaussian (incl. symmetric matrix noise and the Gaussian tree's nodes): N(0, s^2) at L2 distance `sensitivity`;
   a tree row composes its `nodes` nodes (each element lands in at most `nodes` of them).
 * Laplace (and the Laplace tree): Lap(b) at L1 distance `sensitivity` (the 1-D pair dominates, as in
   dp-accounting's LaplaceDpEvent).
 * randomized response: binary RR with keep probability expit(eps), i.e. dp-accounting's noise parameter
   p = 2 / (1 + e^eps).
-* anything else (l2-ball, Wishart, sparse vector, releases whose noise is drawn by hand): the generic
+* an empty event (l2-ball, Wishart and its tree, sparse vector, LinUCB-DGS's dynamic tree): the generic
   (eps, delta) PLD of the row's claim.
 Our sensitivities are the largest change between two users' inputs (replace-one neighbours); dp-accounting's
 Gaussian and Laplace PLDs take exactly that distance between the two noise laws.
@@ -39,10 +40,7 @@ from functools import lru_cache
 
 from ldpfed.errors import ConfigError
 
-from .gaussian import GaussianMechanism
-from .laplace import LaplaceMechanism
-from .rr import RandomizedResponse
-from .tree import TreeMechanism
+from .protocol import check_dp_event
 
 # Relative slack when comparing a composed total with the configured budget: eps/2 + eps/2 in floating point may
 # exceed eps by an ulp; a real overspend is far larger than this.
@@ -57,19 +55,10 @@ PLD_MAX_EPS = 20.0
 
 
 def noise_fields(mech) -> dict:
-    """The noise a mechanism draws, for the ledger: {"noise": kind, "noise_std"/"noise_scale": ..., "nodes": ...}.
-    Empty for mechanisms whose privacy loss dp-accounting does not model (their claim is composed as is)."""
-    if isinstance(mech, GaussianMechanism):
-        return {"noise": "gaussian", "noise_std": float(mech.sigma), "nodes": 1}
-    if isinstance(mech, LaplaceMechanism):
-        return {"noise": "laplace", "noise_scale": float(mech.b), "nodes": 1}
-    if isinstance(mech, RandomizedResponse):
-        return {"noise": "randomized-response", "nodes": 1}
-    if isinstance(mech, TreeMechanism):
-        kind = mech.guarantee.mechanism.removeprefix("tree-")
-        key = "noise_std" if kind == "gaussian" else "noise_scale"
-        return {"noise": kind, key: float(mech.node_scale), "nodes": int(mech.depth)}
-    return {}
+    """The noise a mechanism draws, for the ledger: its own `dp_event()` ({"noise": kind, "noise_std"/
+    "noise_scale": ..., "nodes": ...}, or {} for mechanisms whose privacy loss dp-accounting does not model: their
+    claim is composed as is), checked (ConfigError naming the bad field)."""
+    return check_dp_event(mech.dp_event())
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from ldpfed.normals import normal_array
 from . import _validate as V
 from .domains import Domain, gaussian_tail_z
 from .guarantee import Guarantee
+from .protocol import require_bound
 
 
 def analytic_delta(eps: float, sigma_over_sensitivity: float) -> float:
@@ -105,16 +106,22 @@ class GaussianMechanism:
         """How many independent noise draws a field of this shape gets (per user)."""
         return int(np.prod(shape, dtype=np.int64))
 
-    def output_domain(self, shape, data_bound, **schedule) -> Domain:
+    def output_domain(self, shape, data_bound=None, **schedule) -> Domain:
         """Contract: the finite reals, narrowed to |output - data| <= z sigma per entry, where |data| <= data_bound
-        entry-wise (the public bound of what the caller privatizes) and z = gaussian_tail_z(noisy coordinates):
-        by the union bound over the field's coordinates an honest output exceeds it w.p. < 1e-13."""
+        entry-wise (the public bound of what the caller privatizes; required: DataBoundRequired without it) and
+        z = gaussian_tail_z(noisy coordinates): by the union bound over the field's coordinates an honest output
+        exceeds it w.p. < 1e-13."""
+        data_bound = require_bound(data_bound, self.mechanism_name)
         shape = tuple(shape)
         z = gaussian_tail_z(self.noisy_coordinates(shape))
         return Domain(shape, low=-np.asarray(data_bound), high=data_bound, noise=("gaussian", self.sigma, z),
                       symmetric=self.mechanism_name == "symmetric-gaussian",
                       source=f"{self.mechanism_name} sigma={self.sigma:.6g}: |data| <= bound, tail z={z:.3f}",
                       **schedule)
+
+    def dp_event(self) -> dict:
+        """N(0, sigma^2) on every entry, one draw per input (the symmetric version: on the upper triangle)."""
+        return {"noise": "gaussian", "noise_std": float(self.sigma), "nodes": 1}
 
     def __repr__(self):
         g = self.guarantee

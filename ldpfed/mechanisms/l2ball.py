@@ -8,6 +8,7 @@ import numpy as np
 from numba import njit
 from scipy import special
 
+from ldpfed.clip import CLIP_RTOL
 from ldpfed.errors import ConfigError
 from ldpfed.normals import normal_array
 
@@ -15,10 +16,9 @@ from . import _validate as V
 from .domains import Domain
 from .guarantee import Guarantee
 
-# A row counts as clipped when its norm exceeds radius by more than this relative tolerance; rows within the
+# A row counts as clipped when its norm exceeds radius by more than ldpfed.clip.CLIP_RTOL; rows within the
 # tolerance (e.g. vectors normalised to exactly `radius` with rounding error) are still rescaled to `radius`,
 # which changes them by at most one ulp-level amount, but are not counted.
-CLIP_RTOL = 1e-9
 
 
 def l2_ball_radius(radius, eps, dim) -> float:
@@ -95,8 +95,17 @@ class L2BallMechanism:
         self._tanh = math.tanh(self.eps / 2.0)
         self.guarantee = Guarantee("l2-ball", V.model(model), self.eps, 0.0, self.radius, "l2")
 
-    def privatize(self, g, rng: np.random.Generator) -> tuple[np.ndarray, int]:
-        """g: (n, dim). Returns (Z of shape (n, dim), number of rows clipped to the radius)."""
+    def privatize(self, g, rng: np.random.Generator) -> np.ndarray:
+        """g: (n, dim). Returns Z of shape (n, dim) (rows over the radius are clipped to it; privatize_counted also
+        says how many)."""
+        return self._sample(g, rng)[0]
+
+    def privatize_counted(self, g, rng: np.random.Generator) -> tuple[np.ndarray, int]:
+        """g: (n, dim). Returns (Z of shape (n, dim), number of rows clipped to the radius: norm > radius
+        (1 + CLIP_RTOL)). The same draws and outputs as privatize."""
+        return self._sample(g, rng)
+
+    def _sample(self, g, rng: np.random.Generator) -> tuple[np.ndarray, int]:
         x = V.finite_array("g", g)
         if x.ndim != 2 or x.shape[1] != self.dim:
             raise ConfigError("g.shape", x.shape, f"must be (n, {self.dim})")
@@ -108,12 +117,17 @@ class L2BallMechanism:
         n_clipped = _privatize_rows(x, self.radius, self.B, self._tanh, CLIP_RTOL, gauss, unif, out)
         return out, int(n_clipped)
 
-    def output_domain(self, shape=None, **schedule) -> Domain:
-        """Contract: every output row has l2 norm exactly B (up to rounding), whatever the input. `shape` (..., dim)
-        and `schedule` (e.g. slots=) describe the message field that carries the outputs."""
-        shape = (self.dim,) if shape is None else tuple(shape)
+    def output_domain(self, shape, data_bound=None, **schedule) -> Domain:
+        """Contract: every output row has l2 norm exactly B (up to rounding), whatever the input (data_bound is not
+        needed: ignored). `shape` (..., dim) and `schedule` (e.g. slots=) describe the message field that carries
+        the outputs."""
+        shape = tuple(shape)
         return Domain(shape, low=-self.B, high=self.B, radius=self.B, source=f"l2-ball sphere of radius B={self.B:.6g}",
                       **schedule)
+
+    def dp_event(self) -> dict:
+        """{}: dp-accounting has no model of this mechanism's privacy loss; its pure eps claim is composed as is."""
+        return {}
 
     def __repr__(self):
         return f"L2BallMechanism(radius={self.radius}, eps={self.eps}, dim={self.dim}, B={self.B:.6g})"

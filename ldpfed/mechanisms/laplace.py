@@ -7,6 +7,7 @@ import numpy as np
 from . import _validate as V
 from .domains import Domain, laplace_tail
 from .guarantee import Guarantee
+from .protocol import require_bound
 
 
 class LaplaceMechanism:
@@ -24,13 +25,18 @@ class LaplaceMechanism:
         out += x
         return out
 
-    def output_domain(self, shape, data_bound, **schedule) -> Domain:
-        """Contract: input entries within +-data_bound (the caller's public bound) plus the tail bound t of
-        `domains.laplace_tail` over the field's coordinates (an honest output exceeds it w.p. < 1e-13)."""
+    def output_domain(self, shape, data_bound=None, **schedule) -> Domain:
+        """Contract: input entries within +-data_bound (the caller's public bound; required) plus the tail bound t
+        of `domains.laplace_tail` over the field's coordinates (an honest output exceeds it w.p. < 1e-13)."""
+        data_bound = require_bound(data_bound, "laplace")
         shape = tuple(shape)
         t = laplace_tail(self.b, int(np.prod(shape, dtype=np.int64)))
         return Domain(shape, low=-np.asarray(data_bound), high=data_bound, noise=("laplace", t),
                       source=f"laplace b={self.b:.6g}: |data| <= bound, tail {t:.6g}", **schedule)
+
+    def dp_event(self) -> dict:
+        """Lap(b) on every entry, one draw per input."""
+        return {"noise": "laplace", "noise_scale": float(self.b), "nodes": 1}
 
     def __repr__(self):
         return f"LaplaceMechanism(b={self.b:.6g}, eps={self.guarantee.eps})"

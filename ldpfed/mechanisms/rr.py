@@ -37,10 +37,15 @@ class RandomizedResponse:
         flip = rng.random(b.shape) >= self.p_keep
         return np.bitwise_xor(b, flip.astype(np.int64))
 
-    def output_domain(self, shape=(), **schedule) -> Domain:
-        """Contract: every reported bit is 0 or 1 (a field that carries bits in a slot, e.g. the pulled arm's, may
-        say so with at_most_one=True)."""
+    def output_domain(self, shape, data_bound=None, **schedule) -> Domain:
+        """Contract: every reported bit is 0 or 1, whatever the input (data_bound is not needed: ignored); a field
+        that carries bits in a slot, e.g. the pulled arm's, may say so with at_most_one=True."""
         return Domain(shape, low=0.0, high=1.0, integral=True, source="randomized response: bits {0, 1}", **schedule)
+
+    def dp_event(self) -> dict:
+        """Binary randomized response with keep probability expit(eps) (the accountant reads eps off the
+        guarantee)."""
+        return {"noise": "randomized-response", "nodes": 1}
 
     def feedback_mean(self, mu):
         """Mean of the reports when the true bits have mean mu: 1/(1+e^eps) + tanh(eps/2) mu."""

@@ -10,6 +10,7 @@ import numpy as np
 from ldpfed.errors import ConfigError
 
 from . import _validate as V
+from .domains import Domain
 from .guarantee import Guarantee
 
 
@@ -91,6 +92,28 @@ class AboveNoisyThreshold:
             raise ConfigError("values.ndim", q.ndim, "must be a 1-D array of query values")
         row = self.select_batch(q[None, :], rng)[0]
         return row[row >= 0]
+
+    def privatize(self, values, rng: np.random.Generator) -> np.ndarray:
+        """The positives as 0/1 indicators of the shape of values (..., m): one independent run per row of queries
+        (the last axis); a 1-D input draws exactly what select() draws."""
+        q = V.finite_array("values", values)
+        if q.ndim < 1:
+            raise ConfigError("values.ndim", q.ndim, "must have a last axis of queries")
+        rows = q.reshape(-1, q.shape[-1])
+        selected = self.select_batch(rows, rng)
+        out = np.zeros(rows.shape)
+        run, slot = np.nonzero(selected >= 0)
+        out[run, selected[run, slot]] = 1.0
+        return out.reshape(q.shape)
+
+    def output_domain(self, shape, data_bound=None, **schedule) -> Domain:
+        """Contract: 0/1 indicators, whatever the queries (data_bound is not needed: ignored)."""
+        return Domain(tuple(shape), low=0.0, high=1.0, integral=True,
+                      source=f"sparse vector: indicators of at most {self.max_positives} positives", **schedule)
+
+    def dp_event(self) -> dict:
+        """{}: dp-accounting has no model of the sparse vector technique; its claim is composed as it stands."""
+        return {}
 
     def __repr__(self):
         g = self.guarantee

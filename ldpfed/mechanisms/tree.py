@@ -9,8 +9,10 @@ import numpy as np
 from ldpfed.errors import ConfigError
 
 from . import _validate as V
+from .domains import Domain, gaussian_tail_z, laplace_tail
 from .gaussian import gaussian_sigma
 from .guarantee import Guarantee
+from .protocol import require_bound
 
 NOISES = ("gaussian", "laplace")
 
@@ -18,6 +20,13 @@ NOISES = ("gaussian", "laplace")
 def tree_depth(horizon: int) -> int:
     """L = floor(log2 horizon) + 1: the number of levels, hence the most nodes one element touches."""
     return int(horizon).bit_length()
+
+
+def _stream(horizon, shape, noise) -> tuple:
+    """(horizon, shape, noise) of a tree's stream, checked (ConfigError naming the parameter)."""
+    if noise not in NOISES:
+        raise ConfigError("noise", noise, f"must be one of {NOISES}")
+    return V.integer("horizon", horizon), V.shape("shape", shape), noise
 
 
 class TreeNoise:
@@ -32,11 +41,7 @@ class TreeNoise:
     """
 
     def __init__(self, horizon, shape, *, noise="gaussian", node_scale, symmetric=False):
-        self.horizon = V.integer("horizon", horizon)
-        self.shape = V.shape("shape", shape)
-        if noise not in NOISES:
-            raise ConfigError("noise", noise, f"must be one of {NOISES}")
-        self.noise = noise
+        self.horizon, self.shape, self.noise = _stream(horizon, shape, noise)
         self.node_scale = V.positive("node_scale", node_scale)
         self.symmetric = bool(symmetric)
         if self.symmetric and (len(self.shape) != 2 or self.shape[0] != self.shape[1]):
@@ -75,6 +80,13 @@ class TreeNoise:
             rest >>= 1
             j += 1
         return out
+
+    def coordinates(self) -> int:
+        """How many independent draws one node gets (the upper triangle of a symmetric node)."""
+        if self.symmetric:
+            d = self.shape[0]
+            return d * (d + 1) // 2
+        return int(np.prod(self.shape, dtype=np.int64))
 
     def __repr__(self):
         return (f"TreeNoise(horizon={self.horizon}, shape={self.shape}, noise={self.noise!r}, "
@@ -123,6 +135,41 @@ class TreeMechanism:
     def t(self) -> int:
         return self._noise.t
 
+    def privatize(self, x, rng: np.random.Generator) -> np.ndarray:
+        """The releases of a whole stream x (n, *shape), n <= horizon, by a fresh tree (this object's own stream,
+        fed by `add`, is left as it is): out[t] = x_1 + ... + x_t + the noise of prefix t; the same draws and values
+        as n calls of `add` on a new TreeMechanism."""
+        a = V.finite_array("x", x)
+        if a.shape[1:] != self.shape or a.ndim != len(self.shape) + 1:
+            raise ConfigError("x.shape", a.shape, f"must be (n, *{self.shape}): a stream of elements")
+        if a.shape[0] > self.horizon:
+            raise ConfigError("x.shape", a.shape, f"the stream is longer than horizon={self.horizon}")
+        tree = TreeNoise(self.horizon, self.shape, noise=self._noise.noise, node_scale=self.node_scale,
+                         symmetric=self._noise.symmetric)
+        out = np.empty_like(a)
+        total = np.zeros(self.shape)
+        for t in range(a.shape[0]):
+            noise = tree.step(rng)
+            total += a[t]
+            out[t] = total + noise
+        return out
+
+    def output_domain(self, shape, data_bound=None, **schedule) -> Domain:
+        """Contract of one release (shape: the element's): a sum of at most `horizon` elements within +-data_bound
+        entry-wise (required) plus the noise of at most `depth` nodes: Gaussian, std <= sqrt(depth) node_scale per
+        entry (tail z over a node's coordinates); Laplace, depth times the tail of one node's draws."""
+        data_bound = require_bound(data_bound, self.guarantee.mechanism)
+        return _tree_domain(tuple(shape), self.horizon * np.asarray(data_bound, dtype=np.float64),
+                            self._noise.noise, self.node_scale, self.depth, self._noise.coordinates(),
+                            self._noise.symmetric, f"{self.guarantee.mechanism} node scale {self.node_scale:.6g}",
+                            schedule)
+
+    def dp_event(self) -> dict:
+        """The node noise, in the `depth` nodes one element lands in."""
+        kind = self.guarantee.mechanism.removeprefix("tree-")
+        key = "noise_std" if kind == "gaussian" else "noise_scale"
+        return {"noise": kind, key: float(self.node_scale), "nodes": int(self.depth)}
+
     def add(self, x, rng: np.random.Generator) -> np.ndarray:
         """Append x to the stream and return the noisy prefix sum including x."""
         a = V.finite_array("x", x)
@@ -136,3 +183,73 @@ class TreeMechanism:
         g = self.guarantee
         return (f"TreeMechanism({g.mechanism}, horizon={self.horizon}, depth={self.depth}, "
                 f"node_scale={self.node_scale:.6g}, eps={g.eps}, delta={g.delta})")
+
+
+def _tree_domain(shape, data_bound, noise, node_scale, depth, coords, symmetric, source, schedule) -> Domain:
+    """Domain of a release that is data within +-data_bound plus at most `depth` tree nodes of scale node_scale."""
+    if noise == "gaussian":
+        z = gaussian_tail_z(coords)
+        widen = ("gaussian", math.sqrt(depth) * node_scale, z)
+    else:
+        widen = ("laplace", depth * laplace_tail(node_scale, coords * depth))
+    return Domain(shape, low=-data_bound, high=data_bound, noise=widen, symmetric=symmetric,
+                  source=f"{source}: |data| <= bound, at most {depth} nodes", **schedule)
+
+
+class DynamicTreeMechanism:
+    """The binary mechanism's noise on values a server releases along a stream, each node's scale set when it
+    closes: the node closing at step t gets unit_scale * sensitivity_t (LinUCB-DGS: the dynamic global sensitivity
+    Delta_e after e users). Release t is x_t + the sum of the nodes covering t (TreeNoise, popcount(t) <= depth
+    nodes).
+
+    The guarantee is the caller's: it rests on sensitivity bounds this class cannot check (for LinUCB-DGS, an
+    assumption on the contexts that holds with probability 1 - delta/2). So dp_event() is {}: the claim is composed
+    as it stands, dp-accounting has no model of a mechanism whose sensitivity holds only on an event.
+    `noise_stream()` is the TreeNoise a running server draws from, step by step, with node_scale(sensitivity_t).
+    """
+
+    def __init__(self, horizon, shape, *, noise="gaussian", unit_scale, max_sensitivity, guarantee: Guarantee):
+        self.horizon, self.shape, self.noise = _stream(horizon, shape, noise)
+        self.unit_scale = V.positive("unit_scale", unit_scale)
+        self.max_sensitivity = V.positive("max_sensitivity", max_sensitivity)
+        self.depth = tree_depth(self.horizon)
+        self.guarantee = guarantee
+
+    def node_scale(self, sensitivity: float) -> float:
+        """The scale of a node closing when the released values' sensitivity is `sensitivity`."""
+        return self.unit_scale * sensitivity
+
+    def noise_stream(self) -> TreeNoise:
+        return TreeNoise(self.horizon, self.shape, noise=self.noise, node_scale=self.unit_scale)
+
+    def privatize(self, x, rng: np.random.Generator, sensitivities=None) -> np.ndarray:
+        """The releases of the values x (n, *shape), n <= horizon, by a fresh noise stream: out[t] = x_t + the noise
+        of prefix t, the node closing at t scaled by node_scale(sensitivities[t]) (default: max_sensitivity)."""
+        a = V.finite_array("x", x)
+        if a.shape[1:] != self.shape or a.ndim != len(self.shape) + 1:
+            raise ConfigError("x.shape", a.shape, f"must be (n, *{self.shape}): a stream of released values")
+        if a.shape[0] > self.horizon:
+            raise ConfigError("x.shape", a.shape, f"the stream is longer than horizon={self.horizon}")
+        sens = np.full(a.shape[0], self.max_sensitivity) if sensitivities is None else np.asarray(sensitivities)
+        tree = self.noise_stream()
+        out = np.empty_like(a)
+        for t in range(a.shape[0]):
+            out[t] = a[t] + tree.step(rng, node_scale=self.node_scale(float(sens[t])))
+        return out
+
+    def output_domain(self, shape, data_bound=None, **schedule) -> Domain:
+        """Contract of one release: the value within +-data_bound entry-wise (required) plus at most `depth` nodes
+        of scale at most node_scale(max_sensitivity)."""
+        data_bound = require_bound(data_bound, f"tree-{self.noise}")
+        return _tree_domain(tuple(shape), np.asarray(data_bound, dtype=np.float64), self.noise,
+                            self.node_scale(self.max_sensitivity), self.depth,
+                            int(np.prod(self.shape, dtype=np.int64)), False,
+                            f"tree-{self.noise}, node scale <= {self.node_scale(self.max_sensitivity):.6g}", schedule)
+
+    def dp_event(self) -> dict:
+        """{}: the claim holds on the caller's event (see the class doc), composed as it stands."""
+        return {}
+
+    def __repr__(self):
+        return (f"DynamicTreeMechanism(tree-{self.noise}, horizon={self.horizon}, shape={self.shape}, "
+                f"unit_scale={self.unit_scale:.6g}, eps={self.guarantee.eps}, delta={self.guarantee.delta})")
