@@ -93,6 +93,7 @@ def test_a_plugin_shipped_with_the_jobs_runtime_env_runs_on_three_nodes(three_no
 
 PLUGIN_MODULE = '''
 from ldp_egreedy import LdpEpsGreedy
+from ldpfed.algorithms.fields import Field
 
 
 class Copy(LdpEpsGreedy):
@@ -100,12 +101,11 @@ class Copy(LdpEpsGreedy):
 
 
 class NoDomain(LdpEpsGreedy):
-    """A message field that nobody declared a domain for."""
+    """A public message field declared without its domain."""
     name = "egreedy-no-domain"
-    public_fields = frozenset({"pulls", "hint"})
 
-    def message_spec(self):
-        return {**super().message_spec(), "hint": (1,)}
+    def fields(self):
+        return {**super().fields(), "hint": Field((1,))}
 
 
 class NotAnAlgorithm:
@@ -138,7 +138,7 @@ def test_ldpfed_plugins_adds_an_uninstalled_class(cli_with_plugins):
 def test_a_broken_plugin_exits_with_status_2_naming_the_field(cli_with_plugins):
     broken = cli_with_plugins("NoDomain", "run", "egreedy-no-domain", "--users", "300", "--quiet")
     assert broken.returncode == 2, broken.stdout + broken.stderr
-    assert "message field 'hint'" in broken.stderr and "has no domain" in broken.stderr, broken.stderr
+    assert "message field 'hint' declares no domain" in broken.stderr, broken.stderr
     # LDPFED_PLUGINS may list algorithms and envs; a class that is neither is refused, naming the reference
     stranger = cli_with_plugins("NotAnAlgorithm", "run", "not-an-algorithm", "--users", "300", "--quiet")
     assert stranger.returncode == 2, stranger.stdout + stranger.stderr
