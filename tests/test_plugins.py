@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 
 from ldpfed.algorithms import REGISTRY, make_algorithm
+from ldpfed.algorithms.glm_ldp import LdpOls
 from ldpfed.algorithms.ldp_reductions import LdpMabUcb, Ucb
+from ldpfed.mechanisms import Domain
 from ldpfed.config import RunConfig
 from ldpfed.engine import run_local
 from ldpfed.envs import ENVS, make_env
@@ -105,38 +107,41 @@ def _built(cls, registered, **config):
 
 
 def test_a_field_without_a_domain_is_refused(registered):
-    class NoDomain(LdpMabUcb):
+    class NoDomain(LdpOls):          # ldp-ols writes message_spec and message_domains by hand
         name = "no-domain"
 
         def message_domains(self):
-            return {"arm": super().message_domains()["arm"]}
+            return {"M": super().message_domains()["M"]}
 
-    with pytest.raises(PluginError, match="message field 'reward'.*has no domain") as caught:
+    with pytest.raises(PluginError, match="message field 'u'.*has no domain") as caught:
         _built(NoDomain, registered)
-    assert caught.value.field == "no-domain.message field 'reward'"
+    assert caught.value.field == "no-domain.message field 'u'"
 
 
 def test_an_ldp_field_no_mechanism_made_is_refused(registered):
     """Under local DP a field that is neither a mechanism's output nor public would carry raw data."""
 
-    class Raw(LdpMabUcb):
-        name = "raw-reward"
-        public_fields = frozenset()          # the arm is no longer declared public
+    class Raw(LdpOls):
+        name = "raw-field"
 
-    with pytest.raises(PluginError, match="message field 'arm'.*made by no mechanism and is not public"):
+        def message_spec(self):
+            return {**super().message_spec(), "r": (1,)}
+
+        def message_domains(self):
+            return {**super().message_domains(), "r": Domain((1,), low=-1, high=1, source="the raw reward")}
+
+    with pytest.raises(PluginError, match="message field 'r'.*made by no mechanism and is not public"):
         _built(Raw, registered)
 
 
 def test_a_domain_of_the_wrong_shape_is_refused(registered):
-    from ldpfed.mechanisms import Domain
-
-    class Wide(LdpMabUcb):
-        name = "wide-arm"
+    class Wide(LdpOls):
+        name = "wide-u"
 
         def message_domains(self):
-            return {**super().message_domains(), "arm": Domain((2,), low=0, high=1)}
+            return {**super().message_domains(), "u": Domain((3,), low=0, high=1)}
 
-    with pytest.raises(PluginError, match=r"'arm'.*shape \(2,\), the spec \(\)"):
+    with pytest.raises(PluginError, match=r"'u'.*shape \(3,\), the spec \(2,\)"):
         _built(Wide, registered)
 
 
@@ -218,14 +223,15 @@ def test_cli_reports_a_broken_plugin(tmp_path):
         class NoDomain(EnvUcb):
             name = "no-domain"
 
-            def message_domains(self):
-                return {"arm": super().message_domains()["arm"]}
+            def fields(self):
+                from ldpfed.algorithms.fields import Field
+                return {**super().fields(), "hint": Field((1,))}
     """))
     env = {**os.environ, PLUGINS_VAR: "broken:NoDomain", "PYTHONPATH": str(tmp_path)}
     done = subprocess.run([sys.executable, "-m", "ldpfed", "run", "no-domain", "--users", "50"], env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
-    assert "message field 'reward'" in done.stderr and "has no domain" in done.stderr
+    assert "message field 'hint' declares no domain" in done.stderr
     assert "Traceback" not in done.stderr
 
 
@@ -269,7 +275,7 @@ def test_a_broken_field_declaration_names_the_field(registered):
     with pytest.raises(PluginError, match="'feedback' declares no domain.*give the Field a data_bound"):
         _built(NoDataBound, registered)
 
-    class Both(LdpMabUcb):
+    class Both(LdpOls):
         name = "both"
 
         def fields(self):

@@ -29,6 +29,7 @@ import math
 import numpy as np
 
 from ldpfed.algorithms.base import Algorithm
+from ldpfed.algorithms.fields import Field
 from ldpfed.algorithms.options import CALIBRATION, Option
 from ldpfed.clip import clip_values
 from ldpfed.envs.base import unit_sphere
@@ -92,12 +93,14 @@ class _OnePointMab(_OnePointScalar):
 
     scheduled_arm = False     # arms on the public schedule (user t < K pulls t, then the published arm)?
 
-    def message_spec(self):
-        return {"arm": (), "reward": ()}
-
-    def message_domains(self):
-        return {"arm": Domain((), low=0, high=self.K - 1, integral=True, scheduled=self.K if self.scheduled_arm
-                              else None, source="public arm"), "reward": self._scalar_domain(self.c_r)}
+    def fields(self):
+        # the arm: public (chosen from the published model and the user's own coins, never from its reward); the
+        # reward: the Gaussian mechanism's output for data in [-c_r, c_r] (raw, and so public, when not private)
+        arm = Domain((), low=0, high=self.K - 1, integral=True, scheduled=self.K if self.scheduled_arm else None,
+                     source="public arm")
+        reward = (Field((), mechanism=self.mechanisms[self.private_field], data_bound=self.c_r) if self.private else
+                  Field((), domain=self._scalar_domain(self.c_r)))
+        return {"arm": Field((), domain=arm), "reward": reward}
 
     def aggregate_bounds(self, users):
         n, K = len(users), self.K
@@ -136,7 +139,6 @@ class LdpMabUcb(_OnePointMab):
     env_kinds = MAB_ENVS
     default_env = "bernoulli"
     options = {"calibration": CALIBRATION}
-    public_fields = frozenset({"arm"})
     scheduled_arm = True
     # The paper has no MAB experiment; a reconstruction: 10 Bernoulli arms, T = 1e5, eps = 1, delta = 0.01.
     paper_setting = {"env_params": {"K": 10}, "users": 10**5, "eps": 1.0, "delta": 0.01, "params": {}}
@@ -217,7 +219,6 @@ class LdpMabAdversarial(_OnePointMab):
     options = {"calibration": CALIBRATION,
                "eta_scale": Option(1.0, low=0, low_open=True,
                                    doc="multiplies the learning rate eta_t = 2 / (sqrt(t) sqrt(1 + sigma_l^2))")}
-    public_fields = frozenset({"arm"})
     # Reconstruction (no MAB experiment in the paper), as for ldp-mab-ucb.
     paper_setting = {"env_params": {"K": 10}, "users": 10**5, "eps": 1.0, "delta": 0.01, "params": {}}
 
