@@ -12,7 +12,7 @@ from importlib.metadata import entry_points
 import numpy as np
 import pytest
 
-from ldpfed.algorithms import REGISTRY, make_algorithm
+from ldpfed.algorithms import REGISTRY, Algorithm, make_algorithm
 from ldpfed.algorithms.glm_ldp import LdpOls
 from ldpfed.algorithms.ldp_reductions import LdpMabUcb, Ucb
 from ldpfed.mechanisms import Domain
@@ -100,6 +100,18 @@ def test_an_algorithm_must_write_its_halves():
         REGISTRY.register(cls)
 
 
+class HandWrittenOls(LdpOls):
+    """ldp-ols in the older style: message_spec and message_domains written by hand, no fields()."""
+    fields = Algorithm.fields
+
+    def message_spec(self):
+        return {"M": (self.d, self.d), "u": (self.d,)}
+
+    def message_domains(self):
+        return {"M": self.mech_M.output_domain((self.d, self.d), self.C_B ** 2),
+                "u": self.mech_u.output_domain((self.d,), self.c_r * self.C_B)}
+
+
 def _built(cls, registered, **config):
     registered(cls)
     config = RunConfig(cls.name, users=100, round_size=10, **config)
@@ -107,7 +119,7 @@ def _built(cls, registered, **config):
 
 
 def test_a_field_without_a_domain_is_refused(registered):
-    class NoDomain(LdpOls):          # ldp-ols writes message_spec and message_domains by hand
+    class NoDomain(HandWrittenOls):
         name = "no-domain"
 
         def message_domains(self):
@@ -121,7 +133,7 @@ def test_a_field_without_a_domain_is_refused(registered):
 def test_an_ldp_field_no_mechanism_made_is_refused(registered):
     """Under local DP a field that is neither a mechanism's output nor public would carry raw data."""
 
-    class Raw(LdpOls):
+    class Raw(HandWrittenOls):
         name = "raw-field"
 
         def message_spec(self):
@@ -135,7 +147,7 @@ def test_an_ldp_field_no_mechanism_made_is_refused(registered):
 
 
 def test_a_domain_of_the_wrong_shape_is_refused(registered):
-    class Wide(LdpOls):
+    class Wide(HandWrittenOls):
         name = "wide-u"
 
         def message_domains(self):
@@ -275,7 +287,7 @@ def test_a_broken_field_declaration_names_the_field(registered):
     with pytest.raises(PluginError, match="'feedback' declares no domain.*give the Field a data_bound"):
         _built(NoDataBound, registered)
 
-    class Both(LdpOls):
+    class Both(HandWrittenOls):
         name = "both"
 
         def fields(self):

@@ -85,7 +85,7 @@ class Algorithm:
         self.setup()
         self._fields = self.fields()
         if self._fields is not None:     # the one declaration: mechanisms and public fields follow from it
-            self.mechanisms.update({k: f.mechanism for k, f in self._fields.items() if not f.public})
+            self.mechanisms.update({k: f.mechanism for k, f in self._fields.items() if f.mechanism is not None})
             self.public_fields = frozenset(k for k, f in self._fields.items() if f.public)
 
     def setup(self) -> None:

@@ -21,8 +21,8 @@ class Uniform(Algorithm):
     def act(self, model, contexts, users, rng):
         return rng.integers(self.K, size=len(users))
 
-    def message_spec(self):
-        return {}
+    def fields(self):
+        return {}     # no message: the users send nothing
 
     def encode(self, model, contexts, actions, rewards, users, rng):
         return {}, {}

@@ -21,6 +21,7 @@ import math
 import numpy as np
 
 from ldpfed.algorithms.base import Algorithm
+from ldpfed.algorithms.fields import Field
 from ldpfed.algorithms.options import CALIBRATION, Option
 from ldpfed.clip import clip_coords_in_place, clip_rows_in_place, clip_values
 from ldpfed.mechanisms import (Domain, DynamicTreeMechanism, Guarantee, SumBounds, TreeMechanism, gaussian_sigma,
@@ -44,9 +45,6 @@ class CentralRows:
         self.L = 1.0 if bound is None else float(bound)
         self.R = float(self.world.reward_bound)
 
-    def message_spec(self):
-        return {"z": (self.d + 1,)}
-
     def encode(self, model, contexts, actions, rewards, users, rng):
         n = len(users)
         z = np.empty((n, self.d + 1))
@@ -63,12 +61,15 @@ class CentralRows:
             r[...] = r_clipped
         return {"z": z}, {"clipped": clipped_x + clipped_r}
 
-    def message_domains(self):
-        # the trusted server still accepts only the public bounds: ||x|| <= L (l2) or |x_i| <= L (linf), |r| <= R
+    def fields(self):
+        # z = [x; r], raw (no mechanism makes it: the server is trusted; the private algorithms' mechanisms are the
+        # server's releases, in self.mechanisms); the trusted server still accepts only the public bounds:
+        # ||x|| <= L (l2) or |x_i| <= L (linf), |r| <= R
         high = np.append(np.full(self.d, self.L), self.R)
-        return {"z": Domain((self.d + 1,), low=-high, high=high, norm_part=self.d,
-                            max_radius=self.L if self.context_norm == "l2" else None,
-                            source=f"raw [x; r], {self.context_norm} ||x|| <= L, |r| <= R")}
+        z = Domain((self.d + 1,), low=-high, high=high, norm_part=self.d,
+                   max_radius=self.L if self.context_norm == "l2" else None,
+                   source=f"raw [x; r], {self.context_norm} ||x|| <= L, |r| <= R")
+        return {"z": Field((self.d + 1,), domain=z, raw=True)}
 
     def aggregate_bounds(self, users):
         # the round's rows: a user's row at slot (user mod B) within the bounds, every other row 0

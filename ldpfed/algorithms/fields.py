@@ -5,7 +5,9 @@ the system needs, in one place:
 
 * its per-user `shape` (the message spec: the same for every user, whatever their data),
 * what makes it: a `mechanism` (its outputs fill the field; its guarantee is a ledger row), or nothing, for a
-  public field (a public schedule, a public count), which then states its `domain`,
+  public field (a public schedule, a public count), which then states its `domain`; `raw=True` marks a field
+  that no mechanism makes and that is not public either: the user's clipped data sent to a trusted server (the
+  central model, whose mechanisms are the server's releases); under local DP the contract refuses it,
 * the public `data_bound` on each entry of what the mechanism privatizes (additive-noise mechanisms need it for
   their output domain; the l2-ball and randomized response do not),
 * the `schedule` of the field (e.g. `slots=` for the arm slots only some of which carry data),
@@ -32,13 +34,14 @@ class Field:
     schedule: dict = field(default_factory=dict)   # passed to the mechanism's output_domain (e.g. slots=)
     per_user: int = 1                  # outputs of the mechanism one user's data can change
     composition: str | None = None     # why per_user is right (None: the algorithm's default reason)
+    raw: bool = False                  # no mechanism, yet not public: sent raw to a trusted (central-model) server
 
     def __post_init__(self):
         object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
 
     @property
     def public(self) -> bool:
-        return self.mechanism is None
+        return self.mechanism is None and not self.raw
 
     def make_domain(self) -> Domain:
         """The values an honest client's field can take: the public domain, or the mechanism's output domain."""

@@ -286,12 +286,12 @@ class SWKLUCBCF(Algorithm):
     def fields(self):
         # pulls: one-hot of the scheduled arm (user t < K pulls t, the others the round's argmax of the index),
         # public; feedback: a bit in at most one slot (the pulled arm's), through randomized response (the
-        # non-private baselines send it raw: public, which is why they are not private)
+        # non-private baselines send it raw, to a server that is trusted)
         K = self.K
         pulls = Domain((K,), low=0.0, high=1.0, integral=True, one_hot=True, scheduled=K, source="public pulled arm")
         feedback = (Field((K,), mechanism=self.rr, schedule={"at_most_one": True}) if self.private else
                     Field((K,), domain=Domain((K,), low=0.0, high=1.0, integral=True, at_most_one=True,
-                                              source="raw reward bit")))
+                                              source="raw reward bit"), raw=True))
         return {"pulls": Field((K,), domain=pulls), "feedback": feedback}
 
 

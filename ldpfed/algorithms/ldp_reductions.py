@@ -95,11 +95,11 @@ class _OnePointMab(_OnePointScalar):
 
     def fields(self):
         # the arm: public (chosen from the published model and the user's own coins, never from its reward); the
-        # reward: the Gaussian mechanism's output for data in [-c_r, c_r] (raw, and so public, when not private)
+        # reward: the Gaussian mechanism's output for data in [-c_r, c_r] (raw, to a trusted server, when not private)
         arm = Domain((), low=0, high=self.K - 1, integral=True, scheduled=self.K if self.scheduled_arm else None,
                      source="public arm")
         reward = (Field((), mechanism=self.mechanisms[self.private_field], data_bound=self.c_r) if self.private else
-                  Field((), domain=self._scalar_domain(self.c_r)))
+                  Field((), domain=self._scalar_domain(self.c_r), raw=True))
         return {"arm": Field((), domain=arm), "reward": reward}
 
     def aggregate_bounds(self, users):
@@ -279,7 +279,6 @@ class _BallBco(_OnePointScalar):
 
     env_kinds = ("convex",)
     default_env = "convex"
-    public_fields = frozenset({"u"})
 
     def _domain(self):
         world = self.world
@@ -317,9 +316,14 @@ class _BallBco(_OnePointScalar):
     def _scalar_bound(self) -> float:
         return self.diff_bound if self.private_field == "diff" else self.B
 
-    def message_domains(self):
-        return {"u": Domain((self.d,), low=-1.0, high=1.0, radius=1.0, source="public unit direction"),
-                self.private_field: self._scalar_domain(self._scalar_bound())}
+    def fields(self):
+        # u: public (drawn by the user's own coins, independently of its data); the scalar (loss or difference):
+        # the Gaussian mechanism's output for data in [-bound, bound] (raw, to a trusted server, when not private)
+        u = Domain((self.d,), low=-1.0, high=1.0, radius=1.0, source="public unit direction")
+        bound = self._scalar_bound()
+        scalar = (Field((), mechanism=self.mechanisms[self.private_field], data_bound=bound) if self.private else
+                  Field((), domain=self._scalar_domain(bound), raw=True))
+        return {"u": Field((self.d,), domain=u), self.private_field: scalar}
 
     def aggregate_bounds(self, users):
         # ||sum_i s_i u_i|| <= sum_i |s_i| <= n (bound + z_n sigma): every honest |s_i| is within bound + z_n sigma,
@@ -371,9 +375,6 @@ class LdpBcoOnePoint(_BallBco):
 
     def act(self, model, contexts, users, rng):
         return model["y"] + self.rho * unit_sphere(rng, len(users), self.d)
-
-    def message_spec(self):
-        return {"u": (self.d,), "loss": ()}
 
     def encode(self, model, contexts, actions, rewards, users, rng):
         u = actions - model["y"]
@@ -455,9 +456,6 @@ class LdpBcoTwoPoint(_BallBco):
         offset = self.rho * unit_sphere(rng, len(users), self.d)
         y = model["y"]
         return np.stack([y + offset, y - offset], axis=1)
-
-    def message_spec(self):
-        return {"u": (self.d,), "diff": ()}
 
     def encode(self, model, contexts, actions, rewards, users, rng):
         u = actions[:, 0, :] - actions[:, 1, :]
