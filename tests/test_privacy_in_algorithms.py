@@ -236,7 +236,7 @@ def test_ldp_sgd_passes_the_event_audit(weakened):
     config, env, algo = build("ldp-sgd", env_params={"d": 2, "K": 2}, eps=1.0)
     eps, delta = composed_claim(config, algo)
     if weakened:
-        algo.mech._tanh = 1.0
+        algo.mech.tanh_half = 1.0
     c_r = env.reward_bound
     context = np.stack([5.0 * np.eye(2)[0]] * 2)
     model = {"theta": np.zeros(2)}

@@ -424,7 +424,7 @@ class _MultiBase(_GLMBase):
         n = Domain((self.K,), exact=self.sent_slots, source="public count of the sent slots")
         return {**super().fields(), "n": Field((self.K,), domain=n)}
 
-    def _slots(self, users, actions):
+    def slots(self, users, actions):
         """(n, K) 0/1: which slots carry a message (public: warm-up one-hot of the public arm, then all ones),
         and (n, K) 0/1: which slot holds the real data (the pulled arm)."""
         n = len(actions)
@@ -470,7 +470,7 @@ class LdpOlsMulti(_MultiBase, LdpOls):
         self._setup_multi()
         self._set_noise(self.eps / 4, self.delta / 4, log_arg=2.0 * self.T * (1 if self.authors else self.K))
 
-    def _shifts(self, n, t):
+    def shifts(self, n, t):
         if self.authors and self.private:
             return np.full(self.K, self.c_shift * math.sqrt(t))
         return self.shift(n)
@@ -486,7 +486,7 @@ class LdpOlsMulti(_MultiBase, LdpOls):
 
     def encode(self, model, contexts, actions, rewards, users, rng):
         x, r, metrics = self._clip(contexts, rewards)
-        sent, pulled = self._slots(users, actions)
+        sent, pulled = self.slots(users, actions)
         # slot a: psi(x, r) for the pulled arm, psi(0, 0) for the others (their data part is zero)
         M = pulled[:, :, None, None] * (x[:, :, None] * x[:, None, :])[:, None]
         u = pulled[:, :, None] * (r[:, None] * x)[:, None]
@@ -501,7 +501,7 @@ class LdpOlsMulti(_MultiBase, LdpOls):
         V = state["V"] + sums["M"]
         U = state["U"] + sums["u"]
         n = state["n"] + sums["n"]
-        A = V + self._shifts(n, stop)[:, None, None] * self._I
+        A = V + self.shifts(n, stop)[:, None, None] * self._I
         theta = np.linalg.solve(A, U[:, :, None])[:, :, 0]
         return self._state_update(state, theta, V=V, U=U, n=n, stop=stop)
 
@@ -604,7 +604,7 @@ class LdpSgdMulti(_MultiBase, LdpSgd):
             return self._encode_authors(model, contexts, actions, rewards, users, rng)
         x, r, metrics = self._clip(contexts, rewards)
         n = len(actions)
-        sent, pulled = self._slots(users, actions)
+        sent, pulled = self.slots(users, actions)
         theta_a = model["theta"][actions]
         g_pulled = (self.mu(np.einsum("ij,ij->i", x, theta_a)) - r)[:, None] * x
         g_pulled, metrics["clipped"] = clip_rows(g_pulled, self.R)
@@ -616,7 +616,7 @@ class LdpSgdMulti(_MultiBase, LdpSgd):
     def _encode_authors(self, model, contexts, actions, rewards, users, rng):
         x, r, metrics = self._clip(contexts, rewards)
         n, K, d = len(actions), self.K, self.d
-        sent, pulled = self._slots(users, actions)
+        sent, pulled = self.slots(users, actions)
         warm = np.asarray(users) < self.warm             # public: a function of the arrival index
         M, u, Z = np.zeros((n, K, d, d)), np.zeros((n, K, d)), np.zeros((n, K, d))
         if warm.any():                                   # OLS message in the public arm's slot only
@@ -643,7 +643,7 @@ class LdpSgdMulti(_MultiBase, LdpSgd):
         post_count = (self.s0 + users - self.warm + 1)[:, None] * np.ones(self.K)
         return np.where((users >= self.warm)[:, None], post_count, warm_count)
 
-    def _authors_eta(self, users):
+    def authors_eta(self, users):
         """The code's step 5 K/(t+1) (t = 0-based user index) after warm-up, 0 during it (public)."""
         users = np.asarray(users, dtype=float)
         return np.where(users >= self.warm, self.step * self.K / (users + 1.0), 0.0)
@@ -654,7 +654,7 @@ class LdpSgdMulti(_MultiBase, LdpSgd):
 
     def aggregate(self, messages, users):
         if self.authors:
-            eta = self._authors_eta(users) * self.b_scale
+            eta = self.authors_eta(users) * self.b_scale
             return {"M": messages["M"].sum(axis=0), "u": messages["u"].sum(axis=0),
                     "Z": np.einsum("i,ikd->kd", eta, messages["Z"]), "n": messages["n"].sum(axis=0)}
         eta = self.step / (self.message_counts(users) + self.step_offset)
@@ -674,7 +674,7 @@ class LdpSgdMulti(_MultiBase, LdpSgd):
             theta = theta.copy()
             theta[arms] = np.linalg.solve(V[arms] + shift * self._I, U[arms][:, :, None])[:, :, 0]
         if stop > self.warm:
-            eta_sum = float(self._authors_eta(np.arange(max(start, self.warm), stop)).sum())
+            eta_sum = float(self.authors_eta(np.arange(max(start, self.warm), stop)).sum())
             theta = theta * (1.0 - self.decay * eta_sum) - sums["Z"]
         return self._state_update(state, self._projected(theta), V=V, U=U, n=n, stop=stop)
 

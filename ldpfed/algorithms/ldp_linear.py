@@ -125,7 +125,7 @@ class LdpUcb(Algorithm):
         return rows
 
     # ---- the shared noisy-Gram UCB ------------------------------------------------------------------
-    def _beta(self, t: int) -> float:
+    def beta(self, t: int) -> float:
         upsilon = self.upsilon_unit * math.sqrt(t)
         return (2.0 * self.sigma * math.sqrt(self.d * self.log_T)
                 + (math.sqrt(3.0 * upsilon) + self.sigma * math.sqrt(self.d * t / upsilon)) * self.d * self.log_T)
@@ -136,7 +136,7 @@ class LdpUcb(Algorithm):
         c = 2.0 * self.upsilon_unit * math.sqrt(t)
         V = M + c * self.eye
         V_inv = np.linalg.inv(V)
-        return {"M": M, "u": u, "t": t, "theta": V_inv @ u, "V_inv": V_inv, "beta": self._beta(t)}
+        return {"M": M, "u": u, "t": t, "theta": V_inv @ u, "V_inv": V_inv, "beta": self.beta(t)}
 
     def _ucb_arms(self, theta, V_inv, beta, contexts) -> np.ndarray:
         width = ((contexts @ V_inv) * contexts).sum(axis=-1)       # ||x||^2 in V~^{-1}, shape (n, K)
@@ -243,7 +243,7 @@ class LdpGloc(LdpUcb):
         self.mechanisms["u"] = self._authors_mechanism(GaussianMechanism, "u", 2.0 * self.S, eps, delta)
         self.mechanisms["grad"] = self._authors_mechanism(GaussianMechanism, "grad", 2.0 * self.grad_bound, eps, delta)
 
-    def _beta(self, t: int) -> float:
+    def beta(self, t: int) -> float:
         return math.sqrt(self.sigma / self.mu * math.sqrt(self.d * t))
 
     def initial_state(self, rng):

@@ -164,7 +164,7 @@ def ldp_ucb(M, u, theta, V_inv, theta_hat, ctx, wnoise, theta_star, env_link, no
             sigma_g, upper, shifts, betas, gloc, S, grad_bound, zeta, grad_z, gauss_M, gauss_u, gauss_g, snap_at, snaps,
             regret, counts):
     """LdpUcb (gloc False) / LdpGloc (gloc True): counts column (clipped,). betas[i] is the beta user i sees
-    (betas[0] the published one, betas[i + 1] = algo._beta(t0 + i + 1)); shifts[i] = c_t after user i."""
+    (betas[0] the published one, betas[i + 1] = algo.beta(t0 + i + 1)); shifts[i] = c_t after user i."""
     n, K, d = ctx.shape
     x = np.empty(d)
     g = np.empty(d)
@@ -345,7 +345,7 @@ def ldp_sgd_multi(theta, theta_warm, n_msgs, frozen, t0, ctx, wnoise, theta_star
                   C_B, c_r, R, ball_B, tanh_half, warm, h, rtol, sent, eta, project, gauss, unif, snap_at, snaps,
                   regret, counts):
     """LdpSgdMulti: counts (clipped_context, clipped_reward, clipped); sent[i, k] and eta[i, k] are the public
-    slot mask and step sizes (from the algorithm's _slots and message_counts); frozen[0]: theta_warm is set;
+    slot mask and step sizes (from the algorithm's slots and message_counts); frozen[0]: theta_warm is set;
     project: the radius every theta_k is projected on after each update (inf: none)."""
     n, d = ctx.shape
     K = theta.shape[0]
@@ -432,7 +432,7 @@ def ldp_ols_multi(V, U, theta, theta_warm, n_msgs, frozen, t0, ctx, wnoise, thet
                   c_r, clip, sigma_M, sigma_u, upper, warm, h, rtol, sent, shifts, private, gauss_M, gauss_u, snap_at,
                   snaps, regret, counts):
     """LdpOlsMulti / OlsMulti: counts (clipped_context, clipped_reward), or with clip False (authors-code: inputs
-    not clipped) (unclipped_context_over_bound, unclipped_reward_over_bound); shifts[i, k] = algo._shifts(n_k after
+    not clipped) (unclipped_context_over_bound, unclipped_reward_over_bound); shifts[i, k] = algo.shifts(n_k after
     user i, t + 1), sent[i, k] the public slot mask."""
     n, d = ctx.shape
     K = theta.shape[0]

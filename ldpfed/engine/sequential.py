@@ -35,7 +35,7 @@ from ldpfed.engine import kernels as kn
 from ldpfed.engine.core import RunResult, checkpoint_rounds, make_result, privacy_summary
 from ldpfed.envs import make_env
 from ldpfed.errors import ConfigError
-from ldpfed.mechanisms._validate import sym_gather_index
+from ldpfed.mechanisms import sym_gather_index
 from ldpfed.normals import normal_array
 from ldpfed.rng import derive
 
@@ -130,7 +130,7 @@ class LdpSgdKernel(_GLMSingle):
     def run(self, t0, world, client, snap_at, snaps, regret, counts):
         a, mech = self.algo, self.algo.mech
         kn.ldp_sgd(self.theta, t0, world[0], world[1], *self.env_args(), LINK_CODES[self.env.link], a.C_B, a.c_r,
-                   a.R, mech.B, mech._tanh, a.step, a.step_offset, a.predict_clip, a.decay, _clip_rtol(), client[0],
+                   a.R, mech.B, mech.tanh_half, a.step, a.step_offset, a.predict_clip, a.decay, _clip_rtol(), client[0],
                    client[1], snap_at, snaps, regret, counts)
 
 
@@ -197,9 +197,9 @@ class LdpUcbKernel(_GLMSingle):
         a, s = self.algo, self.s
         n = len(regret)
         stops = range(t0 + 1, t0 + n + 1)
-        # _ucb_state(M, u, t): c_t = 2 upsilon_unit sqrt(t), beta = algo._beta(t), t = max(stop, 1)
+        # _ucb_state(M, u, t): c_t = 2 upsilon_unit sqrt(t), beta = algo.beta(t), t = max(stop, 1)
         shifts = np.array([2.0 * a.upsilon_unit * math.sqrt(max(t, 1)) for t in stops], dtype=float)
-        betas = np.array([s["beta"]] + [a._beta(max(t, 1)) for t in stops], dtype=float)
+        betas = np.array([s["beta"]] + [a.beta(max(t, 1)) for t in stops], dtype=float)
         mech = a.mechanisms
         sigma_g = mech["grad"].sigma if self.gloc else 0.0
         S, bound, zeta = (a.S, a.grad_bound, a.zeta) if self.gloc else (1.0, 1.0, 0.0)
@@ -268,10 +268,10 @@ class _GLMMulti(_GLMSingle):
         return {"theta": self.theta.copy(), "theta_warm": self.theta_warm.copy() if self.frozen[0] else None}
 
     def schedule(self, t0, n):
-        """The public slot mask of users [t0, t0 + n) (the algorithm's _slots: the warm-up arm is users % K, public)
+        """The public slot mask of users [t0, t0 + n) (the algorithm's slots: the warm-up arm is users % K, public)
         and every slot's message count after each of them."""
         users = np.arange(t0, t0 + n)
-        sent, _ = self.algo._slots(users, users % self.algo.K)
+        sent, _ = self.algo.slots(users, users % self.algo.K)
         return sent, self.n_msgs + np.cumsum(sent, axis=0)
 
 
@@ -323,13 +323,13 @@ class LdpSgdMultiKernel(_GLMMulti):
             kn.ldp_sgd_multi_authors(self.theta, self.theta_warm, self.V, self.U, self.n_msgs, self.frozen, t0,
                                      world[0], world[1], *self.env_args(), LINK_CODES[self.env.link], a.C_B, a.c_r,
                                      bool(a.clip_inputs), a.mech_M.sigma, a.mech_u.sigma, self.upper, warm_shifts,
-                                     a.R, mech.B, mech._tanh, a.predict_clip, a._authors_eta(users), a.b_scale,
+                                     a.R, mech.B, mech.tanh_half, a.predict_clip, a.authors_eta(users), a.b_scale,
                                      a.decay, a.warm, a.h, _clip_rtol(), *client, snap_at, snaps, regret, counts)
             return
         sent, _ = self.schedule(t0, n)
         eta = a.step / (a.message_counts(users) + a.step_offset)   # LdpSgdMulti.aggregate
         kn.ldp_sgd_multi(self.theta, self.theta_warm, self.n_msgs, self.frozen, t0, world[0], world[1],
-                         *self.env_args(), LINK_CODES[self.env.link], a.C_B, a.c_r, a.R, mech.B, mech._tanh,
+                         *self.env_args(), LINK_CODES[self.env.link], a.C_B, a.c_r, a.R, mech.B, mech.tanh_half,
                          a.warm, a.h, _clip_rtol(), sent, eta, a.project, client[0], client[1], snap_at, snaps,
                          regret, counts)
 
@@ -359,7 +359,7 @@ class LdpOlsMultiKernel(_GLMMulti):
         private = bool(a.private)
         sigma_M, sigma_u = (a.mech_M.sigma, a.mech_u.sigma) if private else (0.0, 0.0)
         # LdpOlsMulti.update's shifts after each user (stop = t + 1)
-        shifts = np.array([a._shifts(n_after[i], t0 + i + 1) for i in range(n)], dtype=float).reshape(n, a.K)
+        shifts = np.array([a.shifts(n_after[i], t0 + i + 1) for i in range(n)], dtype=float).reshape(n, a.K)
         kn.ldp_ols_multi(self.V, self.U, self.theta, self.theta_warm, self.n_msgs, self.frozen, t0, world[0],
                          world[1], *self.env_args(), a.C_B, a.c_r, bool(a.clip_inputs), sigma_M, sigma_u, self.upper,
                          a.warm, a.h, _clip_rtol(), sent, shifts, private, client[0], client[1], snap_at, snaps,
@@ -416,7 +416,7 @@ class KlucbKernel(Kernel):
         segment = np.searchsorted(env.change_points, np.arange(t0, t0 + n), side="right").astype(np.int64)
         fs = np.array([a.threshold(t) for t in range(t0, t0 + n)], dtype=float)
         rr = a.rr
-        p_keep, p_flip, tanh_half = (rr.p_keep, rr._p_flip, rr._tanh) if a.private else (1.0, 0.0, 1.0)
+        p_keep, p_flip, tanh_half = (rr.p_keep, rr.p_flip, rr.tanh_half) if a.private else (1.0, 0.0, 1.0)
         kn.klucb_cf(self.n_arm, self.s_arm, self.index, *self.seen, self.ring_arm, self.ring_rep, self.ring_stop,
                     self.ring_pos, t0, segment, env.segment_means, world[1], client[0], fs,
                     int(a.w) if a.windowed else 0, bool(a.windowed), bool(a.private), p_keep, p_flip, tanh_half,

@@ -6,6 +6,7 @@ ldpfed.errors.ConfigError naming the parameter and its value; nothing is clipped
 mechanism clips, and privatize_counted returns the count).
 """
 
+from ._validate import sym_gather_index
 from .domains import Domain, SumBounds, gaussian_tail_z, weighted_sphere_bounds
 from .gaussian import GaussianMechanism, SymmetricGaussianMechanism, analytic_delta, gaussian_sigma
 from .guarantee import Guarantee
@@ -18,6 +19,7 @@ from .tree import DynamicTreeMechanism, TreeMechanism, TreeNoise, tree_depth
 from .wishart import WishartMechanism, WishartTree, wishart_dof
 
 __all__ = [
+    "sym_gather_index",
     "Domain",
     "SumBounds",
     "gaussian_tail_z",

@@ -92,7 +92,7 @@ class L2BallMechanism:
         self.eps = V.eps(eps)
         self.dim = V.integer("dim", dim)
         self.B = l2_ball_radius(self.radius, self.eps, self.dim)
-        self._tanh = math.tanh(self.eps / 2.0)
+        self.tanh_half = math.tanh(self.eps / 2.0)
         self.guarantee = Guarantee("l2-ball", V.model(model), self.eps, 0.0, self.radius, "l2")
 
     def privatize(self, g, rng: np.random.Generator) -> np.ndarray:
@@ -114,7 +114,7 @@ class L2BallMechanism:
         gauss = normal_array(rng, x.shape)
         unif = rng.random(x.shape[0])
         out = np.empty_like(gauss)
-        n_clipped = _privatize_rows(x, self.radius, self.B, self._tanh, CLIP_RTOL, gauss, unif, out)
+        n_clipped = _privatize_rows(x, self.radius, self.B, self.tanh_half, CLIP_RTOL, gauss, unif, out)
         return out, int(n_clipped)
 
     def output_domain(self, shape, data_bound=None, **schedule) -> Domain:

@@ -20,8 +20,8 @@ class RandomizedResponse:
     def __init__(self, eps, *, model="ldp"):
         self.eps = V.eps(eps)
         self.p_keep = float(special.expit(self.eps))
-        self._p_flip = float(special.expit(-self.eps))  # 1/(1+e^eps), computed without cancellation
-        self._tanh = math.tanh(self.eps / 2.0)  # = 2 p_keep - 1
+        self.p_flip = float(special.expit(-self.eps))  # 1/(1+e^eps), computed without cancellation
+        self.tanh_half = math.tanh(self.eps / 2.0)  # = 2 p_keep - 1
         self.guarantee = Guarantee("randomized-response", V.model(model), self.eps, 0.0, 1.0, "none")
 
     def privatize(self, bits, rng: np.random.Generator) -> np.ndarray:
@@ -50,14 +50,14 @@ class RandomizedResponse:
     def feedback_mean(self, mu):
         """Mean of the reports when the true bits have mean mu: 1/(1+e^eps) + tanh(eps/2) mu."""
         if np.ndim(mu):
-            return self._p_flip + self._tanh * np.asarray(mu, dtype=np.float64)
-        return self._p_flip + self._tanh * float(mu)
+            return self.p_flip + self.tanh_half * np.asarray(mu, dtype=np.float64)
+        return self.p_flip + self.tanh_half * float(mu)
 
     def debias(self, mean_reports):
         """Unbiased estimate of mu from the mean of reports: (m - 1/(1+e^eps)) / tanh(eps/2)."""
         if np.ndim(mean_reports):
-            return (np.asarray(mean_reports, dtype=np.float64) - self._p_flip) / self._tanh
-        return (float(mean_reports) - self._p_flip) / self._tanh
+            return (np.asarray(mean_reports, dtype=np.float64) - self.p_flip) / self.tanh_half
+        return (float(mean_reports) - self.p_flip) / self.tanh_half
 
     def __repr__(self):
         return f"RandomizedResponse(eps={self.eps}, p_keep={self.p_keep:.6g})"
