@@ -315,7 +315,7 @@ def check_clipping(subject: Subject):
     domains = algo.cached_domains()
     model = _model(algo, config)
     rows = {row.get("message"): row for row in algo.ledger()}
-    seen = _record_inputs(algo, rows) if algo.privacy_model == "ldp" else {}
+    seen = record_inputs(algo, rows) if algo.privacy_model == "ldp" else {}
     c_r = float(algo.world.reward_bound)
     for batch, users in enumerate(subject.batches(config)):
         contexts, actions, rewards = _client_round(algo, env, model, users, seed=1000 + batch)
@@ -360,9 +360,12 @@ def _check_domains(subject, check, algo, domains, messages, users, what):
                          field if field in domains else None)
 
 
-def _record_inputs(algo, rows) -> dict:
-    """Make the algorithm's own mechanisms (of ldpfed's kinds, with a ledger row) keep a copy of the data they are
-    asked to privatize; instance attributes, so only this algorithm's mechanisms are watched."""
+def record_inputs(algo, rows=None) -> dict:
+    """Make the algorithm's own mechanisms (of ldpfed's kinds, with a ledger row; rows: message -> ledger row,
+    default the algorithm's ledger) keep a copy of the data they are asked to privatize; instance attributes, so
+    only this algorithm's mechanisms are watched."""
+    if rows is None:
+        rows = {row["message"]: row for row in algo.ledger()}
     kinds = ("gaussian", "symmetric-gaussian", "laplace", "l2-ball", "randomized-response")
     seen = {}
     for key, mech in algo.mechanisms.items():
@@ -388,7 +391,7 @@ def _record_inputs(algo, rows) -> dict:
     return seen
 
 
-def _units(kind: str, data: np.ndarray) -> np.ndarray:
+def units(kind: str, data: np.ndarray) -> np.ndarray:
     """The vectors a mechanism's sensitivity is about, one per row: a user's value or one slot's (last axis); for
     symmetric matrix noise the upper triangle incl. the diagonal of each matrix."""
     if kind == "symmetric-gaussian":
@@ -426,7 +429,7 @@ def _check_spread(subject, check, algo, key, row, calls):
             subject.fail(check, f"mechanism {key!r} was handed a vector of norm {norms.max():.4g} > its radius "
                                 f"{sensitivity:.4g}", field)
     else:                                                  # Gaussian / Laplace: two users' data apart
-        spread = _max_distance(_units(kind, data), row.get("norm", "l2"))
+        spread = _max_distance(units(kind, data), row.get("norm", "l2"))
         if spread > sensitivity * (1 + 1e-9):
             subject.fail(check, f"mechanism {key!r} was handed data of two users {spread:.4g} apart ({row['norm']}) "
                                 f"> the sensitivity {sensitivity:.4g} its noise is calibrated for: clip to the public "
@@ -569,7 +572,7 @@ def check_no_truth(subject: Subject):
     config, env, algo = subject.build()
     if not isinstance(algo.world, PublicWorld):
         subject.fail(check, f"algo.world is a {type(algo.world).__name__}, not the env's PublicWorld")
-    truths = _env_arrays(env)
+    truths = env_arrays(env)
     state = algo.initial_state(derive(config.seed, "init"))
     roots = [("the algorithm", algo), ("its initial state", state)]
     model = algo.publish(state)
@@ -583,12 +586,12 @@ def check_no_truth(subject: Subject):
             if isinstance(obj, Env):
                 subject.fail(check, f"{label} can reach the env ({type(obj).__name__}), which holds the ground "
                                     f"truth: an algorithm sees only env.public()")
-            name = _truth_match(obj, truths)
+            name = truth_match(obj, truths)
             if name is not None:
                 subject.fail(check, f"{label} can reach the env's {name!r} ({type(obj).__name__}): ground truth")
 
 
-def _env_arrays(env) -> list[tuple[str, object]]:
+def env_arrays(env) -> list[tuple[str, object]]:
     """Every array (size > 1) and non-empty dict the env holds besides its options: its ground truth, whatever the
     env calls it."""
     found = []
@@ -602,7 +605,7 @@ def _env_arrays(env) -> list[tuple[str, object]]:
     return found
 
 
-def _truth_match(obj, truths):
+def truth_match(obj, truths):
     for name, truth in truths:
         if obj is truth:
             return name

@@ -17,10 +17,10 @@ from scipy.special import expit
 
 import ldpfed.algorithms.ldp_linear as ldp_linear
 from ldpfed.algorithms import REGISTRY, make_algorithm
-from ldpfed.algorithms.base import Algorithm
 from ldpfed.config import RunConfig
 from ldpfed.envs import make_env
 from ldpfed.mechanisms import TreeMechanism, accounting, audit
+from ldpfed.testing import record_inputs, units
 
 LDP = sorted(name for name, cls in REGISTRY.items() if cls.privacy_model == "ldp")
 SMALL = {"users": 300, "round_size": 5, "eps": 1.0, "delta": 0.05}
@@ -32,37 +32,10 @@ def build(name, **changes):
     return config, env, make_algorithm(env, config)
 
 
-def record_inputs(algo: Algorithm) -> dict[str, list]:
-    """Make every mechanism of `algo` keep a copy of what it is asked to privatize: the data part of a message."""
-    seen = {key: [] for key in algo.mechanisms}
-    for key, mech in algo.mechanisms.items():
-        def privatize(values, rng, _original=mech.privatize, _key=key):
-            seen[_key].append(np.array(values, dtype=float, copy=True))
-            return _original(values, rng)
-        mech.privatize = privatize           # an instance attribute: only this algorithm's mechanism is watched
-        if hasattr(mech, "privatize_gram"):  # privatize(x x^T) without building it: the data part is x x^T
-            def privatize_gram(rows, rng, _original=mech.privatize_gram, _key=key):
-                x = np.array(rows, dtype=float)
-                seen[_key].append(x[..., :, None] * x[..., None, :])
-                return _original(rows, rng)
-            mech.privatize_gram = privatize_gram
-    return seen
-
-
 def hostile(values, rng, scales):
     """values scaled by factors drawn from `scales` with random signs (per leading index)."""
     factor = rng.choice(scales, size=values.shape[:1]) * rng.choice([-1.0, 1.0], size=values.shape[:1])
     return values * factor.reshape((-1,) + (1,) * (values.ndim - 1))
-
-
-def units(kind: str, data: np.ndarray) -> np.ndarray:
-    """The vectors the mechanism's sensitivity is about, one per row: a user's value (or, for the K-slot
-    algorithms, one slot's); for symmetric matrix noise the upper triangle incl. the diagonal."""
-    if kind == "symmetric-gaussian":
-        d = data.shape[-1]
-        iu = np.triu_indices(d)
-        return data.reshape(-1, d, d)[:, iu[0], iu[1]]
-    return data.reshape(-1, 1) if data.ndim == 1 else data.reshape(-1, data.shape[-1])
 
 
 def max_pairwise_distance(vectors: np.ndarray, norm: str) -> float:

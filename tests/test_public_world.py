@@ -13,10 +13,9 @@ from ldpfed.algorithms import REGISTRY, make_algorithm
 from ldpfed.config import RunConfig
 from ldpfed.envs import ENVS, make_env
 from ldpfed.envs.base import Env, PublicWorld
-from ldpfed.testing import reachable
+from ldpfed.testing import env_arrays, reachable, truth_match
 
 # The ground truth of each world (attribute names on the env object).
-TRUTH = ("theta", "x_star", "segment_means", "change_points", "support", "labels", "X", "_pending")
 
 # Every (algorithm, env) pair the registry allows.
 PAIRS = sorted((name, env) for name, cls in REGISTRY.items() for env in cls.env_kinds)
@@ -27,26 +26,13 @@ def _config(name, env):
 
 
 def _truth_arrays(env):
-    arrays = []
-    for attr in TRUTH:
-        value = getattr(env, attr, None)
-        if isinstance(value, np.ndarray) and value.size > 1:
-            arrays.append((attr, value))
-        elif isinstance(value, dict) and value:
-            arrays.append((attr, value))
-    return arrays
+    """The env's ground truth: every array and non-empty dict it holds besides its options (ldpfed.testing's rule:
+    theta, x_star, segment_means, change_points, support, labels, ... whatever the env calls them)."""
+    return env_arrays(env)
 
 
 def _is_truth(obj, truths):
-    for _, truth in truths:
-        if obj is truth:
-            return True
-        if isinstance(obj, np.ndarray) and isinstance(truth, np.ndarray) and obj.size > 1:
-            if np.shares_memory(obj, truth):
-                return True
-            if obj.shape == truth.shape and np.array_equal(obj, truth):
-                return True
-    return False
+    return truth_match(obj, truths) is not None
 
 
 @pytest.mark.parametrize("name,env_name", PAIRS)
