@@ -322,7 +322,7 @@ def check_clipping(subject: Subject):
         honest, _ = algo.encode(model, contexts, actions, rewards, users, np.random.default_rng([batch, 3]))
         _check_domains(subject, check, algo, domains, honest, users, "an honest message")
         rng = np.random.default_rng([batch, 4])
-        hostile_contexts = _hostile_contexts(contexts, rng)
+        hostile_contexts = hostile(contexts, rng)
         hostile_rewards = rng.choice(np.array(HOSTILE_REWARDS) * np.where(np.abs(HOSTILE_REWARDS) < 1e6, c_r, 1.0),
                                      size=np.shape(rewards))
         try:
@@ -337,11 +337,12 @@ def check_clipping(subject: Subject):
         _check_spread(subject, check, algo, key, rows[key], calls)
 
 
-def _hostile_contexts(contexts, rng):
-    if contexts is None:
+def hostile(values, rng, scales=HOSTILE_SCALES):
+    """values (None: none) scaled per leading index by a factor drawn from `scales`, with a random sign."""
+    if values is None:
         return None
-    x = np.asarray(contexts, dtype=float)
-    factor = rng.choice(HOSTILE_SCALES, size=len(x)) * rng.choice([-1.0, 1.0], size=len(x))
+    x = np.asarray(values, dtype=float)
+    factor = rng.choice(scales, size=len(x)) * rng.choice([-1.0, 1.0], size=len(x))
     return x * factor.reshape((-1,) + (1,) * (x.ndim - 1))
 
 

@@ -20,7 +20,7 @@ from ldpfed.algorithms import REGISTRY, make_algorithm
 from ldpfed.config import RunConfig
 from ldpfed.envs import make_env
 from ldpfed.mechanisms import TreeMechanism, accounting, audit
-from ldpfed.testing import record_inputs, units
+from ldpfed.testing import hostile, record_inputs, units
 
 LDP = sorted(name for name, cls in REGISTRY.items() if cls.privacy_model == "ldp")
 SMALL = {"users": 300, "round_size": 5, "eps": 1.0, "delta": 0.05}
@@ -30,12 +30,6 @@ def build(name, **changes):
     config = RunConfig(name, **{**SMALL, **changes})
     env = make_env(config)
     return config, env, make_algorithm(env, config)
-
-
-def hostile(values, rng, scales):
-    """values scaled by factors drawn from `scales` with random signs (per leading index)."""
-    factor = rng.choice(scales, size=values.shape[:1]) * rng.choice([-1.0, 1.0], size=values.shape[:1])
-    return values * factor.reshape((-1,) + (1,) * (values.ndim - 1))
 
 
 def max_pairwise_distance(vectors: np.ndarray, norm: str) -> float:

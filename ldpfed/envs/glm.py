@@ -80,9 +80,8 @@ class GLMContextual(Env):
 
 def _variant(cls_name: str, name: str, link: str, multi: bool, defaults: dict):
     profile = {"authors-code": AUTHORS_MULTI if multi else AUTHORS_SINGLE}
-    cls = type(cls_name, (GLMContextual,), {"name": name, "link": link, "multi": multi, "defaults": defaults,
-                                            "profile_defaults": profile, "__module__": __name__})
-    return cls
+    return type(cls_name, (GLMContextual,), {"name": name, "link": link, "multi": multi, "defaults": defaults,
+                                             "profile_defaults": profile, "__module__": __name__})
 
 
 SINGLE = {"d": 2, "K": 10, "noise_std": 0.1, "contexts": "sphere"}

@@ -89,9 +89,11 @@ def _per_user(row) -> int:
     return value
 
 
-def compose(rows, delta_target: float) -> Composition | None:
+def compose(rows, delta_target: float, pld: bool = True) -> Composition | None:
     """Basic composition of the ledger rows and dp-accounting's PLD eps at delta_target; None for an empty
-    ledger (a run without privacy)."""
+    ledger (a run without privacy). pld=False: the basic composition only (eps_pld None), with every row still
+    read as the PLD would read it -- for checking that a ledger composes without importing dp-accounting and
+    computing its PLD (the run's summary does that once, in the driver)."""
     rows = list(rows or [])
     if not rows:
         return None
@@ -102,7 +104,8 @@ def compose(rows, delta_target: float) -> Composition | None:
     eps = sum(_per_user(row) * float(row["eps"]) for row in rows)
     delta = sum(_per_user(row) * float(row["delta"]) for row in rows)
     key = tuple(_pld_key(row) for row in rows)
-    tight = None if max(float(row["eps"]) for row in rows) > PLD_MAX_EPS else _pld_eps(key, float(delta_target))
+    beyond = max(float(row["eps"]) for row in rows) > PLD_MAX_EPS
+    tight = None if beyond or not pld else _pld_eps(key, float(delta_target))
     return Composition(eps, delta, float(delta_target), tight, reasons)
 
 
