@@ -21,6 +21,7 @@ The two norms (einsum, np.linalg.norm) may differ in the last bit, and bound / n
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 # A row counts as clipped when its norm exceeds the bound by more than this relative tolerance (contexts drawn on
 # the unit sphere have norm 1 up to rounding); every row above the bound is still rescaled to it.
@@ -95,3 +96,27 @@ def clip_values(r: np.ndarray, bound: float) -> tuple[np.ndarray, int]:
 def values_over(r: np.ndarray, bound: float) -> int:
     """How many values lie outside [-bound, bound] (the count of clip_values without clipping)."""
     return int(np.count_nonzero(np.abs(r) > bound))
+
+
+# ---- one user at a time, compiled: what the compiled algorithms' `prepare` uses (ldpfed.algorithms.compiled) ------
+@njit(cache=True)
+def clip_row(x, bound, rtol):
+    """In place: x (d,) scaled by bound / ||x|| when its norm exceeds bound; 1 if it exceeded bound (1 + rtol)
+    (the rule of clip_rows)."""
+    sq = 0.0
+    for j in range(x.shape[0]):
+        sq += x[j] * x[j]
+    norm = np.sqrt(sq)
+    if norm > bound:
+        scale = bound / max(norm, _TINY)
+        for j in range(x.shape[0]):
+            x[j] *= scale
+    return 1 if norm > bound * (1.0 + rtol) else 0
+
+
+@njit(cache=True)
+def clip_value(r, bound):
+    """(r clipped to [-bound, bound], 1 if it was outside)."""
+    if abs(r) > bound:
+        return min(max(r, -bound), bound), 1
+    return r, 0

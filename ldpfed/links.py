@@ -13,6 +13,7 @@ kernels (ldpfed/engine/kernels.py) mirror them by link code.
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 from scipy.special import expit
 
 from ldpfed.errors import ConfigError
@@ -63,3 +64,23 @@ def inf_slope(link: str, S: float) -> float:
     if link == "poisson":
         return float(np.exp(-S))
     raise ConfigError("env.link", link, f"unknown link (one of {list(LINKS)})")
+
+
+# Link codes of the compiled algorithms (ldpfed.algorithms.compiled): link_code(name) -> code, link_mean(code, z).
+IDENTITY, LOGISTIC, POISSON = range(3)
+
+
+def link_code(link: str) -> int:
+    if link not in LINKS:
+        raise ConfigError("env.link", link, f"unknown link (one of {list(LINKS)})")
+    return LINKS.index(link)
+
+
+@njit(cache=True)
+def link_mean(code, z):
+    """The algorithms' mu(z) for one value (Poisson capped at EXP_CAP, as mean_function)."""
+    if code == IDENTITY:
+        return z
+    if code == LOGISTIC:
+        return 1.0 / (1.0 + np.exp(-z))
+    return np.exp(min(z, EXP_CAP))

@@ -16,6 +16,8 @@ PURPOSES = {
     "init": 6,       # initial model
     "sequential-world": 7,   # the sequential engine: contexts and reward noise of a chunk of users
     "sequential-client": 8,  # the sequential engine: the local randomizers' draws for a chunk of users
+    "sequential-server": 9,  # the sequential engine: the server's draws (draw_server) for a chunk of users
+    "sequential-between": 10,  # the sequential engine: a compiled algorithm's `between` step after a user
 }
 
 

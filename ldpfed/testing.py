@@ -44,6 +44,7 @@ import types
 import numpy as np
 
 from ldpfed.algorithms import REGISTRY, Algorithm
+from ldpfed.algorithms.compiled import CompiledAlgorithm
 from ldpfed.algorithms.contract import check_instance
 from ldpfed.config import RunConfig
 from ldpfed.engine.core import simulate_population
@@ -369,6 +370,21 @@ def record_inputs(algo, rows=None) -> dict:
         rows = {row["message"]: row for row in algo.ledger()}
     kinds = ("gaussian", "symmetric-gaussian", "laplace", "l2-ball", "randomized-response")
     seen = {}
+    if isinstance(algo, CompiledAlgorithm) and algo.compiled_steps() is not None:
+        # written once: every field's input is the row prepare wrote (ldpfed.algorithms.compiled)
+        watched = [key for key, mech in algo.mechanisms.items() if key in rows
+                   and rows[key].get("mechanism") in kinds and key in algo.layout().names]
+        seen.update({key: [] for key in watched})
+
+        def client_inputs(*args, _original=algo.client_inputs):
+            inputs, counts = _original(*args)
+            fields = algo.layout().split(inputs)
+            for key in watched:
+                seen[key].append(np.array(fields[key], dtype=float, copy=True))
+            return inputs, counts
+
+        algo.client_inputs = client_inputs
+        return seen
     for key, mech in algo.mechanisms.items():
         if key not in rows or rows[key].get("mechanism") not in kinds or not hasattr(mech, "privatize"):
             continue

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from scipy import special, stats
 
+from ldpfed.testing import record_inputs
 from ldpfed.algorithms import make_algorithm
 from ldpfed.config import RunConfig
 from ldpfed.engine import run as run_engine
@@ -205,9 +206,7 @@ def test_l2_ball_input_is_clipped_and_counted():
     config = RunConfig("ldp-sgd", env="poisson", users=1000, round_size=10, eps=1.0, delta=0.01, seed=0)
     env = make_env(config)
     algo = make_algorithm(env, config)
-    seen = []
-    privatize = algo.mech.privatize
-    algo.mech.privatize = lambda g, rng: (seen.append(np.array(g)), privatize(g, rng))[1]
+    seen = record_inputs(algo)["Z"]                       # what the l2-ball mechanism is given
     users = np.arange(500)
     world = derive(0, "context", 0, 0)
     contexts = env.contexts(users, world)

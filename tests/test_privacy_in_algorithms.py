@@ -161,8 +161,9 @@ def composed_claim(config, algo):
 
 def _no_clipping(monkeypatch, name, algo):
     """The weakened client: contexts and rewards reach the mechanisms unclipped."""
-    if name == "ldp-ols":
-        monkeypatch.setattr(algo, "_clip", lambda x, r: (np.asarray(x, float), np.asarray(r, float), {}))
+    if name == "ldp-ols":    # written once: the clip bounds C_B, c_r are the first constants of its compiled prepare
+        consts = algo.compiled_consts()
+        monkeypatch.setattr(algo, "compiled_consts", lambda: (math.inf, math.inf, *consts[2:]))
     else:
         monkeypatch.setattr(ldp_linear, "clip_rows_by_squares", lambda x, bound: (x, 0))
         monkeypatch.setattr(ldp_linear, "clip_values", lambda v, bound: (v, 0))

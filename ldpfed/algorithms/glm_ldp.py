@@ -38,12 +38,15 @@ import math
 from dataclasses import replace
 
 import numpy as np
+from numba import njit
+
 from ldpfed.algorithms.base import Algorithm
+from ldpfed.algorithms.compiled import CompiledAlgorithm, Steps, no_weights
 from ldpfed.algorithms.fields import Field
 from ldpfed.algorithms.options import CALIBRATION, Option
-from ldpfed.clip import clip_rows, clip_values, rows_over, values_over
+from ldpfed.clip import CLIP_RTOL, clip_row, clip_rows, clip_value, clip_values, rows_over, values_over
 from ldpfed.errors import ConfigError
-from ldpfed.links import mean_function
+from ldpfed.links import link_code, link_mean, mean_function
 from ldpfed.mechanisms import (Domain, GaussianMechanism, L2BallMechanism, SymmetricGaussianMechanism,
                               weighted_sphere_bounds)
 
@@ -163,24 +166,50 @@ class _GLMBase(Algorithm):
 # ---------------------------------------------------------------------------------------------------------------
 # Single parameter (Algorithm 1)
 # ---------------------------------------------------------------------------------------------------------------
-class _SingleBase(_GLMBase):
+class _SingleBase(_GLMBase, CompiledAlgorithm):
+    """Written once (ldpfed.algorithms.compiled): the greedy arm of the published theta, then each class's prepare
+    and update."""
+
     env_kinds = SINGLE_ENVS
     default_env = "linear"
     paper_setting = {"env_params": {"d": 2, "K": 10}, "users": 10**6, "eps": 1.0, "delta": 0.01}
-
-    def publish(self, state):
-        return {"theta": state["theta"]}
+    model_keys = ("theta",)
 
     def estimate(self, state):
         return state["theta"]
 
-    def act(self, model, contexts, users, rng):
-        # as one (n K, d) @ (d,) product: numpy's (n, K, d) @ (d,) loops over n small products (2x slower)
-        n, K, d = contexts.shape
-        return np.argmax((contexts.reshape(n * K, d) @ model["theta"]).reshape(n, K), axis=1)
-
     def _chosen(self, contexts, actions):
         return contexts[np.arange(len(actions)), actions]
+
+
+@njit(cache=True)
+def _dot(a, b):
+    s = 0.0
+    for j in range(a.shape[0]):
+        s += a[j] * b[j]
+    return s
+
+
+@njit(cache=True)
+def greedy_act(model, consts, contexts, i, draws, actions):
+    """The arm of the largest x_{i,k}^T theta (the first of equals)."""
+    theta = model[0]
+    best, arm = -np.inf, 0
+    for k in range(contexts.shape[1]):
+        score = _dot(contexts[i, k], theta)
+        if score > best or k == 0:
+            best, arm = score, k
+    actions[i] = arm
+
+
+@njit(cache=True)
+def _take_clipped(contexts, i, arm, reward, C_B, c_r, x, counts_i):
+    """x = the pulled arm's context clipped to C_B; returns the reward clipped to c_r; counts both."""
+    for j in range(x.shape[0]):
+        x[j] = contexts[i, arm, j]
+    counts_i[0] = clip_row(x, C_B, CLIP_RTOL)
+    r, counts_i[1] = clip_value(reward, c_r)
+    return r
 
 
 class LdpOls(_SingleBase):
@@ -224,7 +253,7 @@ class LdpOls(_SingleBase):
 
     def initial_state(self, rng):
         d = self.d
-        return {"V": np.zeros((d, d)), "U": np.zeros(d), "t": 0, "theta": np.zeros(d)}
+        return {"V": np.zeros((d, d)), "U": np.zeros(d), "t": np.zeros(1, dtype=np.int64), "theta": np.zeros(d)}
 
     def fields(self):
         # M = x x^T and u = r x (per arm slot for multi), of clipped inputs: |x_i x_j| <= ||x||^2 <= C_B^2,
@@ -239,20 +268,17 @@ class LdpOls(_SingleBase):
                                                   source="raw, public bounds", **schedule), raw=True)
                 for f in shapes}
 
-    def encode(self, model, contexts, actions, rewards, users, rng):
-        x, r, metrics = self._clip(self._chosen(contexts, actions), rewards)
-        u = r[:, None] * x
-        if not self.private:
-            return {"M": x[:, :, None] * x[:, None, :], "u": u}, metrics
-        M = self.mech_M.privatize_gram(x, rng)           # privatize(x x^T) without building x x^T
-        u = self.mech_u.privatize(u, rng)
-        return {"M": M, "u": u}, metrics
+    state_keys = ("V", "U", "t", "theta")
+    metric_names = ("clipped_context", "clipped_reward")
 
-    def update(self, state, sums, start, stop, rng):
-        V = state["V"] + sums["M"]
-        U = state["U"] + sums["u"]
-        theta = np.linalg.solve(V + self.shift(stop) * self._I, U)
-        return {"V": V, "U": U, "t": stop, "theta": theta}
+    def steps(self):
+        return Steps(greedy_act, _ols_prepare, no_weights, _ols_update)
+
+    def consts(self):
+        # the shift after user t: c~ sqrt(t) (paper), 0 (authors' code), or the constant ridge (ols)
+        scale, root = (self.c_shift, True) if type(self).shift is LdpOls.shift and not self.authors \
+            else (float(self.shift(1)), False)
+        return (self.C_B, self.c_r, float(scale), root)
 
 
 class Ols(LdpOls):
@@ -334,30 +360,99 @@ class LdpSgd(_SingleBase):
         # the weights are read off `aggregate` itself (on outputs of one coordinate, 1 in the sent slots)
         spec, users, domains = self.message_spec(), np.asarray(users), self.cached_domains()
         if domains["Z"].slots is None:
-            ones = {"Z": np.ones((len(users), 1))}                     # one coordinate per row is enough
+            eta_sums = np.array([self._eta(users).sum()])
         else:
             sent = np.asarray(domains["Z"].slots(users), dtype=float)
             ones = {"Z": sent[..., None], "n": sent}
-        eta_sums = np.asarray(self.aggregate(ones, users)["Z"]).reshape(-1)
+            eta_sums = np.asarray(self.aggregate(ones, users)["Z"]).reshape(-1)
         bounds = {"Z": weighted_sphere_bounds(eta_sums, self.mech.B, int(np.prod(spec["Z"])), self.d)}
         if "n" in domains:
             bounds["n"] = domains["n"].sum_bounds(users)
         return bounds
 
-    def encode(self, model, contexts, actions, rewards, users, rng):
-        x, r, metrics = self._clip(self._chosen(contexts, actions), rewards)
-        g = (self._predict(x @ model["theta"]) - r)[:, None] * x
-        g, metrics["clipped"] = clip_rows(g, self.R)
-        return {"Z": self.mech.privatize(g, rng)}, metrics
+    state_keys = ("theta",)
+    metric_names = ("clipped_context", "clipped_reward", "clipped")
 
-    def aggregate(self, messages, users):
-        return {"Z": self._eta(users) @ messages["Z"]}
+    def steps(self):
+        return Steps(greedy_act, _sgd_prepare, _sgd_weigh, _sgd_update)
 
-    def update(self, state, sums, start, stop, rng):
-        theta = state["theta"]
-        if self.decay:   # the authors' weight decay, applied at the published theta for the whole round
-            theta = theta * (1.0 - self.decay * float(self._eta(np.arange(start, stop)).sum()))
-        return {"theta": theta - sums["Z"]}
+    def consts(self):
+        return (self.C_B, self.c_r, self.R, link_code(self.link), self.predict_clip, self.step,
+                1.0 + self.step_offset, self.decay)
+
+
+@njit(cache=True)
+def _ols_prepare(model, consts, contexts, actions, reward, user, i, inputs, counts):
+    """Row: M = x x^T (d * d), then u = r x (d), of the clipped context and reward."""
+    C_B, c_r = consts[0], consts[1]
+    d = contexts.shape[2]
+    row = inputs[i]
+    x = row[d * d:]                       # u's slot holds x until M is written
+    r = _take_clipped(contexts, i, actions[i], reward, C_B, c_r, x, counts[i])
+    for a in range(d):
+        for b in range(d):
+            row[a * d + b] = x[a] * x[b]
+    for j in range(d):
+        x[j] = r * x[j]
+
+
+@njit(cache=True)
+def _ols_update(state, consts, sums, start, stop, server):
+    """V += sum M, U += sum u, theta = (V + shift(stop) I)^{-1} U."""
+    V, U, t, theta = state
+    scale, root = consts[2], consts[3]
+    d = U.shape[0]
+    A = np.empty((d, d))
+    shift = scale * np.sqrt(stop) if root else scale
+    for a in range(d):
+        for b in range(d):
+            V[a, b] += sums[a * d + b]
+            A[a, b] = V[a, b]
+        U[a] += sums[d * d + a]
+        A[a, a] = V[a, a] + shift
+    theta[:] = np.linalg.solve(A, U)
+    t[0] = stop
+
+
+@njit(cache=True)
+def _sgd_prepare(model, consts, contexts, actions, reward, user, i, inputs, counts):
+    """Row: the gradient g = (mu(x^T theta) - r) x of the clipped context and reward, clipped to R."""
+    C_B, c_r, R, link, predict_clip = consts[0], consts[1], consts[2], consts[3], consts[4]
+    theta = model[0]
+    g = inputs[i]
+    r = _take_clipped(contexts, i, actions[i], reward, C_B, c_r, g, counts[i])
+    coef = link_mean(link, min(max(_dot(g, theta), -predict_clip), predict_clip)) - r
+    for j in range(g.shape[0]):
+        g[j] = coef * g[j]
+    counts[i, 2] = clip_row(g, R, CLIP_RTOL)
+
+
+@njit(cache=True)
+def _sgd_eta(consts, user):
+    """eta of user `user` (0-based): step / (user + 1 + step_offset), public."""
+    return consts[5] / (user + consts[6])
+
+
+@njit(cache=True)
+def _sgd_weigh(consts, user, row):
+    eta = _sgd_eta(consts, user)
+    for j in range(row.shape[0]):
+        row[j] = eta * row[j]
+
+
+@njit(cache=True)
+def _sgd_update(state, consts, sums, start, stop, server):
+    """theta <- theta (1 - decay sum eta) - sum eta Z (the authors' weight decay at the published theta)."""
+    theta = state[0]
+    decay = consts[7]
+    if decay != 0.0:
+        etas = 0.0
+        for user in range(start, stop):
+            etas += _sgd_eta(consts, user)
+        for j in range(theta.shape[0]):
+            theta[j] = theta[j] * (1.0 - decay * etas)
+    for j in range(theta.shape[0]):
+        theta[j] = theta[j] - sums[j]
 
 
 # ---------------------------------------------------------------------------------------------------------------

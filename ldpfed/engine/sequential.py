@@ -30,12 +30,16 @@ import time
 import numpy as np
 import pandas as pd
 
+from numba import njit
+
 from ldpfed.algorithms import make_algorithm
+from ldpfed.algorithms.compiled import CompiledAlgorithm
 from ldpfed.engine import kernels as kn
 from ldpfed.engine.core import RunResult, checkpoint_rounds, make_result, privacy_summary
 from ldpfed.envs import make_env
 from ldpfed.errors import ConfigError
 from ldpfed.mechanisms import sym_gather_index
+from ldpfed.mechanisms.rows import privatize_row_fields
 from ldpfed.normals import normal_array
 from ldpfed.rng import derive
 
@@ -96,6 +100,12 @@ class Kernel:
     def estimate_shape(self):
         return None if self.algo.estimate(self.state()) is None else np.shape(self.algo.estimate(self.state()))
 
+    def draw_server(self, users, rng):
+        return None
+
+    def run_block(self, t0, world, client, server, snap_at, snaps, regret, counts, between_rng):
+        self.run(t0, world, client, snap_at, snaps, regret, counts)
+
 
 class _GLMSingle(Kernel):
     envs = GLM_SINGLE_ENVS
@@ -110,62 +120,6 @@ class _GLMSingle(Kernel):
     def env_args(self):
         env = self.env
         return env.theta, LINK_CODES[env.link], float(env.noise_std)
-
-
-class LdpSgdKernel(_GLMSingle):
-    algorithms = ("ldp-sgd",)
-    options = frozenset({"step", "step_offset", "context_bound", "radius"})
-    metrics = ("clipped_context", "clipped_reward", "clipped")
-
-    def load(self, state):
-        self.theta = np.array(state["theta"], dtype=float)
-
-    def state(self):
-        return {"theta": self.theta.copy()}
-
-    def draw_client(self, n, rng):
-        # L2BallMechanism: the directions' normals, then the half-space uniforms
-        return normal_array(rng, (n, self.algo.d)), rng.random(n)
-
-    def run(self, t0, world, client, snap_at, snaps, regret, counts):
-        a, mech = self.algo, self.algo.mech
-        kn.ldp_sgd(self.theta, t0, world[0], world[1], *self.env_args(), LINK_CODES[self.env.link], a.C_B, a.c_r,
-                   a.R, mech.B, mech.tanh_half, a.step, a.step_offset, a.predict_clip, a.decay, _clip_rtol(), client[0],
-                   client[1], snap_at, snaps, regret, counts)
-
-
-class LdpOlsKernel(_GLMSingle):
-    algorithms = ("ldp-ols", "ols")
-    options = frozenset({"alpha", "calibration", "context_bound", "ridge"})
-    metrics = ("clipped_context", "clipped_reward")
-
-    def load(self, state):
-        self.V = np.array(state["V"], dtype=float)
-        self.U = np.array(state["U"], dtype=float)
-        self.theta = np.array(state["theta"], dtype=float)
-        self.t = int(state["t"])
-        self.upper = sym_gather_index(self.algo.d).reshape(self.algo.d, self.algo.d).astype(np.int64)
-
-    def state(self):
-        return {"V": self.V.copy(), "U": self.U.copy(), "t": self.t, "theta": self.theta.copy()}
-
-    def draw_client(self, n, rng):
-        d = self.algo.d
-        if not self.algo.private:
-            return np.zeros((n, 1)), np.zeros((n, 1))
-        # SymmetricGaussianMechanism (upper triangle), then GaussianMechanism
-        return normal_array(rng, (n, d * (d + 1) // 2)), normal_array(rng, (n, d))
-
-    def run(self, t0, world, client, snap_at, snaps, regret, counts):
-        a = self.algo
-        n = len(regret)
-        shifts = np.array([a.shift(t) for t in range(t0 + 1, t0 + n + 1)], dtype=float)
-        sigma_M = a.mech_M.sigma if a.private else 0.0
-        sigma_u = a.mech_u.sigma if a.private else 0.0
-        kn.ldp_ols(self.V, self.U, self.theta, world[0], world[1], *self.env_args(), a.C_B, a.c_r, sigma_M, sigma_u,
-                   self.upper, shifts, _clip_rtol(), client[0], client[1], bool(a.private), snap_at, snaps, regret,
-                   counts)
-        self.t = t0 + n
 
 
 class LdpUcbKernel(_GLMSingle):
@@ -431,22 +385,102 @@ def _clip_rtol():
     return CLIP_RTOL
 
 
-KERNELS = {name: cls for cls in (LdpSgdKernel, LdpOlsKernel, LdpUcbKernel, MabUcbKernel, LdpSgdMultiKernel,
+@njit(cache=True)
+def run_users(act, prepare, weigh, update, env_step, truth, state, model, consts, layout, params, t0, contexts,
+              noise, act_draws, enc_draws, server, actions, inputs, rows, regret, counts):
+    """Users t0, t0 + 1, ... of a block one at a time, each on the model its predecessor left: act, the env's step,
+    prepare, the fields' mechanisms, the weight, the server's update (ldpfed.algorithms.compiled: the functions the
+    batched engine runs too)."""
+    for i in range(actions.shape[0]):
+        user = t0 + i
+        act(model, consts, contexts, i, act_draws, actions)
+        reward, regret[i] = env_step(truth, contexts, i, user, actions, noise)
+        prepare(model, consts, contexts, actions, reward, user, i, inputs, counts)
+        privatize_row_fields(layout, params, inputs[i], enc_draws[i], rows[i])
+        weigh(consts, user, rows[i])
+        update(state, consts, rows[i], user, user + 1, server[i:i + 1])
+
+
+class StepsRunner:
+    """Any compiled algorithm (ldpfed.algorithms.compiled) on any env with a compiled step: no per-algorithm code.
+    Its draws: the world's (contexts, then the env's noise), the users' (act's, then the fields' mechanisms'), and
+    the server's (draw_server), each block from its own Generator."""
+
+    def __init__(self, algo, env, state):
+        self.algo, self.env, self.state_dict = algo, env, state
+        self.steps, self.env_steps = algo.compiled_steps(), env.compiled()
+        self.layout, self.consts = algo.layout(), algo.compiled_consts()
+        self.model = algo.model_tuple(algo.publish(state))      # views of the state: updates show through
+
+    def metric_names(self):
+        return tuple(self.algo.metric_names)
+
+    def estimate_shape(self):
+        value = self.algo.estimate(self.state_dict)
+        return None if value is None else np.shape(value)
+
+    def state(self):
+        return {key: np.array(value, copy=True) for key, value in self.state_dict.items()}
+
+    def draw_world(self, users, rng):
+        contexts = self.env.contexts(users, rng)
+        return self.env.context_rows(contexts, len(users)), self.env.draw_noise(len(users), rng)
+
+    def draw_client_users(self, users, rng):
+        n = len(users)
+        return self.algo.draw_act(n, rng), self.layout.draw(rng, n)
+
+    def draw_server(self, users, rng):
+        return self.algo.draw_server(len(users), rng)
+
+    def run_block(self, t0, world, client, server, snap_at, snaps, regret, counts, between_rng):
+        algo, steps, layout = self.algo, self.steps, self.layout
+        contexts, noise = world
+        n = len(regret)
+        actions, inputs = algo.new_actions(n), np.zeros((n, layout.width))
+        rows = np.empty((n, layout.width))
+        state = algo.state_tuple(self.state_dict)
+        # stop after each checkpoint user (its estimate, in Python: a few thousand in a run) and each of the
+        # algorithm's breaks (its `between` step)
+        breaks = {int(u) for u in algo.breaks(t0, t0 + n)}
+        stops = sorted({int(i) + 1 for i in np.flatnonzero(snap_at >= 0)} | {u - t0 for u in breaks} | {n})
+        lo = 0
+        for hi in stops:
+            if hi > lo or n == 0:       # (no users: compiles, or loads from numba's cache, before the clock starts)
+                s = slice(lo, hi)
+                run_users(steps.act, steps.prepare, steps.weigh, steps.update, self.env_steps.step,
+                          self.env_steps.truth, state, self.model, self.consts, layout.layout, layout.params, t0 + lo,
+                          contexts[s], noise[s], client[0][s], client[1][s], server[s], actions[s], inputs[s],
+                          rows[s], regret[s], counts[s])
+            if t0 + hi in breaks:
+                algo.between(self.state_dict, t0 + hi, between_rng(t0 + hi - 1))
+                state = algo.state_tuple(self.state_dict)
+                self.model = algo.model_tuple(algo.publish(self.state_dict))
+            if 0 < hi <= n and snap_at[hi - 1] >= 0:
+                snaps[snap_at[hi - 1]] = np.reshape(algo.estimate(self.state_dict), snaps.shape[1:])
+            lo = hi
+
+
+KERNELS = {name: cls for cls in (LdpUcbKernel, MabUcbKernel, LdpSgdMultiKernel,
                                   LdpOlsMultiKernel, KlucbKernel) for name in cls.algorithms}
 
 
 # ---------------------------------------------------------------------------------------------------------------
 def _plan(config):
-    """(kernel class, env, algo) or a reason string."""
+    """(runner class, env, algo) or a reason string."""
     if config.round_size != 1:
         return f"round size {config.round_size} (the sequential engine runs round size 1)"
     if config.populations != 1:
         return f"{config.populations} populations (the sequential engine runs one)"
+    env = make_env(config)
+    algo = make_algorithm(env, config)
+    if isinstance(algo, CompiledAlgorithm) and algo.compiled_steps() is not None:
+        if env.compiled() is None:
+            return f"env {env.name} has no compiled step"
+        return StepsRunner, env, algo
     cls = KERNELS.get(config.algorithm)
     if cls is None:
         return f"no sequential kernel for {config.algorithm}"
-    env = make_env(config)
-    algo = make_algorithm(env, config)
     reason = cls.unsupported(algo, env)
     return reason if reason else (cls, env, algo)
 
@@ -458,26 +492,35 @@ def sequential_unsupported(config) -> str | None:
 
 
 def _draws(kernel, config, start, stop, streams):
+    """(world, client, server draws, between_rng) of users [start, stop)."""
     users = np.arange(start, stop)
     if streams == "block":
         chunk = start // CHUNK
         world = kernel.draw_world(users, derive(config.seed, "sequential-world", chunk))
         client = kernel.draw_client_users(users, derive(config.seed, "sequential-client", chunk))
-        return world, client
-    # the generic engine's own Generators: population 0, round t (slow; tests)
-    parts_w, parts_c = [], []
+        server = kernel.draw_server(users, derive(config.seed, "sequential-server", chunk))
+        return world, client, server, lambda t: derive(config.seed, "sequential-between", int(t))
+    # the generic engine's own Generators: population 0, round t (slow; tests); a `between` step after user t
+    # continues the Generator that drew user t's server numbers, as the batched update does
+    parts_w, parts_c, parts_s, server_rngs = [], [], [], {}
     for t in users:
         parts_w.append(kernel.draw_world(np.array([t]), derive(config.seed, "context", 0, int(t))))
         parts_c.append(kernel.draw_client_users(np.array([t]), derive(config.seed, "privatize", 0, int(t))))
+        server_rngs[int(t)] = derive(config.seed, "server", int(t))
+        parts_s.append(kernel.draw_server(np.array([t]), server_rngs[int(t)]))
     join = lambda parts: tuple(None if p[0] is None else np.concatenate(p) for p in zip(*parts))  # noqa: E731
-    return join(parts_w), join(parts_c)
+    server = None if not parts_s or parts_s[0] is None else np.concatenate(parts_s)
+    if server is None and isinstance(kernel, StepsRunner):
+        server = np.zeros((0, 0))       # no users
+    return join(parts_w), join(parts_c), server, server_rngs.__getitem__
 
 
 def _load(kernel, config, snaps):
     """Run the kernel on zero users, so it is loaded from numba's disk cache (or compiled) before the clock starts."""
-    world, client = _draws(kernel, config, 0, 0, "block")
+    world, client, server, between_rng = _draws(kernel, config, 0, 0, "block")
     empty = np.zeros(0, dtype=np.int64)
-    kernel.run(0, world, client, empty, snaps, np.zeros(0), np.zeros((0, len(kernel.metric_names())), np.int64))
+    kernel.run_block(0, world, client, server, empty, snaps, np.zeros(0),
+                     np.zeros((0, len(kernel.metric_names())), np.int64), between_rng)
 
 
 def run_sequential(config, progress=None, streams: str = "block") -> RunResult:
@@ -506,8 +549,9 @@ def run_sequential(config, progress=None, streams: str = "block") -> RunResult:
     cumulative = 0.0
     for start in range(0, T, CHUNK):
         stop = min(T, start + CHUNK)
-        world, client = _draws(kernel, config, start, stop, streams)
-        kernel.run(start, world, client, snap_at[start:stop], snaps, regret[start:stop], counts[start:stop])
+        world, client, server, between_rng = _draws(kernel, config, start, stop, streams)
+        kernel.run_block(start, world, client, server, snap_at[start:stop], snaps, regret[start:stop],
+                         counts[start:stop], between_rng)
         cumulative += float(np.sum(regret[start:stop]))
         if progress is not None:
             progress(stop, cumulative)

@@ -7,8 +7,10 @@ Regret is a simulation metric: it never travels to the server.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
+from numba import njit
 
 from ldpfed.errors import ConfigError
 
@@ -43,6 +45,25 @@ class PublicWorld:
     strong_convexity: float | None = None
 
 
+class EnvSteps(NamedTuple):
+    """An env's step for one user, compiled (numba): what its batched `step` and the sequential engine both run.
+
+    `step(truth, contexts, i, user, actions, noise) -> (reward, regret)`: user i of the block (global index `user`)
+    chose actions[i] on contexts[i] (a (n, 0) array in context-free worlds); noise[i] is its pre-drawn randomness
+    (Env.draw_noise). `truth`: the env's arrays and constants that only `step` reads (the engine passes it on
+    unopened: no algorithm ever sees it)."""
+
+    step: object
+    truth: tuple
+
+
+@njit(cache=True)
+def run_steps(step, truth, contexts, users, actions, noise, rewards, regret):
+    """EnvSteps.step for every user of a round (the batched `step` of a compiled env)."""
+    for i in range(actions.shape[0]):
+        rewards[i], regret[i] = step(truth, contexts, i, users[i], actions, noise)
+
+
 class Env:
     name: str = ""
     defaults: dict = {}
@@ -67,8 +88,31 @@ class Env:
         return None
 
     def step(self, contexts, actions, users: np.ndarray, rng: np.random.Generator):
-        """(rewards, pseudo-regret per user) for the chosen actions."""
-        raise NotImplementedError
+        """(rewards, pseudo-regret per user) for the chosen actions. An env with a compiled step (`compiled()`)
+        inherits this: its noise drawn by draw_noise, then its step for every user."""
+        steps = self.compiled()
+        if steps is None:
+            raise NotImplementedError
+        n = len(actions)
+        noise = self.draw_noise(n, rng)
+        rewards, regret = np.empty(n), np.empty(n)
+        run_steps(steps.step, steps.truth, self.context_rows(contexts, n), np.asarray(users, dtype=np.int64),
+                  np.asarray(actions), noise, rewards, regret)
+        return rewards, regret
+
+    def compiled(self) -> EnvSteps | None:
+        """The env's step for one user, compiled (EnvSteps), or None: an env without one runs its batched `step`
+        only (the sequential engine then cannot run it)."""
+        return None
+
+    def draw_noise(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """The randomness of n users' steps, drawn after their contexts from the same Generator, (n,) or (n, q)."""
+        return rng.random(n)
+
+    @staticmethod
+    def context_rows(contexts, n: int) -> np.ndarray:
+        """The contexts as the compiled steps take them: a (n, 0) array when the world has none."""
+        return np.zeros((n, 0)) if contexts is None else contexts
 
     def estimation_error(self, estimate) -> float | None:
         """Distance of an algorithm's parameter estimate from the truth, where defined."""
@@ -114,5 +158,5 @@ def check_env_class(cls, where: str) -> None:
         unknown = set(options) - set(cls.defaults)
         if unknown:
             fail(f"profile_defaults.{profile}", f"options {sorted(unknown)} are not in defaults")
-    if cls.step is Env.step:
+    if cls.step is Env.step and cls.compiled is Env.compiled:
         fail("step", "not implemented (an env returns rewards and pseudo-regret for the chosen actions)")

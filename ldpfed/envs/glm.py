@@ -12,12 +12,14 @@ and N(0, I_d) contexts on the multi-parameter envs.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import numpy as np
+from numba import njit
 
 from ldpfed.errors import ConfigError
-from ldpfed.envs.base import Env, nonneg_float, positive_int, unit_sphere
+from ldpfed.envs.base import Env, EnvSteps, nonneg_float, positive_int, unit_sphere
 from ldpfed.envs.sphere import sphere_points
 from ldpfed.links import mean_function
 
@@ -59,23 +61,85 @@ class GLMContextual(Env):
         n, K, d = contexts.shape   # one (n K, d) @ (d,) product (numpy's (n, K, d) @ (d,) loops over n)
         return self.mu((contexts.reshape(n * K, d) @ self.theta).reshape(n, K))
 
-    def step(self, contexts, actions, users, rng):
-        means = self.means(contexts)
-        n = len(actions)
-        chosen = means[np.arange(n), actions]
-        regret = means.max(axis=1) - chosen
-        if self.link == "identity":
-            rewards = chosen + self.noise_std * rng.standard_normal(n)
-        elif self.link == "logistic":
-            rewards = (rng.random(n) < chosen).astype(float)
-        else:
-            rewards = rng.poisson(chosen).astype(float)
-        return rewards, regret
+    def compiled(self):
+        # the inherited batched step runs this for every user (one copy of the step: ldpfed.envs.base.EnvSteps)
+        return EnvSteps(_multi_step if self.multi else _single_step,
+                        (self.theta, LINKS[self.link], float(self.noise_std)))
+
+    def draw_noise(self, n, rng):
+        # identity: the Gaussian reward noise; logistic: the Bernoulli draw's uniform; Poisson: the uniform of
+        # its inverse CDF
+        return rng.standard_normal(n) if self.link == "identity" else rng.random(n)
 
     def estimation_error(self, estimate):
         if estimate is None:
             return None
         return float(np.linalg.norm(np.asarray(estimate) - self.theta))
+
+
+IDENTITY, LOGISTIC, POISSON = range(3)
+LINKS = {"identity": IDENTITY, "logistic": LOGISTIC, "poisson": POISSON}
+
+
+@njit(cache=True)
+def _mean(link, z):
+    """The world's true mean mu(z) (links.mean_function(capped=False))."""
+    if link == IDENTITY:
+        return z
+    if link == LOGISTIC:
+        return 1.0 / (1.0 + math.exp(-z))
+    return math.exp(z)
+
+
+@njit(cache=True)
+def _reward(link, noise_std, mean, noise):
+    """A reward of mean `mean` from the user's pre-drawn noise: Gaussian noise (identity), a Bernoulli draw
+    (logistic) or a Poisson draw by inverse CDF (the means are at most e: a few terms)."""
+    if link == IDENTITY:
+        return mean + noise_std * noise
+    if link == LOGISTIC:
+        return 1.0 if noise < mean else 0.0
+    k, p = 0, math.exp(-mean)
+    cdf = p
+    while noise > cdf and p > 0.0:
+        k += 1
+        p *= mean / k
+        cdf += p
+    return float(k)
+
+
+@njit(cache=True)
+def _dot(a, b):
+    s = 0.0
+    for j in range(a.shape[0]):
+        s += a[j] * b[j]
+    return s
+
+
+@njit(cache=True)
+def _single_step(truth, contexts, i, user, actions, noise):
+    """Single parameter: the arms' means mu(x_{i,k}^T theta*); (reward of the chosen arm, best mean - its mean)."""
+    theta, link, noise_std = truth
+    best, chosen = -np.inf, 0.0
+    for k in range(contexts.shape[1]):
+        m = _mean(link, _dot(contexts[i, k], theta))
+        best = max(best, m)
+        if k == actions[i]:
+            chosen = m
+    return _reward(link, noise_std, chosen, noise[i]), best - chosen
+
+
+@njit(cache=True)
+def _multi_step(truth, contexts, i, user, actions, noise):
+    """Multi parameter: arm k's mean mu(x_i^T theta*_k)."""
+    theta, link, noise_std = truth
+    best, chosen = -np.inf, 0.0
+    for k in range(theta.shape[0]):
+        m = _mean(link, _dot(contexts[i], theta[k]))
+        best = max(best, m)
+        if k == actions[i]:
+            chosen = m
+    return _reward(link, noise_std, chosen, noise[i]), best - chosen
 
 
 def _variant(cls_name: str, name: str, link: str, multi: bool, defaults: dict):

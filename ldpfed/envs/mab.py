@@ -4,8 +4,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+from numba import njit
 
-from ldpfed.envs.base import Env, positive_int
+from ldpfed.envs.base import Env, EnvSteps, positive_int
 from ldpfed.errors import ConfigError
 
 
@@ -54,11 +55,9 @@ class PiecewiseBernoulli(Env):
     def means_at(self, users):
         return self.segment_means[np.searchsorted(self.change_points, users, side="right")]
 
-    def step(self, contexts, actions, users, rng):
-        means = self.means_at(users)
-        chosen = means[np.arange(len(actions)), actions]
-        rewards = (rng.random(len(actions)) < chosen).astype(float)
-        return rewards, means.max(axis=1) - chosen
+    def compiled(self):
+        # draw_noise: one uniform per user (the Bernoulli draw)
+        return EnvSteps(_bernoulli_step, (self.change_points, self.segment_means))
 
     def public(self):
         # Seed 004's L_T (the number of stationary segments) is public, the change times are not.
@@ -71,3 +70,12 @@ class PiecewiseBernoulli(Env):
 class Bernoulli(PiecewiseBernoulli):
     name = "bernoulli"
     defaults = {"K": 10, "breakpoints": 0, "means": None}
+
+
+@njit(cache=True)
+def _bernoulli_step(truth, contexts, i, user, actions, noise):
+    """User `user` pulls actions[i] in the segment it arrives in: (a Bernoulli reward, best mean - its mean)."""
+    change_points, segment_means = truth
+    means = segment_means[np.searchsorted(change_points, user, side="right")]
+    chosen = means[actions[i]]
+    return (1.0 if noise[i] < chosen else 0.0), means.max() - chosen

@@ -15,7 +15,7 @@ from ldpfed.normals import normal_array
 from . import _validate as V
 from .domains import Domain, gaussian_tail_z
 from .guarantee import Guarantee
-from .protocol import require_bound
+from .protocol import GAUSSIAN, SYMMETRIC_GAUSSIAN, RowKernel, require_bound
 
 
 def analytic_delta(eps: float, sigma_over_sensitivity: float) -> float:
@@ -106,6 +106,14 @@ class GaussianMechanism:
         """How many independent noise draws a field of this shape gets (per user)."""
         return int(np.prod(shape, dtype=np.int64))
 
+    def row_kernel(self, shape):
+        """One user's field of this shape, compiled (ldpfed.mechanisms.rows): x + sigma z."""
+        return RowKernel(GAUSSIAN, (self.sigma,), self.noisy_coordinates(shape))
+
+    def draw_rows(self, rng: np.random.Generator, n: int, shape) -> np.ndarray:
+        """The standard normals of n users' fields, (n, draws): the draws privatize makes for (n, *shape)."""
+        return normal_array(rng, (int(n), self.noisy_coordinates(shape)))
+
     def output_domain(self, shape, data_bound=None, **schedule) -> Domain:
         """Contract: the finite reals, narrowed to |output - data| <= z sigma per entry, where |data| <= data_bound
         entry-wise (the public bound of what the caller privatizes; required: DataBoundRequired without it) and
@@ -145,6 +153,12 @@ class SymmetricGaussianMechanism(GaussianMechanism):
         """The upper triangle (incl. diagonal) of each trailing (d, d) matrix is drawn; the rest is mirrored."""
         d = shape[-1]
         return int(np.prod(shape[:-2], dtype=np.int64)) * d * (d + 1) // 2
+
+    def row_kernel(self, shape):
+        """One user's field of (..., d, d) matrices, compiled: each + the symmetric noise of its upper triangle."""
+        if len(shape) < 2 or shape[-1] != shape[-2]:
+            raise ConfigError("shape", shape, "must be (..., d, d) with square trailing axes")
+        return RowKernel(SYMMETRIC_GAUSSIAN, (self.sigma, shape[-1]), self.noisy_coordinates(shape))
 
     def noise(self, shape_prefix, d, rng: np.random.Generator) -> np.ndarray:
         """The symmetric noise alone, shape (*shape_prefix, d, d)."""

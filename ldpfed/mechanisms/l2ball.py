@@ -15,6 +15,7 @@ from ldpfed.normals import normal_array
 from . import _validate as V
 from .domains import Domain
 from .guarantee import Guarantee
+from .protocol import L2_BALL, RowKernel
 
 # A row counts as clipped when its norm exceeds radius by more than ldpfed.clip.CLIP_RTOL; rows within the
 # tolerance (e.g. vectors normalised to exactly `radius` with rounding error) are still rescaled to `radius`,
@@ -104,6 +105,23 @@ class L2BallMechanism:
         """g: (n, dim). Returns (Z of shape (n, dim), number of rows clipped to the radius: norm > radius
         (1 + CLIP_RTOL)). The same draws and outputs as privatize."""
         return self._sample(g, rng)
+
+    def row_kernel(self, shape):
+        """One user's field of rows of `dim` entries (e.g. (dim,) or (K, dim)), compiled (ldpfed.mechanisms.rows):
+        privatize_row on each row (rows over the radius are clipped to it; the caller counts clipping)."""
+
+        shape = tuple(shape)
+        if not shape or shape[-1] != self.dim:
+            raise ConfigError("shape", shape, f"must end with the mechanism's dim {self.dim}")
+        rows = int(np.prod(shape, dtype=np.int64)) // self.dim
+        return RowKernel(L2_BALL, (self.radius, self.B, self.tanh_half, self.dim), rows * (self.dim + 1))
+
+    def draw_rows(self, rng: np.random.Generator, n: int, shape) -> np.ndarray:
+        """n users' draws, (n, rows (dim + 1)): every row's normals, then every row's uniform (the order of
+        _sample on the (n rows, dim) matrix of their inputs, so both give the same outputs)."""
+        rows = int(np.prod(shape, dtype=np.int64)) // self.dim
+        gauss = normal_array(rng, (int(n), rows * self.dim))
+        return np.concatenate([gauss, rng.random(int(n) * rows).reshape(int(n), rows)], axis=1)
 
     def _sample(self, g, rng: np.random.Generator) -> tuple[np.ndarray, int]:
         x = V.finite_array("g", g)

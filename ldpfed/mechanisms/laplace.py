@@ -7,7 +7,7 @@ import numpy as np
 from . import _validate as V
 from .domains import Domain, laplace_tail
 from .guarantee import Guarantee
-from .protocol import require_bound
+from .protocol import LAPLACE, RowKernel, require_bound
 
 
 class LaplaceMechanism:
@@ -24,6 +24,14 @@ class LaplaceMechanism:
         out = rng.laplace(0.0, self.b, size=x.shape)
         out += x
         return out
+
+    def row_kernel(self, shape):
+        """One user's field, compiled (ldpfed.mechanisms.rows): x + b l with l a standard Laplace draw."""
+        return RowKernel(LAPLACE, (self.b,), int(np.prod(shape, dtype=np.int64)))
+
+    def draw_rows(self, rng: np.random.Generator, n: int, shape) -> np.ndarray:
+        """n users' standard Laplace draws, (n, entries) (b times them is, bit for bit, what privatize adds)."""
+        return rng.laplace(0.0, 1.0, size=(int(n), int(np.prod(shape, dtype=np.int64))))
 
     def output_domain(self, shape, data_bound=None, **schedule) -> Domain:
         """Contract: input entries within +-data_bound (the caller's public bound; required) plus the tail bound t

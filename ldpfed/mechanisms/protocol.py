@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -53,6 +53,22 @@ class Mechanism(Protocol):
 
     def dp_event(self) -> dict:
         ...
+
+
+# What a mechanism can do to one user's field in a compiled algorithm's row (ldpfed.mechanisms.rows): a mechanism
+# that offers `row_kernel(shape) -> RowKernel` and `draw_rows(rng, n, shape) -> (n, draws)` can make a field of a
+# compiled algorithm (ldpfed.algorithms.compiled).
+PASS, GAUSSIAN, SYMMETRIC_GAUSSIAN, L2_BALL, RANDOMIZED_RESPONSE, LAPLACE = range(6)
+KIND_NAMES = ("pass", "gaussian", "symmetric-gaussian", "l2-ball", "randomized-response", "laplace")
+
+
+class RowKernel(NamedTuple):
+    kind: int               # one of the kinds above
+    params: tuple = ()      # floats, read by the kind's branch of rows.privatize_fields
+    draws: int = 0          # random numbers per user for one field
+
+
+PASS_KERNEL = RowKernel(PASS)
 
 
 class DataBoundRequired(ConfigError):

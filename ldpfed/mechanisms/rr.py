@@ -12,6 +12,7 @@ from ldpfed.errors import ConfigError
 from . import _validate as V
 from .domains import Domain
 from .guarantee import Guarantee
+from .protocol import RANDOMIZED_RESPONSE, RowKernel
 
 
 class RandomizedResponse:
@@ -36,6 +37,14 @@ class RandomizedResponse:
         b = b.astype(np.int64, copy=False)
         flip = rng.random(b.shape) >= self.p_keep
         return np.bitwise_xor(b, flip.astype(np.int64))
+
+    def row_kernel(self, shape):
+        """One user's bits, compiled (ldpfed.mechanisms.rows): kept when u < p_keep, else flipped."""
+        return RowKernel(RANDOMIZED_RESPONSE, (self.p_keep,), int(np.prod(shape, dtype=np.int64)))
+
+    def draw_rows(self, rng: np.random.Generator, n: int, shape) -> np.ndarray:
+        """n users' uniforms, (n, entries): the draws privatize makes for bits of shape (n, *shape)."""
+        return rng.random((int(n), int(np.prod(shape, dtype=np.int64))))
 
     def output_domain(self, shape, data_bound=None, **schedule) -> Domain:
         """Contract: every reported bit is 0 or 1, whatever the input (data_bound is not needed: ignored); a field

@@ -1,0 +1,202 @@
+"""An algorithm written once: what one user does and what the server does, as compiled (numba) functions that
+every path runs: the batched engine (a round of users), per-user mode, the Ray engine and the paper's sequential
+path (ldpfed.engine.sequential: one user at a time, B = 1).
+
+A `CompiledAlgorithm` declares its message as `fields()` (ldpfed.algorithms.fields), as every algorithm may, and
+writes four functions in numba-compatible Python (`steps()` returns them as `Steps`):
+
+* `act(model, consts, contexts, i, draws, actions)`: user i of the block chooses; writes actions[i]. `model` is the
+  tuple of the published arrays (`model_keys` of the state), `consts` the algorithm's constants (`consts()`),
+  `contexts` the block's contexts ((n, 0) in context-free worlds), `draws` the block's (n, act_draws) uniforms.
+* `prepare(model, consts, contexts, actions, reward, user, i, inputs, counts)`: user i's clipped data, written
+  into row i of `inputs` field by field (the layout of `fields()`, in declaration order), and its metric counters
+  into counts[i] (the order of `metric_names`). This is all the algorithm does with a user's data: each field's
+  mechanism then privatizes its part of the row (ldpfed.mechanisms.rows), so under local DP nothing the algorithm
+  writes leaves the user unprivatized. A public field's value passes as it is.
+* `weigh(consts, user, row)`: the public per-user weights of the aggregate, applied in place to the user's
+  privatized row (`no_weights`: a plain sum).
+* `update(state, consts, sums, start, stop, server)`: the server folds the aggregated rows of users [start, stop)
+  into the state (a tuple of arrays, `state_keys`), in place. At B = 1 the sums are one user's row. `server`: the
+  server's own random numbers for these users, (stop - start, q) from `draw_server` (e.g. a central model's noise;
+  (n, 0) for most algorithms).
+
+Two hooks for what does not fit a per-user compiled function (both optional):
+* `draw_server(n, rng) -> (n, q)`: the server's random numbers for n users, drawn from the round's server Generator.
+* `breaks(start, stop)` and `between(state, stop, rng)`: the users u in (start, stop] after whose update a step in
+  plain Python runs (e.g. a LASSO solve at the end of an episode); the batched `update` runs `between` once after
+  the compiled update when a break falls in its round, the sequential engine after the user.
+
+The state is a dict of numpy arrays (scalars as arrays of shape (1,)), so it pickles, checkpoints and travels to
+Ray actors as any algorithm's; the compiled functions see it as the tuple of its `state_keys` arrays.
+Everything the functions need that is not data is in `consts` (built in Python from the validated options), so the
+compiled functions are the same for every instance and numba caches them on disk.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit
+
+from ldpfed.algorithms.base import Algorithm
+from ldpfed.mechanisms.rows import FieldLayout
+
+
+class Steps(NamedTuple):
+    act: object
+    prepare: object
+    weigh: object
+    update: object
+
+
+@njit(cache=True)
+def no_weights(consts, user, row):
+    """A plain sum: every user's row counts once."""
+    return None
+
+
+@njit(cache=True)
+def run_act(act, model, consts, contexts, draws, actions):
+    for i in range(actions.shape[0]):
+        act(model, consts, contexts, i, draws, actions)
+
+
+@njit(cache=True)
+def run_prepare(prepare, model, consts, contexts, actions, rewards, users, inputs, counts):
+    for i in range(actions.shape[0]):
+        prepare(model, consts, contexts, actions, rewards[i], users[i], i, inputs, counts)
+
+
+@njit(cache=True)
+def run_weighted_sum(weigh, consts, users, rows, out):
+    """out = sum over users of weigh(row); rows are weighed in place, added in user order."""
+    for i in range(rows.shape[0]):
+        weigh(consts, users[i], rows[i])
+        for j in range(rows.shape[1]):
+            out[j] += rows[i, j]
+
+
+class CompiledAlgorithm(Algorithm):
+    """An algorithm given as compiled per-user steps (see the module doc); the batched methods below run them."""
+
+    state_keys: tuple = ()       # the state dict's arrays, in the order the compiled functions get them
+    model_keys: tuple = ()       # the state arrays every user sees (the published model), in that order
+    metric_names: tuple = ()     # prepare's counters, in the order it writes them
+    act_draws: int = 0           # uniforms per user for act
+    action_shape: tuple = ()     # one user's action: () an arm index (int64), (d,) a point (float64)
+
+    def steps(self) -> Steps:
+        raise NotImplementedError
+
+    # the batched methods the steps replace; a subclass that writes one of them by hand is not written once, and
+    # the sequential engine then does not run it
+    BATCHED = ("act", "encode", "aggregate", "update", "publish")
+
+    def compiled_steps(self) -> Steps | None:
+        """The steps, when every batched method is the one derived from them (else None)."""
+        cls = type(self)
+        if any(getattr(cls, name) is not getattr(CompiledAlgorithm, name) for name in self.BATCHED):
+            return None
+        return self.steps()
+
+    def consts(self) -> tuple:
+        """The constants of the compiled functions (floats, ints, arrays), from the validated options."""
+        return ()
+
+    def draw_server(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """The server's random numbers for n users (see the module doc); none by default."""
+        return np.zeros((n, 0))
+
+    def breaks(self, start: int, stop: int) -> list:
+        """Users u in (start, stop] after whose update `between` runs (see the module doc); none by default."""
+        return []
+
+    def between(self, state: dict, stop: int, rng: np.random.Generator) -> None:
+        """A step in plain Python on the state (in place) after the update of the users up to `stop`."""
+
+    # ---- what the engines use ------------------------------------------------------------------------------------
+    def layout(self) -> FieldLayout:
+        """Where each message field sits in a user's row and which mechanism privatizes it (built once)."""
+        if "_layout" not in self.__dict__:
+            if self._fields is None:
+                raise NotImplementedError(f"{self.name}: a compiled algorithm declares fields()")
+            self._layout = FieldLayout({key: (f.shape, f.mechanism) for key, f in self._fields.items()})
+            self._consts = self.consts()
+        return self._layout
+
+    def compiled_consts(self) -> tuple:
+        """consts(), built once (with the layout)."""
+        self.layout()
+        return self._consts
+
+    def state_tuple(self, state: dict) -> tuple:
+        return tuple(state[key] for key in self.state_keys)
+
+    def model_tuple(self, model: dict) -> tuple:
+        return tuple(model[key] for key in self.model_keys)
+
+    def new_actions(self, n: int) -> np.ndarray:
+        return np.zeros((n, *self.action_shape)) if self.action_shape else np.zeros(n, dtype=np.int64)
+
+    def draw_act(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        return rng.random((n, self.act_draws)) if self.act_draws else np.zeros((n, 0))
+
+    def client_inputs(self, model, contexts, actions, rewards, users) -> tuple[np.ndarray, np.ndarray]:
+        """(inputs, counts): every user's row of clipped data (what the fields' mechanisms are given) and metric
+        counters. The conformance kit reads the inputs to check clipping."""
+        n = len(users)
+        layout = self.layout()
+        inputs = np.zeros((n, layout.width))
+        counts = np.zeros((n, len(self.metric_names)), dtype=np.int64)
+        run_prepare(self.steps().prepare, self.model_tuple(model), self.compiled_consts(),
+                    self.context_rows(contexts, n), np.asarray(actions), np.asarray(rewards, dtype=float),
+                    np.asarray(users, dtype=np.int64), inputs, counts)
+        return inputs, counts
+
+    @staticmethod
+    def context_rows(contexts, n: int) -> np.ndarray:
+        return np.zeros((n, 0)) if contexts is None else np.asarray(contexts, dtype=float)
+
+    # ---- the batched methods, from the steps ---------------------------------------------------------------------
+    def publish(self, state):
+        return {key: state[key] for key in self.model_keys}
+
+    def act(self, model, contexts, users, rng):
+        n = len(users)
+        actions = self.new_actions(n)
+        draws = self.draw_act(n, rng)
+        run_act(self.steps().act, self.model_tuple(model), self.compiled_consts(), self.context_rows(contexts, n),
+                draws, actions)
+        return actions
+
+    def encode(self, model, contexts, actions, rewards, users, rng):
+        inputs, counts = self.client_inputs(model, contexts, actions, rewards, users)
+        layout = self._layout
+        rows = layout.privatize(inputs, layout.draw(rng, len(users)))
+        totals = counts.sum(axis=0)
+        return layout.split(rows), {name: int(totals[j]) for j, name in enumerate(self.metric_names)}
+
+    def aggregate(self, messages, users):
+        steps = self.steps()
+        if steps.weigh is no_weights:
+            return super().aggregate(messages, users)
+        layout = self.layout()
+        users = np.asarray(users, dtype=np.int64)
+        rows = layout.join(messages, len(users))     # a copy: weighing in place leaves the messages alone
+        out = np.zeros(layout.width)
+        run_weighted_sum(steps.weigh, self.compiled_consts(), users, rows, out)
+        return {key: value[0] for key, value in layout.split(out[None, :]).items()}
+
+    def aggregate_bounds(self, users):
+        """Plain sums: each field's domain summed over the users; a weighted aggregate declares its own."""
+        if self.steps().weigh is not no_weights:
+            raise NotImplementedError(f"{self.name}: aggregate is weighted; declare aggregate_bounds")
+        return {field: domain.sum_bounds(users) for field, domain in self.cached_domains().items()}
+
+    def update(self, state, sums, start, stop, rng):
+        new = {key: np.array(value, copy=True) for key, value in state.items()}
+        self.steps().update(self.state_tuple(new), self.compiled_consts(), self.layout().join(sums), int(start),
+                            int(stop), self.draw_server(int(stop) - int(start), rng))
+        if self.breaks(int(start), int(stop)):
+            self.between(new, int(stop), rng)
+        return new

@@ -1,0 +1,126 @@
+"""The local randomizers one user at a time, compiled: what a compiled algorithm's message fields go through.
+
+A compiled algorithm (ldpfed.algorithms.compiled) writes each user's clipped data, field by field, into one flat
+row of `inputs`; every field's mechanism then turns its part of the row into the message, here, from the user's
+pre-drawn random numbers. The algorithm never writes a privatized field itself: under local DP, what leaves the user
+is the mechanism's output, by construction (TF Privacy's DPQuery keeps the same line between preprocessing a record
+and adding noise).
+
+A mechanism takes part by offering `row_kernel(shape) -> RowKernel` (its kind, its float parameters, how many random
+numbers one user's field needs) and `draw_rows(rng, n, shape) -> (n, draws)` (those numbers, drawn in the order its
+batched `privatize` draws them, so both give the same outputs from the same Generator). Kinds:
+
+* PASS: the value as it is (a public field, or a raw field sent to a trusted server): no draws.
+* GAUSSIAN: x + sigma z, one standard normal per entry.
+* SYMMETRIC_GAUSSIAN: a (d, d) matrix + the symmetric noise whose upper triangle (incl. the diagonal, row-major) is
+  sigma z: d (d + 1) / 2 normals per matrix.
+* L2_BALL: l2ball.privatize_row on each row of `dim` entries: dim normals and one uniform per row.
+* RANDOMIZED_RESPONSE: a bit kept when u < p_keep, else flipped: one uniform per entry.
+* LAPLACE: x + b l, one standard Laplace draw per entry.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from .l2ball import privatize_row
+from .protocol import (GAUSSIAN, L2_BALL, LAPLACE, PASS, PASS_KERNEL, RANDOMIZED_RESPONSE,  # noqa: F401
+                       SYMMETRIC_GAUSSIAN, RowKernel)
+
+
+# layout columns: kind, offset of the field in the row, its size, offset of its draws, offset of its params
+KIND, OFFSET, SIZE, DRAW_OFFSET, PARAM_OFFSET = range(5)
+
+
+@njit(cache=True)
+def privatize_row_fields(layout, params, x, z, y):
+    """y = every field's mechanism applied to its part of one user's row x, from the user's draws z. layout: int64
+    (F, 5), one row per field (the columns above); params: float64, every field's parameters one after the other."""
+    for f in range(layout.shape[0]):
+        kind, off, size = layout[f, KIND], layout[f, OFFSET], layout[f, SIZE]
+        dz, p = layout[f, DRAW_OFFSET], layout[f, PARAM_OFFSET]
+        if kind == PASS:
+            for j in range(size):
+                y[off + j] = x[off + j]
+        elif kind == GAUSSIAN or kind == LAPLACE:       # x + scale * (a standard normal or Laplace draw)
+            scale = params[p]
+            for j in range(size):
+                y[off + j] = x[off + j] + scale * z[dz + j]
+        elif kind == SYMMETRIC_GAUSSIAN:
+            sigma, d = params[p], int(params[p + 1])
+            for m in range(size // (d * d)):
+                base, k = off + m * d * d, dz + m * (d * (d + 1) // 2)
+                for a in range(d):
+                    for b in range(a, d):
+                        w = sigma * z[k]
+                        k += 1
+                        y[base + a * d + b] = w + x[base + a * d + b]
+                        if b != a:
+                            y[base + b * d + a] = w + x[base + b * d + a]
+        elif kind == L2_BALL:
+            radius, big_b, tanh_half, dim = params[p], params[p + 1], params[p + 2], int(params[p + 3])
+            rows = size // dim
+            for m in range(rows):
+                lo, g = off + m * dim, dz + m * dim
+                privatize_row(x[lo:lo + dim], radius, big_b, tanh_half, z[g:g + dim], z[dz + rows * dim + m],
+                              y[lo:lo + dim])
+        elif kind == RANDOMIZED_RESPONSE:
+            p_keep = params[p]
+            for j in range(size):
+                y[off + j] = x[off + j] if z[dz + j] < p_keep else 1.0 - x[off + j]
+
+
+@njit(cache=True)
+def privatize_fields(layout, params, inputs, draws, out):
+    """privatize_row_fields for every user (row) of inputs."""
+    for i in range(inputs.shape[0]):
+        privatize_row_fields(layout, params, inputs[i], draws[i], out[i])
+
+
+class FieldLayout:
+    """Where each message field sits in a user's flat row, and how its mechanism privatizes it (from an algorithm's
+    declared fields: name -> (shape, mechanism or None))."""
+
+    def __init__(self, fields: dict):
+        self.names = tuple(fields)
+        self.shapes, self.kernels, self.mechanisms = {}, {}, {}
+        rows, params, offset, draw_offset = [], [], 0, 0
+        for name, (shape, mechanism) in fields.items():
+            shape = tuple(int(s) for s in shape)
+            size = int(np.prod(shape, dtype=np.int64))
+            kernel = PASS_KERNEL if mechanism is None else mechanism.row_kernel(shape)
+            rows.append((kernel.kind, offset, size, draw_offset, len(params)))
+            params.extend(float(v) for v in kernel.params)
+            self.shapes[name], self.kernels[name], self.mechanisms[name] = shape, kernel, mechanism
+            offset += size
+            draw_offset += kernel.draws
+        self.layout = np.array(rows, dtype=np.int64).reshape(len(rows), 5)
+        self.params = np.array(params, dtype=float)
+        self.width, self.draw_width = offset, draw_offset
+        self.slices = {name: slice(int(r[OFFSET]), int(r[OFFSET] + r[SIZE])) for name, r in zip(self.names, rows)}
+
+    def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """Every field's random numbers for n users, (n, draw_width), field by field in declaration order."""
+        parts = [self.mechanisms[name].draw_rows(rng, n, self.shapes[name]) for name in self.names
+                 if self.kernels[name].draws]
+        if not parts:
+            return np.zeros((n, 0))
+        return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
+
+    def privatize(self, inputs: np.ndarray, draws: np.ndarray) -> np.ndarray:
+        out = np.empty_like(inputs)
+        privatize_fields(self.layout, self.params, inputs, draws, out)
+        return out
+
+    def split(self, rows: np.ndarray) -> dict:
+        """The flat rows (n, width) as a message dict of per-field views (n, *shape)."""
+        n = rows.shape[0]
+        return {name: rows[:, self.slices[name]].reshape(n, *self.shapes[name]) for name in self.names}
+
+    def join(self, fields: dict, n: int | None = None) -> np.ndarray:
+        """A dict of per-field arrays (leading axis n, or none for one row: aggregated sums) as flat rows."""
+        if not self.names:
+            return np.zeros(0) if n is None else np.zeros((n, 0))
+        if n is None:
+            return np.concatenate([np.asarray(fields[name], dtype=float).reshape(-1) for name in self.names])
+        return np.concatenate([np.asarray(fields[name], dtype=float).reshape(n, -1) for name in self.names], axis=1)
