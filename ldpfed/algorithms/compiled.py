@@ -30,6 +30,12 @@ The state is a dict of numpy arrays (scalars as arrays of shape (1,)), so it pic
 Ray actors as any algorithm's; the compiled functions see it as the tuple of its `state_keys` arrays.
 Everything the functions need that is not data is in `consts` (built in Python from the validated options), so the
 compiled functions are the same for every instance and numba caches them on disk.
+
+The loops that call them (run_act, run_prepare, run_weighted_sum here, envs.base.run_steps, the sequential
+engine's run_users) take the functions as arguments and are compiled once per process and algorithm (about 1 s),
+not cached: numba's cache of a function with function arguments breaks when a second process adds an entry (its
+index refers to functions by a weak reference that dies on loading: numba issue #2956; met as a ReferenceError in
+Ray actors).
 """
 from __future__ import annotations
 
@@ -55,19 +61,19 @@ def no_weights(consts, user, row):
     return None
 
 
-@njit(cache=True)
+@njit      # not cached: see the module doc
 def run_act(act, model, consts, contexts, draws, actions):
     for i in range(actions.shape[0]):
         act(model, consts, contexts, i, draws, actions)
 
 
-@njit(cache=True)
+@njit      # not cached: see the module doc
 def run_prepare(prepare, model, consts, contexts, actions, rewards, users, inputs, counts):
     for i in range(actions.shape[0]):
         prepare(model, consts, contexts, actions, rewards[i], users[i], i, inputs, counts)
 
 
-@njit(cache=True)
+@njit      # not cached: see the module doc
 def run_weighted_sum(weigh, consts, users, rows, out):
     """out = sum over users of weigh(row); rows are weighed in place, added in user order."""
     for i in range(rows.shape[0]):

@@ -385,7 +385,7 @@ def _clip_rtol():
     return CLIP_RTOL
 
 
-@njit(cache=True)
+@njit      # not cached: functions as arguments (see ldpfed.algorithms.compiled)
 def run_users(act, prepare, weigh, update, env_step, truth, state, model, consts, layout, params, t0, contexts,
               noise, act_draws, enc_draws, server, actions, inputs, rows, regret, counts):
     """Users t0, t0 + 1, ... of a block one at a time, each on the model its predecessor left: act, the env's step,

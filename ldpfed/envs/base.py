@@ -57,7 +57,7 @@ class EnvSteps(NamedTuple):
     truth: tuple
 
 
-@njit(cache=True)
+@njit      # not cached: functions as arguments (see ldpfed.algorithms.compiled)
 def run_steps(step, truth, contexts, users, actions, noise, rewards, regret):
     """EnvSteps.step for every user of a round (the batched `step` of a compiled env)."""
     for i in range(actions.shape[0]):
