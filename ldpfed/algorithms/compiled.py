@@ -13,6 +13,9 @@ writes four functions in numba-compatible Python (`steps()` returns them as `Ste
   into counts[i] (the order of `metric_names`). This is all the algorithm does with a user's data: each field's
   mechanism then privatizes its part of the row (ldpfed.mechanisms.rows), so under local DP nothing the algorithm
   writes leaves the user unprivatized. A public field's value passes as it is.
+* `finish(consts, user, row)` (optional): post-processing of the user's privatized row before it is sent, e.g. a
+  field's slots that the public schedule does not send zeroed, or a randomized-response report kept only in the
+  pulled arm's slot (a public field of the same row). It sees the privatized row only, never the user's data.
 * `weigh(consts, user, row)`: the public per-user weights of the aggregate, applied in place to the user's
   privatized row (`no_weights`: a plain sum).
 * `update(state, consts, sums, start, stop, server)`: the server folds the aggregated rows of users [start, stop)
@@ -53,12 +56,28 @@ class Steps(NamedTuple):
     prepare: object
     weigh: object
     update: object
+    finish: object = None      # None: no_finish (set below)
 
 
 @njit(cache=True)
 def no_weights(consts, user, row):
     """A plain sum: every user's row counts once."""
     return None
+
+
+@njit(cache=True)
+def no_finish(consts, user, row):
+    """The privatized row is sent as it is."""
+    return None
+
+
+Steps.__new__.__defaults__ = (no_finish,)
+
+
+@njit      # not cached: see the module doc
+def run_finish(finish, consts, users, rows):
+    for i in range(rows.shape[0]):
+        finish(consts, users[i], rows[i])
 
 
 @njit      # not cached: see the module doc
@@ -179,6 +198,9 @@ class CompiledAlgorithm(Algorithm):
         inputs, counts = self.client_inputs(model, contexts, actions, rewards, users)
         layout = self._layout
         rows = layout.privatize(inputs, layout.draw(rng, len(users)))
+        finish = self.steps().finish
+        if finish is not no_finish:
+            run_finish(finish, self.compiled_consts(), np.asarray(users, dtype=np.int64), rows)
         totals = counts.sum(axis=0)
         return layout.split(rows), {name: int(totals[j]) for j, name in enumerate(self.metric_names)}
 

@@ -386,8 +386,8 @@ def _clip_rtol():
 
 
 @njit      # not cached: functions as arguments (see ldpfed.algorithms.compiled)
-def run_users(act, prepare, weigh, update, env_step, truth, state, model, consts, layout, params, t0, contexts,
-              noise, act_draws, enc_draws, server, actions, inputs, rows, regret, counts):
+def run_users(act, prepare, finish, weigh, update, env_step, truth, state, model, consts, layout, params, t0,
+              contexts, noise, act_draws, enc_draws, server, actions, inputs, rows, regret, counts):
     """Users t0, t0 + 1, ... of a block one at a time, each on the model its predecessor left: act, the env's step,
     prepare, the fields' mechanisms, the weight, the server's update (ldpfed.algorithms.compiled: the functions the
     batched engine runs too)."""
@@ -397,6 +397,7 @@ def run_users(act, prepare, weigh, update, env_step, truth, state, model, consts
         reward, regret[i] = env_step(truth, contexts, i, user, actions, noise)
         prepare(model, consts, contexts, actions, reward, user, i, inputs, counts)
         privatize_row_fields(layout, params, inputs[i], enc_draws[i], rows[i])
+        finish(consts, user, rows[i])
         weigh(consts, user, rows[i])
         update(state, consts, rows[i], user, user + 1, server[i:i + 1])
 
@@ -448,7 +449,7 @@ class StepsRunner:
         for hi in stops:
             if hi > lo or n == 0:       # (no users: compiles, or loads from numba's cache, before the clock starts)
                 s = slice(lo, hi)
-                run_users(steps.act, steps.prepare, steps.weigh, steps.update, self.env_steps.step,
+                run_users(steps.act, steps.prepare, steps.finish, steps.weigh, steps.update, self.env_steps.step,
                           self.env_steps.truth, state, self.model, self.consts, layout.layout, layout.params, t0 + lo,
                           contexts[s], noise[s], client[0][s], client[1][s], server[s], actions[s], inputs[s],
                           rows[s], regret[s], counts[s])
