@@ -8,7 +8,7 @@ from ldpfed.algorithms.compiled import CompiledAlgorithm, Steps, no_weights
 
 
 @njit(cache=True)
-def _uniform_act(model, consts, contexts, i, draws, actions):
+def _uniform_act(model, consts, contexts, i, user, draws, actions):
     actions[i] = int(draws[i, 0])          # the arm drawn by draw_act
 
 

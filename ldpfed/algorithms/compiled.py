@@ -5,7 +5,8 @@ path (ldpfed.engine.sequential: one user at a time, B = 1).
 A `CompiledAlgorithm` declares its message as `fields()` (ldpfed.algorithms.fields), as every algorithm may, and
 writes four functions in numba-compatible Python (`steps()` returns them as `Steps`):
 
-* `act(model, consts, contexts, i, draws, actions)`: user i of the block chooses; writes actions[i]. `model` is the
+* `act(model, consts, contexts, i, user, draws, actions)`: user i of the block (global index `user`) chooses;
+  writes actions[i]. `model` is the
   tuple of the published arrays (`model_keys` of the state), `consts` the algorithm's constants (`consts()`),
   `contexts` the block's contexts ((n, 0) in context-free worlds), `draws` the block's (n, act_draws) uniforms.
 * `prepare(model, consts, contexts, actions, reward, user, i, inputs, counts)`: user i's clipped data, written
@@ -81,9 +82,9 @@ def run_finish(finish, consts, users, rows):
 
 
 @njit      # not cached: see the module doc
-def run_act(act, model, consts, contexts, draws, actions):
+def run_act(act, model, consts, contexts, users, draws, actions):
     for i in range(actions.shape[0]):
-        act(model, consts, contexts, i, draws, actions)
+        act(model, consts, contexts, i, users[i], draws, actions)
 
 
 @njit      # not cached: see the module doc
@@ -191,7 +192,7 @@ class CompiledAlgorithm(Algorithm):
         actions = self.new_actions(n)
         draws = self.draw_act(n, rng)
         run_act(self.steps().act, self.model_tuple(model), self.compiled_consts(), self.context_rows(contexts, n),
-                draws, actions)
+                np.asarray(users, dtype=np.int64), draws, actions)
         return actions
 
     def encode(self, model, contexts, actions, rewards, users, rng):

@@ -393,7 +393,7 @@ def run_users(act, prepare, finish, weigh, update, env_step, truth, state, model
     batched engine runs too)."""
     for i in range(actions.shape[0]):
         user = t0 + i
-        act(model, consts, contexts, i, act_draws, actions)
+        act(model, consts, contexts, i, user, act_draws, actions)
         reward, regret[i] = env_step(truth, contexts, i, user, actions, noise)
         prepare(model, consts, contexts, actions, reward, user, i, inputs, counts)
         privatize_row_fields(layout, params, inputs[i], enc_draws[i], rows[i])
