@@ -191,7 +191,7 @@ def _dot(a, b):
 
 
 @njit(cache=True)
-def greedy_act(model, consts, contexts, i, draws, actions):
+def greedy_act(model, consts, contexts, i, user, draws, actions):
     """The arm of the largest x_{i,k}^T theta (the first of equals)."""
     theta = model[0]
     best, arm = -np.inf, 0
