@@ -99,8 +99,11 @@ def test_convex_env_bounds_and_two_point_regret():
     assert fx.min() >= 0 and fx.max() <= env.reward_bound
     assert np.all(np.abs(fx - fy) <= env.lipschitz * np.linalg.norm(x - y, axis=1) + 1e-12)
     pair = np.stack([x[:10], y[:10]], axis=1)
-    losses, regret = env.step(None, pair, np.arange(10), derive(0, "context", 0, 1))
-    assert losses.shape == (10, 2)
+    diff, regret = env.step(None, pair, np.arange(10), derive(0, "context", 0, 1))
+    assert diff.shape == (10,)            # a two-point user's reward: the difference of its two losses
+    f1, _ = env.step(None, x[:10], np.arange(10), derive(0, "context", 0, 1))    # the same users' functions
+    f2, _ = env.step(None, y[:10], np.arange(10), derive(0, "context", 0, 1))
+    np.testing.assert_allclose(diff, f1 - f2, rtol=0, atol=1e-15)
     expected = 0.5 * (env.pseudo_regret(x[:10]) + env.pseudo_regret(y[:10]))
     np.testing.assert_allclose(regret, expected)
     with pytest.raises(ValueError):
@@ -266,11 +269,13 @@ def test_bco_one_point_loss_noise():
 def test_bco_two_point_difference_noise():
     """n^T (x1 - x2) with n ~ N(0, sigma^2 I), sigma = 2G sqrt(2 ln(1.25/delta))/eps and ||x1 - x2|| = 2 rho:
     std 2 rho sigma."""
-    algo, env, _, actions, losses, messages = one_round("ldp-bco-two-point", "convex", N)
+    algo, env, _, actions, diffs, messages = one_round("ldp-bco-two-point", "convex", N)
     sigma = 2 * env.lipschitz * math.sqrt(2 * math.log(1.25 / 0.01)) / 1.0
     gap = np.linalg.norm(actions[:, 0] - actions[:, 1], axis=1)
     np.testing.assert_allclose(gap, 2 * algo.rho, rtol=1e-9)
-    assert_std(messages["diff"] - (losses[:, 0] - losses[:, 1]), 2 * algo.rho * sigma)
+    losses = np.stack([env.step(None, actions[:, k], np.arange(N), derive(0, "context", 0, 0))[0] for k in (0, 1)], 1)
+    np.testing.assert_allclose(diffs, losses[:, 0] - losses[:, 1], rtol=0, atol=1e-15)   # the env's reward
+    assert_std(messages["diff"] - diffs, 2 * algo.rho * sigma)
 
 
 def test_ldp_ucb_message_noise():

@@ -184,7 +184,8 @@ PRE_AGGREGATED = {
                     ("feedback sum 0.5", _sum_set("feedback", 0, 0.5))],
     "ldp-mab-ucb": [("reward sum 1e9", _sum_set("reward", 0, 1e9)), ("counts off the schedule", _count_moved)],
     "ldp-ols-multi": [("public count n = 1e6", _sum_set("n", 0, 1e6))],
-    "ldp-bco-one-point": [("grad sum 1e12", _sum_set("grad", 0, 1e12))],
+    "ldp-bco-one-point": [("grad sum (the u slot) 1e12", _sum_set("u", 0, 1e12)),
+                          ("folded loss slot not 0", _sum_set("loss", 0, 0.5))],
     "linucb-dgs": [("a row at a slot of no user of the population", _sum_set("Z", 0, 0.5))],
 }
 # aggregating these per-user attacks gives a sum honest users can produce (a bit of 7 among 20 users, one user's

@@ -27,11 +27,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numba import njit
 
 from ldpfed.algorithms.base import Algorithm
+from ldpfed.algorithms.compiled import CompiledAlgorithm, Steps
 from ldpfed.algorithms.fields import Field
 from ldpfed.algorithms.options import CALIBRATION, Option
-from ldpfed.clip import clip_values
+from ldpfed.clip import clip_value, clip_values
 from ldpfed.envs.base import unit_sphere
 from ldpfed.errors import ConfigError
 from ldpfed.mechanisms import Domain, GaussianMechanism, SumBounds, gaussian_tail_z
@@ -264,11 +266,16 @@ class TsallisInf(LdpMabAdversarial):
 
 
 # ==== bandit convex optimization ====================================================================
-class _BallBco(_OnePointScalar):
+class _BallBco(_OnePointScalar, CompiledAlgorithm):
     """Projected gradient descent on a ball domain (env "convex", X = R * unit ball, r = R) from sphere-sampled
     gradient estimates. State: the centre y. Messages: the public direction u and one private scalar; the
     aggregate is sum_i eta_i * scalar_i * u_i (post-processing with public vectors and the public step eta_i of
     user i, so a round of B users is B stale-gradient steps, and B = 1 is the sequential algorithm exactly).
+
+    Written once (ldpfed.algorithms.compiled): act plays the published y moved by rho along the user's direction
+    (draw_act: uniform on the sphere, the user's own coins), prepare writes the direction and the clipped scalar,
+    weigh turns a row into eta_t * scalar * u in the u slot (the scalar slot is folded into it and set to 0), so
+    the aggregate's "u" is the gradient sum and update takes one projected step with it.
 
     Start point (`start`; the paper leaves x_1 to the black box): "boundary" (default) y_1 = (1 - xi) R e_1, a
     fixed public point on the edge of the domain. x*'s direction is uniform, so E||y_1 - x*||^2 = R^2 + ||x*||^2,
@@ -279,6 +286,10 @@ class _BallBco(_OnePointScalar):
 
     env_kinds = ("convex",)
     default_env = "convex"
+    state_keys = ("y",)
+    model_keys = ("y",)
+    metric_names = ("clipped",)
+    points = 1                   # points a user plays: 1 (actions (d,)) or 2 (actions (2, d))
 
     def _domain(self):
         world = self.world
@@ -293,6 +304,8 @@ class _BallBco(_OnePointScalar):
         self.xi = rho / self.r
         self.proj_radius = (1.0 - self.xi) * self.R           # y stays in (1 - xi) X, so y + rho u stays in X
         self.start = self.params["start"]
+        self.act_draws = self.d                                # the user's direction u, drawn by draw_act
+        self.action_shape = (self.d,) if self.points == 1 else (2, self.d)
 
     def initial_state(self, rng):
         y = np.zeros(self.d)
@@ -301,17 +314,28 @@ class _BallBco(_OnePointScalar):
         return {"y": y}
 
     def step_sizes(self, users: np.ndarray) -> np.ndarray:
-        """The step eta_t of each user t (public: it depends on the user's index only)."""
-        return np.full(len(users), self.eta)
-
-    def publish(self, state):
-        return {"y": state["y"]}
+        """The step eta_t of each user t (public: it depends on the user's index only): the compiled rule."""
+        consts = self.compiled_consts()
+        return np.array([_bco_eta(consts, int(u)) for u in np.asarray(users)], dtype=float)
 
     def estimate(self, state):
         return state["y"]
 
-    def aggregate(self, messages, users):
-        return {"grad": (self.step_sizes(np.asarray(users)) * messages[self.private_field]) @ messages["u"]}
+    # ---- written once (ldpfed.algorithms.compiled) ---------------------------------------------------------------
+    def steps(self):
+        if self.points == 1:
+            return Steps(_one_point_act, _one_point_prepare, _bco_weigh, _bco_update)
+        return Steps(_two_point_act, _two_point_prepare, _bco_weigh, _bco_update)
+
+    def consts(self):
+        mu = getattr(self, "mu", None)
+        # (gradient scale, projection radius, rho, scalar bound, eta, mu (0: constant steps), eta_scale)
+        return (float(self.grad_scale), float(self.proj_radius), float(self.rho), float(self._scalar_bound()),
+                float(self.eta), 0.0 if mu is None else float(mu), float(getattr(self, "eta_scale", 1.0)))
+
+    def draw_act(self, n, rng):
+        """Each user's direction u, uniform on the unit sphere (its own coins), (n, d)."""
+        return unit_sphere(rng, n, self.d)
 
     def _scalar_bound(self) -> float:
         return self.diff_bound if self.private_field == "diff" else self.B
@@ -326,21 +350,16 @@ class _BallBco(_OnePointScalar):
         return {"u": Field((self.d,), domain=u), self.private_field: scalar}
 
     def aggregate_bounds(self, users):
-        # ||sum_i s_i u_i|| <= sum_i |s_i| <= n (bound + z_n sigma): every honest |s_i| is within bound + z_n sigma,
-        # z_n = the tail over the n users (union bound), except w.p. 1e-13
+        # "u" holds sum_i eta_i s_i u_i: ||.|| <= sum_i eta_i |s_i| <= (sum_i eta_i) (bound + z_n sigma): every
+        # honest |s_i| is within bound + z_n sigma, z_n = the tail over the n users (union bound), except w.p. 1e-13;
+        # the scalar slot is folded into it (0)
         n = len(users)
         sigma = self.mechanisms[self.private_field].sigma if self.private else 0.0
-        cap = n * (self._scalar_bound() + gaussian_tail_z(n) * sigma) * (1 + 1e-9)
-        return {"grad": SumBounds(np.full(self.d, -cap), np.full(self.d, cap), groups=np.zeros(self.d, dtype=np.int64),
-                                  group_max=np.array([cap]))}
-
-    def _descend(self, state, grad_sum: np.ndarray, scale: float):
-        """grad_sum: sum of eta_t * scalar_t * u_t; scale turns a scalar times u into a gradient estimate."""
-        y = state["y"] - scale * grad_sum
-        norm = float(np.sqrt(y @ y))
-        if norm > self.proj_radius:
-            y *= self.proj_radius / norm
-        return {"y": y}
+        eta_sum = float(np.sum(self.step_sizes(users)))
+        cap = eta_sum * (self._scalar_bound() + gaussian_tail_z(n) * sigma) * (1 + 1e-9)
+        return {"u": SumBounds(np.full(self.d, -cap), np.full(self.d, cap), groups=np.zeros(self.d, dtype=np.int64),
+                               group_max=np.array([cap])),
+                self.private_field: SumBounds(np.zeros(1), np.zeros(1))}
 
 
 class LdpBcoOnePoint(_BallBco):
@@ -372,20 +391,7 @@ class LdpBcoOnePoint(_BallBco):
         nu = R / (C * math.sqrt(T))
         rho = self.params["rho_scale"] * T ** -0.25 * math.sqrt(R * d * C * r / (3.0 * (G * r + C)))
         self._set_steps(self.params["eta_scale"] * nu * rho / d, rho)
-
-    def act(self, model, contexts, users, rng):
-        return model["y"] + self.rho * unit_sphere(rng, len(users), self.d)
-
-    def encode(self, model, contexts, actions, rewards, users, rng):
-        u = actions - model["y"]
-        u /= np.sqrt(np.einsum("ni,ni->n", u, u))[:, None]
-        noisy, n_clipped = self._privatize(rewards, self.B, rng)
-        return {"u": u, "loss": noisy}, {"clipped": n_clipped}
-
-    def update(self, state, sums, start, stop, rng):
-        if "grad" not in sums:
-            return state
-        return self._descend(state, sums["grad"], self.d / self.rho)
+        self.grad_scale = d / rho          # (d / rho) f u: the gradient estimate
 
 
 class BcoOnePoint(LdpBcoOnePoint):
@@ -400,7 +406,8 @@ class BcoOnePoint(LdpBcoOnePoint):
 class LdpBcoTwoPoint(_BallBco):
     """Algorithm 2: two-point BCO with LDP (black box: Agarwal, Dekel, Xiao 2010, the paper's Algorithm 4).
 
-    User t plays x_{t,1} = y_t + rho u_t and x_{t,2} = y_t - rho u_t (actions of shape (n, 2, d)) and sends
+    User t plays x_{t,1} = y_t + rho u_t and x_{t,2} = y_t - rho u_t (actions of shape (n, 2, d); the env's reward is
+    the difference f_t(x_{t,1}) - f_t(x_{t,2}) of the two losses) and sends
     D_t = f_t(x_{t,1}) - f_t(x_{t,2}) + n_t^T (x_{t,1} - x_{t,2}), n_t ~ N(0, sigma^2 I_d),
     sigma = 2G sqrt(2 ln(1.25/delta))/eps. Since x_{t,1} - x_{t,2} = 2 rho u_t with ||u_t|| = 1, the noise
     n_t^T (x_{t,1} - x_{t,2}) is exactly N(0, (2 rho sigma)^2): it is drawn as the Gaussian mechanism on the
@@ -410,6 +417,7 @@ class LdpBcoTwoPoint(_BallBco):
     Parameters: rho = log T / T, xi = rho/r (Algorithm 2), and the step of Theorem 6 (`step="paper"`, the
     default): eta_t = 1/(mu t) when the losses are mu-strongly convex with mu public (the "convex" env: f_t =
     s ||x - c_t||^2, mu = 2 s), eta = 1/sqrt(T) otherwise (Algorithm 2's line 2, the convex case).
+    (Steps: eta_t = eta_scale / (mu t) with t = user index + 1, else the constant eta; `_bco_eta`.)
     `step="convex"` forces 1/sqrt(T). `eta_scale`, `rho_scale` multiply eta and rho (1 = the paper).
     The convex step eta = 1/sqrt(T) is not scale-free: the online-gradient-descent bound behind it,
     D^2/(2 eta) + eta T E||g||^2 / 2 with D = 2R the diameter of X and E||g_t||^2 <= d^2 (G^2 + sigma^2), is
@@ -428,6 +436,7 @@ class LdpBcoTwoPoint(_BallBco):
                                   "2R / (d sqrt(G^2 + sigma^2) sqrt(T)) (a reconstruction)"),
                "start": START}
     private_field = "diff"
+    points = 2
     # Reconstruction (the paper has no BCO experiment).
     paper_setting = {"env_params": {"d": 2}, "users": 10**5, "eps": 1.0, "delta": 0.01, "params": {}}
 
@@ -446,27 +455,7 @@ class LdpBcoTwoPoint(_BallBco):
         self.mu = float(mu) if step == "paper" and mu is not None and mu > 0 else None
         if step == "scaled":
             self.eta *= 2.0 * self.R / (self.d * math.sqrt(self.G ** 2 + self.sigma ** 2))
-
-    def step_sizes(self, users):
-        if self.mu is None:
-            return super().step_sizes(users)
-        return self.eta_scale / (self.mu * (users + 1.0))     # user t = users + 1 (1-based)
-
-    def act(self, model, contexts, users, rng):
-        offset = self.rho * unit_sphere(rng, len(users), self.d)
-        y = model["y"]
-        return np.stack([y + offset, y - offset], axis=1)
-
-    def encode(self, model, contexts, actions, rewards, users, rng):
-        u = actions[:, 0, :] - actions[:, 1, :]
-        u /= np.sqrt(np.einsum("ni,ni->n", u, u))[:, None]
-        noisy, n_clipped = self._privatize(rewards[:, 0] - rewards[:, 1], self.diff_bound, rng)
-        return {"u": u, "diff": noisy}, {"clipped": n_clipped}
-
-    def update(self, state, sums, start, stop, rng):
-        if "grad" not in sums:
-            return state
-        return self._descend(state, sums["grad"], self.d / (2.0 * self.rho))
+        self.grad_scale = self.d / (2.0 * self.rho)     # (d / (2 rho)) D u: the gradient estimate
 
 
 class BcoTwoPoint(LdpBcoTwoPoint):
@@ -477,3 +466,91 @@ class BcoTwoPoint(LdpBcoTwoPoint):
     privacy_model = "none"
     private = False
 
+
+
+# ---- the BCO steps, compiled (ldpfed.algorithms.compiled); consts: see _BallBco.consts ---------------------------
+@njit(cache=True)
+def _bco_eta(consts, user):
+    """The step of user `user` (0-based): eta_scale / (mu (user + 1)) when mu > 0 (Theorem 6), else eta."""
+    mu = consts[5]
+    if mu > 0.0:
+        return consts[6] / (mu * (user + 1.0))
+    return consts[4]
+
+
+@njit(cache=True)
+def _one_point_act(model, consts, contexts, i, user, draws, actions):
+    """x = y + rho u (u: the user's direction, draws[i])."""
+    y, rho = model[0], consts[2]
+    for j in range(y.shape[0]):
+        actions[i, j] = y[j] + rho * draws[i, j]
+
+
+@njit(cache=True)
+def _two_point_act(model, consts, contexts, i, user, draws, actions):
+    """x_1 = y + rho u, x_2 = y - rho u."""
+    y, rho = model[0], consts[2]
+    for j in range(y.shape[0]):
+        offset = rho * draws[i, j]
+        actions[i, 0, j] = y[j] + offset
+        actions[i, 1, j] = y[j] - offset
+
+
+@njit(cache=True)
+def _unit_into(row, d):
+    """row[:d] scaled to norm 1 (it is a nonzero multiple of the user's direction)."""
+    sq = 0.0
+    for j in range(d):
+        sq += row[j] * row[j]
+    norm = np.sqrt(sq)
+    for j in range(d):
+        row[j] = row[j] / norm
+
+
+@njit(cache=True)
+def _one_point_prepare(model, consts, contexts, actions, reward, user, i, inputs, counts):
+    """Row: u = (x - y) / ||x - y|| (public), then the loss clipped to B; counts (clipped,)."""
+    y, row = model[0], inputs[i]
+    d = y.shape[0]
+    for j in range(d):
+        row[j] = actions[i, j] - y[j]
+    _unit_into(row, d)
+    row[d], counts[i, 0] = clip_value(reward, consts[3])
+
+
+@njit(cache=True)
+def _two_point_prepare(model, consts, contexts, actions, reward, user, i, inputs, counts):
+    """Row: u = (x_1 - x_2) / ||x_1 - x_2|| (public), then the loss difference (the env's reward) clipped to
+    2 rho G; counts (clipped,)."""
+    row = inputs[i]
+    d = actions.shape[2]
+    for j in range(d):
+        row[j] = actions[i, 0, j] - actions[i, 1, j]
+    _unit_into(row, d)
+    row[d], counts[i, 0] = clip_value(reward, consts[3])
+
+
+@njit(cache=True)
+def _bco_weigh(consts, user, row):
+    """The privatized row (u, s) becomes (eta_t s u, 0): summed, the u slot is sum_t eta_t s_t u_t."""
+    d = row.shape[0] - 1
+    w = _bco_eta(consts, user) * row[d]
+    for j in range(d):
+        row[j] = w * row[j]
+    row[d] = 0.0
+
+
+@njit(cache=True)
+def _bco_update(state, consts, sums, start, stop, server):
+    """y <- Proj_{(1 - xi) X}(y - scale * sum_t eta_t s_t u_t), scale = d / rho (one point) or d / (2 rho)."""
+    y = state[0]
+    scale, radius = consts[0], consts[1]
+    sq = 0.0
+    for j in range(y.shape[0]):
+        y[j] = y[j] - scale * sums[j]
+        sq += y[j] * y[j]
+    norm = np.sqrt(sq)
+    if norm > radius:
+        shrink = radius / norm
+        for j in range(y.shape[0]):
+            y[j] = y[j] * shrink

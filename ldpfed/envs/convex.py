@@ -13,7 +13,9 @@ them before privatizing. spread = 0 gives one fixed function for every user (the
 paper with f_t = f); spread > 0 is stochastic BCO with a per-user function.
 
 Actions: one point per user, shape (n, d), or two points per user, shape (n, 2, d) (two-point feedback).
-Rewards: the loss values f_t(x), shape (n,) or (n, 2) (they are LOSSES: the algorithms minimize them).
+Rewards: one number per user (they are LOSSES: the algorithms minimize them): the loss value f_t(x) of a one-point
+user; for a two-point user the difference f_t(x_1) - f_t(x_2) of its two losses (the two-point feedback: all the
+algorithms use of the two values, so a user's reward stays one number, as the compiled steps exchange it).
 Pseudo-regret of a user: F(x) - F(x*) with F = E f_t, i.e. s * ||x - x*||^2 (the mean of the c_t is x*).
 A two-point user's regret is the AVERAGE of its two plays, (F(x_1) + F(x_2))/2 - F(x*), as in the paper's
 multi-point regret (eq. 2, 1/K times the sum over the K queried points), so a two-point user and a one-point
@@ -24,8 +26,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+from numba import njit
 
-from ldpfed.envs.base import Env, nonneg_float, positive_int, unit_sphere
+from ldpfed.envs.base import Env, EnvSteps, nonneg_float, positive_int, unit_sphere
 from ldpfed.errors import ConfigError
 
 
@@ -67,22 +70,22 @@ class ConvexBall(Env):
         return self.scale * np.einsum("...i,...i->...", diff, diff)
 
     def step(self, contexts, actions, users, rng):
+        """(losses, pseudo-regret): the compiled step (`_convex_step`) for every user, after a shape check."""
         points = np.asarray(actions, dtype=float)
         n = len(users)
         if points.shape not in ((n, self.d), (n, 2, self.d)):
             raise ValueError(f"convex env: actions must have shape ({n}, {self.d}) or ({n}, 2, {self.d}), "
                              f"got {points.shape}")
-        if np.any(np.einsum("...i,...i->...", points, points) > self._tolerance ** 2):
-            raise ValueError("convex env: an action lies outside the domain ball")
-        centres = self.x_star + self.spread * uniform_ball(rng, n, self.d)   # the users' private functions
-        if points.ndim == 3:
-            diff = points - centres[:, None, :]
-            regret = self.pseudo_regret(points).mean(axis=1)
-        else:
-            diff = points - centres
-            regret = self.pseudo_regret(points)
-        losses = self.scale * np.einsum("...i,...i->...", diff, diff)
-        return losses, regret
+        return super().step(contexts, points, users, rng)
+
+    def compiled(self):
+        # draw_noise: each user's centre offset w_t (uniform in the unit ball); step raises ValueError on a point
+        # outside the domain ball
+        return EnvSteps(_convex_step, (self.x_star, float(self.scale), float(self.spread), self._tolerance ** 2))
+
+    def draw_noise(self, n, rng):
+        """w_t uniform in the unit ball, (n, d): the users' private functions are centred at x* + spread w_t."""
+        return uniform_ball(rng, n, self.d)
 
     def estimation_error(self, estimate):
         if estimate is None:
@@ -104,3 +107,39 @@ class ConvexBall(Env):
         return {**super().describe(), "lipschitz": self.lipschitz, "scale": self.scale,
                 "x_star": self.x_star.tolist()}
 
+
+@njit(cache=True)
+def _sq_dist(x_star, spread, w, point):
+    """(||point - c||^2, ||point - x*||^2) with c = x* + spread w the user's centre."""
+    loss = regret = 0.0
+    for j in range(x_star.shape[0]):
+        e = point[j] - (x_star[j] + spread * w[j])
+        loss += e * e
+        r = point[j] - x_star[j]
+        regret += r * r
+    return loss, regret
+
+
+@njit(cache=True)
+def _check_inside(point, tol2):
+    sq = 0.0
+    for j in range(point.shape[0]):
+        sq += point[j] * point[j]
+    if sq > tol2:
+        raise ValueError("convex env: an action lies outside the domain ball")
+
+
+@njit(cache=True)
+def _convex_step(truth, contexts, i, user, actions, noise):
+    """User i's loss s ||x - c_i||^2 at its point x = actions[i] (one point: (d,)), or the difference of its losses
+    at its two points (actions[i]: (2, d)); pseudo-regret s ||x - x*||^2 (the mean over the two points)."""
+    x_star, scale, spread, tol2 = truth
+    if actions.ndim == 3:
+        _check_inside(actions[i, 0], tol2)
+        _check_inside(actions[i, 1], tol2)
+        loss1, regret1 = _sq_dist(x_star, spread, noise[i], actions[i, 0])
+        loss2, regret2 = _sq_dist(x_star, spread, noise[i], actions[i, 1])
+        return scale * loss1 - scale * loss2, (scale * regret1 + scale * regret2) / 2.0
+    _check_inside(actions[i], tol2)
+    loss, regret = _sq_dist(x_star, spread, noise[i], actions[i])
+    return scale * loss, scale * regret
