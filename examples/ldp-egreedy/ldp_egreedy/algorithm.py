@@ -19,18 +19,74 @@ as it is (`public_fields`), as the built-in LDP reductions send theirs.
 
 Rounds: with B users per round every user of a round sees the same greedy arm (B = 1 is the sequential
 algorithm); each user still explores with its own e_t.
+
+Written once (ldpfed.algorithms.compiled): what a user does (act, prepare) and what the server does (update) are
+compiled functions that every engine runs: a round of users in a process or a Ray actor, and the paper's sequential
+B = 1 loop at about a million users a second.
 """
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
-from ldpfed.algorithms.base import Algorithm
+from ldpfed.algorithms.compiled import CompiledAlgorithm, Steps, no_weights
 from ldpfed.algorithms.fields import Field
 from ldpfed.algorithms.options import Option
 from ldpfed.mechanisms import Domain, RandomizedResponse
 
 
-class LdpEpsGreedy(Algorithm):
+# ---- the algorithm, one user at a time, compiled (numba): every engine runs these -----------------------------
+# Each function gets the published model and the algorithm's constants as tuples (model_keys and consts() below).
+@njit(cache=True)
+def egreedy_act(model, consts, contexts, i, user, draws, actions):
+    """User `user` (numbered from 0) explores w.p. min(1, c K / t), t = user + 1, with the arm draw_act drew for
+    it; else it pulls the published greedy arm."""
+    c, K = consts[0], consts[1]
+    if draws[i, 0] < min(1.0, c * K / (user + 1.0)):
+        actions[i] = int(draws[i, 1])
+    else:
+        actions[i] = model[0][0]
+
+
+@njit(cache=True)
+def egreedy_prepare(model, consts, contexts, actions, reward, user, i, inputs, counts):
+    """User i's data, written into its row: `pulls` (K entries: the pulled arm, one-hot, public) then `feedback`
+    (K entries: the reward bit in the pulled arm's slot; randomized response privatizes it after this). The
+    mechanism is calibrated for a bit, so the reward is made a bit here, BEFORE it is privatized: values other than
+    0 and 1 (none on the Bernoulli envs) are rounded to the nearest bit and counted."""
+    K = consts[1]
+    row, arm = inputs[i], actions[i]
+    row[arm] = 1.0
+    row[K + arm] = 1.0 if reward > 0.5 else 0.0
+    counts[i, 0] = 0 if reward == 0.0 or reward == 1.0 else 1
+
+
+@njit(cache=True)
+def egreedy_finish(consts, user, row):
+    """Post-processing of the privatized row: only the pulled arm's report is sent (randomized response also
+    answered for the other slots, whose input was 0 whatever the user's data)."""
+    K = consts[1]
+    for k in range(K):
+        row[K + k] *= row[k]
+
+
+@njit(cache=True)
+def egreedy_update(state, consts, sums, start, stop, server):
+    """Fold the summed rows of users [start, stop): per-arm pulls and reports; the greedy arm is the arm of the
+    highest debiased mean, an arm nobody pulled yet first (ties: the lowest arm)."""
+    count, reports, arm = state
+    K, p_flip, tanh_half = consts[1], consts[2], consts[3]
+    best, best_arm = -np.inf, 0
+    for k in range(K):
+        count[k] += sums[k]
+        reports[k] += sums[K + k]
+        mean = (reports[k] / count[k] - p_flip) / tanh_half if count[k] > 0 else np.inf
+        if mean > best:
+            best, best_arm = mean, k
+    arm[0] = best_arm
+
+
+class LdpEpsGreedy(CompiledAlgorithm):
     """Epsilon-greedy whose users send their reward bits through randomized response.
 
     User t explores (a uniformly random arm) with probability min(1, c K / t), else pulls the published greedy arm.
@@ -45,14 +101,30 @@ class LdpEpsGreedy(Algorithm):
     # --param c=...: checked by ldpfed before setup() runs (an error names params.c); `describe` shows the doc
     options = {"c": Option(5.0, low=0.0, low_open=True, doc="exploration: user t explores w.p. min(1, c K / t)")}
 
+    # ---- the compiled functions' world ---------------------------------------------------------------------
+    state_keys = ("count", "reports", "arm")     # the state's arrays, in the order the compiled functions get them
+    model_keys = ("arm",)                        # what every user sees: the published greedy arm
+    metric_names = ("clipped",)                  # prepare's counters (to the simulation's metrics, never the server)
+    act_draws = 2                                # act's random numbers per user (see draw_act)
+
     def setup(self):
         """Build the mechanisms (called by Algorithm.__init__; self.params, self.K, self.eps are set)."""
         self.c = self.params["c"]
         self.rr = RandomizedResponse(self.eps)
 
+    def steps(self):
+        return Steps(egreedy_act, egreedy_prepare, no_weights, egreedy_update, egreedy_finish)
+
+    def consts(self):
+        return (self.c, self.K, self.rr.p_flip, self.rr.tanh_half)
+
+    def draw_act(self, n, rng):
+        # per user: the exploration coin, then the arm it explores with
+        return np.column_stack([rng.random(n), rng.integers(self.K, size=n)]).astype(float)
+
     def fields(self):
         """The message, declared once: ldpfed derives the message spec, the domains the server shards check, the
-        public fields, the mechanisms and the privacy ledger from it."""
+        public fields, the mechanisms, the privacy ledger and each user's row (prepare's layout) from it."""
         K = self.K
         return {
             # the pulled arm, one-hot: public (module docstring), so no mechanism; its domain is the protocol's
@@ -62,38 +134,5 @@ class LdpEpsGreedy(Algorithm):
             "feedback": Field((K,), mechanism=self.rr, schedule={"at_most_one": True}),
         }
 
-    # ---- server half ----------------------------------------------------------------------------------------
     def initial_state(self, rng):
-        return {"count": np.zeros(self.K), "reports": np.zeros(self.K), "arm": 0}
-
-    def update(self, state, sums, start, stop, rng):
-        """Fold the sums of users [start, stop): sums["pulls"] counts each arm's pulls, sums["feedback"] adds up
-        each arm's reported bits (a round whose users sent nothing has no keys)."""
-        count = state["count"] + sums.get("pulls", 0.0)
-        reports = state["reports"] + sums.get("feedback", 0.0)
-        means = np.full(self.K, np.inf)                     # unpulled arms first
-        pulled = count > 0
-        means[pulled] = self.rr.debias(reports[pulled] / count[pulled])
-        return {"count": count, "reports": reports, "arm": int(np.argmax(means))}
-
-    def publish(self, state):
-        return {"arm": state["arm"]}             # all the clients need; no user's data, only sums of RR reports
-
-    # ---- client half (vectorized over a round's users; rng is the users' own randomness) ---------------------
-    def act(self, model, contexts, users, rng):
-        t = users + 1.0                                     # users are numbered from 0
-        explore = rng.random(len(users)) < np.minimum(1.0, self.c * self.K / t)
-        random_arms = rng.integers(self.K, size=len(users))
-        return np.where(explore, random_arms, model["arm"]).astype(np.int64)
-
-    def encode(self, model, contexts, actions, rewards, users, rng):
-        n = len(users)
-        pulls = np.zeros((n, self.K))
-        pulls[np.arange(n), actions] = 1.0                  # one-hot pulled arm (public)
-        # The mechanism is calibrated for a bit, so whatever a client feeds in is made a bit BEFORE privatizing:
-        # values other than 0 and 1 (none on the Bernoulli envs) are rounded to the nearest bit and counted.
-        r = np.asarray(rewards, dtype=float)
-        rounded = int(np.count_nonzero((r != 0.0) & (r != 1.0)))
-        reported = self.rr.privatize((r > 0.5).astype(np.int64), rng)   # the one private value
-        # (messages, metrics): the metrics go to the simulation's counters, never to the server
-        return {"pulls": pulls, "feedback": pulls * reported[:, None]}, {"clipped": rounded}
+        return {"count": np.zeros(self.K), "reports": np.zeros(self.K), "arm": np.zeros(1, dtype=np.int64)}
