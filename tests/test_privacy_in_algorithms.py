@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 from scipy.special import expit
 
-import ldpfed.algorithms.ldp_linear as ldp_linear
 from ldpfed.algorithms import REGISTRY, make_algorithm
 from ldpfed.config import RunConfig
 from ldpfed.envs import make_env
@@ -161,12 +160,9 @@ def composed_claim(config, algo):
 
 def _no_clipping(monkeypatch, name, algo):
     """The weakened client: contexts and rewards reach the mechanisms unclipped."""
-    if name == "ldp-ols":    # written once: the clip bounds C_B, c_r are the first constants of its compiled prepare
-        consts = algo.compiled_consts()
-        monkeypatch.setattr(algo, "compiled_consts", lambda: (math.inf, math.inf, *consts[2:]))
-    else:
-        monkeypatch.setattr(ldp_linear, "clip_rows_by_squares", lambda x, bound: (x, 0))
-        monkeypatch.setattr(ldp_linear, "clip_values", lambda v, bound: (v, 0))
+    # written once: the clip bounds C_B, c_r are the first constants of their compiled prepare
+    consts = algo.compiled_consts()
+    monkeypatch.setattr(algo, "compiled_consts", lambda: (math.inf, math.inf, *consts[2:]))
 
 
 @pytest.mark.parametrize("name", ["ldp-ols", "ldp-ucb", "ldp-gloc"])

@@ -128,14 +128,20 @@ def test_engine_run_picks_the_sequential_engine_only_where_it_applies():
 
 
 def test_an_option_or_env_parameter_the_kernel_does_not_know_falls_back(monkeypatch):
-    """A profile/option added to an algorithm or env later (unknown to its kernel) must not run on the kernel."""
-    config = RunConfig("ldp-ucb", users=50, seed=1)
-    monkeypatch.setattr(REGISTRY["ldp-ucb"], "defaults", {**REGISTRY["ldp-ucb"].defaults, "profile": "paper"})
+    """A profile/option added to an algorithm or env later (unknown to its kernel) must not run on the kernel.
+    (An algorithm written once runs its own compiled steps, whatever its options: only a legacy kernel is checked.)"""
+    legacy = sorted(name for name in KERNELS if not written_once(name))
+    if not legacy:
+        pytest.skip("every algorithm with a kernel is written once")
+    name = legacy[0]
+    config = RunConfig(name, users=50, seed=1)
+    monkeypatch.setattr(REGISTRY[name], "defaults", {**REGISTRY[name].defaults, "profile": "paper"})
     assert "profile" in sequential_unsupported(config)
     assert run(config).summary["engine"] == "single-process"
     monkeypatch.undo()
     from ldpfed.envs import ENVS
 
-    monkeypatch.setattr(ENVS["linear"], "defaults", {**ENVS["linear"].defaults, "noiseless": True})
+    env = REGISTRY[name].default_env
+    monkeypatch.setattr(ENVS[env], "defaults", {**ENVS[env].defaults, "noiseless": True})
     assert "noiseless" in sequential_unsupported(config)
     assert run(config).summary["engine"] == "single-process"

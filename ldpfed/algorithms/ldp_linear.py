@@ -40,20 +40,27 @@ Profile "authors-code" (seed 000's public code, liangzp/LDP-Bandit Scheme1/, whi
 
 Rounds: with B users per round every user of the round sees the same published state (theta~, V~^{-1},
 beta, theta^); the server adds the round's summed messages, then recomputes with t = number of users so far.
+
+Written once (ldpfed.algorithms.compiled): the UCB arm (`_ucb_act`), the clipped rows (`_ucb_prepare`,
+`_gloc_prepare`) and the server's update (`_ucb_update`, `_gloc_update`, both through `_ucb_refresh`, which also
+builds the initial state) are the numba functions every engine path runs; beta_t is `_beta` (LdpUcb.beta calls it).
+The contexts' clip rule (squared norm against bound^2, counted beyond bound^2 (1 + 2 rtol): ldpfed.clip's
+clip_rows_by_squares) is `_clip_row_by_squares` here, one row at a time.
 """
 from __future__ import annotations
 
 import math
 
 import numpy as np
+from numba import njit
 
-from ldpfed.algorithms.base import Algorithm
+from ldpfed.algorithms.compiled import CompiledAlgorithm, Steps, no_weights
 from ldpfed.algorithms.fields import Field
-from ldpfed.algorithms.glm_ldp import authors_gaussian, authors_sigma
+from ldpfed.algorithms.glm_ldp import _dot, authors_gaussian, authors_sigma
 from ldpfed.algorithms.options import CALIBRATION, Option
-from ldpfed.clip import clip_rows, clip_rows_by_squares, clip_values
+from ldpfed.clip import CLIP_RTOL, clip_row, clip_value
 from ldpfed.errors import ConfigError
-from ldpfed.links import inf_slope, mean_function, sup_mean
+from ldpfed.links import inf_slope, link_code, link_mean, mean_function, sup_mean
 from ldpfed.mechanisms import GaussianMechanism, SymmetricGaussianMechanism
 
 SINGLE_GLM_ENVS = ("linear", "logistic")
@@ -62,6 +69,11 @@ SINGLE_GLM_ENVS = ("linear", "logistic")
 # assumptions, S = 1) come from ldpfed.links
 GLOC_LINKS = ("identity", "logistic")
 CONTEXT_BOUND = 1.0      # the public bound C_B of the contexts' norm
+_TINY = 1e-300           # guards a division by a zero norm (ldpfed.clip)
+
+# consts() of both classes, by position (the compiled functions read them so; the clip bounds C_B, c_r first)
+(C_B_, C_R_, SIGMA_, D_, LOG_T_, UPSILON_UNIT_, GLOC_, MU_, S_, Z_BOUND_, GRAD_Z_CLIP_, GRAD_BOUND_, ZETA_,
+ LINK_) = range(14)
 
 
 ALPHA = Option(0.1, low=0, high=1, low_open=True, high_open=True,
@@ -69,7 +81,7 @@ ALPHA = Option(0.1, low=0, high=1, low_open=True, high_open=True,
                    "code: 0.1)")
 
 
-class LdpUcb(Algorithm):
+class LdpUcb(CompiledAlgorithm):
     """Algorithm 5 (Appendix D): LDP contextual linear UCB. See the module docstring."""
 
     name = "ldp-ucb"
@@ -84,6 +96,10 @@ class LdpUcb(Algorithm):
     shares = 2   # number of mechanisms sharing (eps, delta)
 
     authors_shares = 2.5   # the public code's sigma = 6 sqrt(2 ln(authors_shares/delta))/eps
+
+    state_keys = ("M", "u", "t", "theta", "V_inv", "beta")
+    model_keys = ("theta", "V_inv", "beta")
+    metric_names = ("clipped",)
 
     def setup(self):
         self.alpha, calibration = self.params["alpha"], self.params["calibration"]
@@ -101,7 +117,6 @@ class LdpUcb(Algorithm):
         d, T = self.d, self.T
         self.log_T = math.log(max(T, 2))
         self.upsilon_unit = self.sigma * (4.0 * math.sqrt(d) + 2.0 * math.log(2.0 * T / self.alpha))
-        self.eye = np.eye(d)
 
     def _authors_mechanism(self, cls, field, sensitivity, eps, delta):
         """The public code's noise std on a field; notes in the ledger when it does not cover the sensitivity."""
@@ -124,47 +139,36 @@ class LdpUcb(Algorithm):
             rows = [{**row, "claim_void": "; ".join(self.void_reasons)} for row in rows]
         return rows
 
-    # ---- the shared noisy-Gram UCB ------------------------------------------------------------------
+    # ---- the compiled steps and their constants ----------------------------------------------------
+    def steps(self):
+        return Steps(_ucb_act, _ucb_prepare, no_weights, _ucb_update)
+
+    def consts(self):
+        """(C_B, c_r, sigma, d, ln T, Upsilon_t / sqrt(t), gloc, mu, S, z bound, gradient z clip, gradient bound,
+        zeta, link code): the positions C_B_ ... LINK_ above. ldp-ucb: the gloc entries are unused."""
+        return (CONTEXT_BOUND, self.c_r, float(self.sigma), float(self.d), float(self.log_T),
+                float(self.upsilon_unit), False, 1.0, math.inf, math.inf, math.inf, math.inf, 0.0, 0)
+
     def beta(self, t: int) -> float:
-        upsilon = self.upsilon_unit * math.sqrt(t)
-        return (2.0 * self.sigma * math.sqrt(self.d * self.log_T)
-                + (math.sqrt(3.0 * upsilon) + self.sigma * math.sqrt(self.d * t / upsilon)) * self.d * self.log_T)
-
-    def _ucb_state(self, M: np.ndarray, u: np.ndarray, t: int) -> dict:
-        """V~ = M + c_t I, theta~ = V~^{-1} u, the inverse for the widths, beta_t; t = users so far (>= 1)."""
-        t = max(t, 1)
-        c = 2.0 * self.upsilon_unit * math.sqrt(t)
-        V = M + c * self.eye
-        V_inv = np.linalg.inv(V)
-        return {"M": M, "u": u, "t": t, "theta": V_inv @ u, "V_inv": V_inv, "beta": self.beta(t)}
-
-    def _ucb_arms(self, theta, V_inv, beta, contexts) -> np.ndarray:
-        width = ((contexts @ V_inv) * contexts).sum(axis=-1)       # ||x||^2 in V~^{-1}, shape (n, K)
-        scores = contexts @ theta + beta * np.sqrt(np.maximum(width, 0.0))
-        return scores.argmax(axis=1)
-
-    def _gram_messages(self, x, rng) -> np.ndarray:
-        return self.mechanisms["M"].privatize(x[:, :, None] * x[:, None, :], rng)
+        """beta_t (the compiled `_beta`, which the update uses)."""
+        return float(_beta(self.compiled_consts(), int(t)))
 
     # ---- server half ------------------------------------------------------------------------------
+    def _ucb_state(self, M: np.ndarray, u: np.ndarray) -> dict:
+        """The state of M, u before any user: V~ = M + c_1 I, theta~, V~^{-1}, beta_1 (by `_ucb_refresh`)."""
+        d = self.d
+        state = {"M": np.array(M, dtype=float), "u": np.array(u, dtype=float), "t": np.zeros(1, dtype=np.int64),
+                 "theta": np.zeros(d), "V_inv": np.zeros((d, d)), "beta": np.zeros(1)}
+        _ucb_refresh(state["M"], state["u"], state["t"], state["theta"], state["V_inv"], state["beta"],
+                     self.compiled_consts(), 0)
+        return state
+
     def initial_state(self, rng):
         # the authors' code starts V~ at I (before the shift); the paper at 0
-        return self._ucb_state(np.eye(self.d) if self.authors else np.zeros((self.d, self.d)), np.zeros(self.d), 0)
-
-    def publish(self, state):
-        return {"theta": state["theta"], "V_inv": state["V_inv"], "beta": state["beta"]}
-
-    def update(self, state, sums, start, stop, rng):
-        if "M" not in sums:
-            return state
-        return self._ucb_state(state["M"] + sums["M"], state["u"] + sums["u"], stop)
+        return self._ucb_state(np.eye(self.d) if self.authors else np.zeros((self.d, self.d)), np.zeros(self.d))
 
     def estimate(self, state):
         return state["theta"]
-
-    # ---- client half ------------------------------------------------------------------------------
-    def act(self, model, contexts, users, rng):
-        return self._ucb_arms(model["theta"], model["V_inv"], model["beta"], contexts)
 
     def fields(self):
         # clipped inputs (||x|| <= 1): |x_i x_j| <= 1; |r x_i| <= c_r (ldp-gloc: |z x_i| <= S, |grad_i| <= C_g)
@@ -174,13 +178,6 @@ class LdpUcb(Algorithm):
         if self.shares != 2:
             fields["grad"] = Field((d,), mechanism=made_by["grad"], data_bound=self.grad_bound)
         return fields
-
-    def encode(self, model, contexts, actions, rewards, users, rng):
-        # contexts to C_B = 1 (the env's unit contexts, of norms 1 +- 1e-16, are rescaled but not counted)
-        x, n_x = clip_rows_by_squares(contexts[np.arange(len(actions)), actions], CONTEXT_BOUND)
-        r, n_r = clip_values(rewards, self.c_r)
-        messages = {"M": self._gram_messages(x, rng), "u": self.mechanisms["u"].privatize(r[:, None] * x, rng)}
-        return messages, {"clipped": n_x + n_r}
 
 
 class LdpGloc(LdpUcb):
@@ -206,10 +203,14 @@ class LdpGloc(LdpUcb):
     paper_setting = {"env_params": {"d": 2, "K": 10}, "users": 10**5, "eps": 1.0, "delta": 0.01, "params": {}}
     shares = 3
 
+    state_keys = LdpUcb.state_keys + ("theta_hat",)
+    model_keys = LdpUcb.model_keys + ("theta_hat",)
+
     def _setup_fields(self, eps, delta, calibration):
         link = self.world.link
         if link not in GLOC_LINKS:
             raise ConfigError("env", self.world.name, f"ldp-gloc supports links {sorted(GLOC_LINKS)}")
+        self.link = link
         if self.authors:
             self._setup_authors_fields(link, eps, delta)
             return
@@ -243,11 +244,18 @@ class LdpGloc(LdpUcb):
         self.mechanisms["u"] = self._authors_mechanism(GaussianMechanism, "u", 2.0 * self.S, eps, delta)
         self.mechanisms["grad"] = self._authors_mechanism(GaussianMechanism, "grad", 2.0 * self.grad_bound, eps, delta)
 
-    def beta(self, t: int) -> float:
-        return math.sqrt(self.sigma / self.mu * math.sqrt(self.d * t))
+    def steps(self):
+        return Steps(_ucb_act, _gloc_prepare, no_weights, _gloc_update)
+
+    def consts(self):
+        # paper: z clipped to S (counted) and the gradient to C_g (plain rule, counted); authors' code: neither
+        z_bound, grad_bound = (math.inf, math.inf) if self.authors else (float(self.S), float(self.grad_bound))
+        return (CONTEXT_BOUND, self.c_r, float(self.sigma), float(self.d), float(self.log_T),
+                float(self.upsilon_unit), True, float(self.mu), float(self.S), z_bound, float(self.grad_z_clip),
+                grad_bound, float(self.zeta), link_code(self.link))
 
     def initial_state(self, rng):
-        state = self._ucb_state(np.zeros((self.d, self.d)), np.zeros(self.d), 0)
+        state = self._ucb_state(np.zeros((self.d, self.d)), np.zeros(self.d))
         state["theta_hat"] = np.zeros(self.d)
         if self.authors:     # both estimates start at random unit vectors (theta~ is replaced at the first update)
             for key in ("theta", "theta_hat"):
@@ -255,38 +263,161 @@ class LdpGloc(LdpUcb):
                 state[key] = v / np.linalg.norm(v)
         return state
 
-    def publish(self, state):
-        return {"theta": state["theta"], "V_inv": state["V_inv"], "beta": state["beta"],
-                "theta_hat": state["theta_hat"]}
 
-    def update(self, state, sums, start, stop, rng):
-        if "M" not in sums:
-            return state
-        new = self._ucb_state(state["M"] + sums["M"], state["u"] + sums["u"], stop)
-        theta_hat = state["theta_hat"] - self.zeta * sums["grad"]
-        norm = float(np.sqrt(theta_hat @ theta_hat))
-        if norm > self.S:
-            theta_hat *= self.S / norm
-        new["theta_hat"] = theta_hat
-        return new
+# ---------------------------------------------------------------------------------------------------------------
+# The compiled steps (ldpfed.algorithms.compiled): one user's act and prepare, the server's update
+# ---------------------------------------------------------------------------------------------------------------
+@njit(cache=True)
+def _beta(consts, t):
+    """beta_t: ldp-ucb 2 sigma sqrt(d ln T) + (sqrt(3 Upsilon_t) + sigma sqrt(d t / Upsilon_t)) d ln T;
+    ldp-gloc sqrt((sigma / mu) sqrt(d t))."""
+    sigma, d, log_T = consts[SIGMA_], consts[D_], consts[LOG_T_]
+    if consts[GLOC_]:
+        return math.sqrt(sigma / consts[MU_] * math.sqrt(d * t))
+    upsilon = consts[UPSILON_UNIT_] * math.sqrt(t)
+    return (2.0 * sigma * math.sqrt(d * log_T)
+            + (math.sqrt(3.0 * upsilon) + sigma * math.sqrt(d * t / upsilon)) * d * log_T)
 
-    def encode(self, model, contexts, actions, rewards, users, rng):
-        x, n_x = clip_rows_by_squares(contexts[np.arange(len(actions)), actions], CONTEXT_BOUND)
-        y, n_y = clip_values(rewards, self.c_r)
-        if self.authors:
-            return self._encode_authors(model, x, y, rng), {"clipped": n_x + n_y}
-        z, n_z = clip_values(x @ model["theta_hat"], self.S)   # |z| <= S already when theta^ is in W
-        # the plain rule: norm by np.linalg.norm, every gradient over the bound counted (ldpfed.clip)
-        grad, n_g = clip_rows((self.g(z) - y)[:, None] * x, self.grad_bound, rtol=0.0, norm="linalg")
-        messages = {"M": self._gram_messages(x, rng),
-                    "u": self.mechanisms["u"].privatize(z[:, None] * x, rng),
-                    "grad": self.mechanisms["grad"].privatize(grad, rng)}
-        return messages, {"clipped": n_x + n_y + n_z + n_g}
 
-    def _encode_authors(self, model, x, y, rng):
-        z = x @ model["theta_hat"]
-        grad = (self.g(np.clip(z, -5.0, 5.0)) - y)[:, None] * x
-        return {"M": self._gram_messages(x, rng),
-                "u": self.mechanisms["u"].privatize(z[:, None] * x, rng),
-                "grad": self.mechanisms["grad"].privatize(grad, rng)}
+@njit(cache=True)
+def _ucb_refresh(M, u, t, theta, V_inv, beta, consts, stop):
+    """After `stop` users (t = max(stop, 1)): V~ = M + c_t I with c_t = 2 Upsilon_t, V_inv = V~^{-1},
+    theta = V~^{-1} u, beta = beta_t."""
+    tt = max(stop, 1)
+    c = 2.0 * consts[UPSILON_UNIT_] * math.sqrt(tt)
+    d = u.shape[0]
+    V = np.empty((d, d))
+    for a in range(d):
+        for b in range(d):
+            V[a, b] = M[a, b]
+        V[a, a] = M[a, a] + c
+    V_inv[:, :] = np.linalg.inv(V)
+    for a in range(d):
+        s = 0.0
+        for b in range(d):
+            s += V_inv[a, b] * u[b]
+        theta[a] = s
+    t[0] = tt
+    beta[0] = _beta(consts, tt)
 
+
+@njit(cache=True)
+def _ucb_act(model, consts, contexts, i, user, draws, actions):
+    """argmax_k x_k^T theta~ + beta ||x_k||_{V~^{-1}} (the first of equals)."""
+    theta, V_inv, beta = model[0], model[1], model[2][0]
+    d = theta.shape[0]
+    best, arm = -np.inf, 0
+    for k in range(contexts.shape[1]):
+        x = contexts[i, k]
+        width = 0.0
+        for j in range(d):
+            s = 0.0
+            for m in range(d):
+                s += x[m] * V_inv[m, j]
+            width += s * x[j]
+        score = _dot(x, theta) + beta * math.sqrt(max(width, 0.0))
+        if score > best or k == 0:
+            best, arm = score, k
+    actions[i] = arm
+
+
+@njit(cache=True)
+def _clip_row_by_squares(x, bound, rtol):
+    """In place, the rule of ldpfed.clip.clip_rows_by_squares on one row: x / (||x|| / bound) when ||x||^2 exceeds
+    bound^2; 1 if it exceeded bound^2 (1 + 2 rtol)."""
+    sq = 0.0
+    for j in range(x.shape[0]):
+        sq += x[j] * x[j]
+    limit = bound * bound
+    if sq > limit:
+        root = np.sqrt(max(sq, _TINY)) / bound
+        for j in range(x.shape[0]):
+            x[j] = x[j] / root
+    return 1 if sq > limit * (1.0 + 2.0 * rtol) else 0
+
+
+@njit(cache=True)
+def _take_context(consts, contexts, i, arm, reward, x):
+    """x = the pulled arm's context clipped to C_B (by squares); returns (the reward clipped to c_r, clipped count)."""
+    for j in range(x.shape[0]):
+        x[j] = contexts[i, arm, j]
+    n_x = _clip_row_by_squares(x, consts[C_B_], CLIP_RTOL)
+    y, n_y = clip_value(reward, consts[C_R_])
+    return y, n_x + n_y
+
+
+@njit(cache=True)
+def _gram_row(row, x):
+    """M = x x^T at the start of the row."""
+    d = x.shape[0]
+    for a in range(d):
+        for b in range(d):
+            row[a * d + b] = x[a] * x[b]
+
+
+@njit(cache=True)
+def _ucb_prepare(model, consts, contexts, actions, reward, user, i, inputs, counts):
+    """Row: M = x x^T (d * d), then u = r x (d), of the clipped context and reward."""
+    d = contexts.shape[2]
+    row = inputs[i]
+    x = row[d * d:d * d + d]              # u's slot holds x until M is written
+    r, counts[i, 0] = _take_context(consts, contexts, i, actions[i], reward, x)
+    _gram_row(row, x)
+    for j in range(d):
+        x[j] = r * x[j]
+
+
+@njit(cache=True)
+def _gloc_prepare(model, consts, contexts, actions, reward, user, i, inputs, counts):
+    """Row: M = x x^T, u = z x and the gradient (g(z) - y) x, with z = x^T theta^. Profile paper: z clipped to S
+    and the gradient to C_g (counted); authors' code: z unclipped in u, clipped to [-5, 5] inside g only."""
+    theta_hat = model[3]
+    d = contexts.shape[2]
+    row = inputs[i]
+    x = row[d * d:d * d + d]              # u's slot holds x until M is written
+    g = row[d * d + d:d * d + 2 * d]
+    y, clipped = _take_context(consts, contexts, i, actions[i], reward, x)
+    z, n_z = clip_value(_dot(x, theta_hat), consts[Z_BOUND_])
+    gz = consts[GRAD_Z_CLIP_]
+    coef = link_mean(consts[LINK_], min(max(z, -gz), gz)) - y
+    for j in range(d):
+        g[j] = coef * x[j]
+    n_g = clip_row(g, consts[GRAD_BOUND_], 0.0)      # the plain rule: every gradient over the bound counted
+    counts[i, 0] = clipped + n_z + n_g
+    _gram_row(row, x)
+    for j in range(d):
+        x[j] = z * x[j]
+
+
+@njit(cache=True)
+def _add_gram_sums(M, u, sums):
+    d = u.shape[0]
+    for a in range(d):
+        for b in range(d):
+            M[a, b] += sums[a * d + b]
+        u[a] += sums[d * d + a]
+
+
+@njit(cache=True)
+def _ucb_update(state, consts, sums, start, stop, server):
+    """M += sum M, u += sum u, then V~, theta~, beta after `stop` users (_ucb_refresh)."""
+    M, u, t, theta, V_inv, beta = state
+    _add_gram_sums(M, u, sums)
+    _ucb_refresh(M, u, t, theta, V_inv, beta, consts, stop)
+
+
+@njit(cache=True)
+def _gloc_update(state, consts, sums, start, stop, server):
+    """As _ucb_update, and theta^ <- Proj_W(theta^ - zeta sum grad), W the ball of radius S."""
+    M, u, t, theta, V_inv, beta, theta_hat = state
+    _add_gram_sums(M, u, sums)
+    _ucb_refresh(M, u, t, theta, V_inv, beta, consts, stop)
+    d = u.shape[0]
+    zeta, S = consts[ZETA_], consts[S_]
+    off = d * d + d
+    for j in range(d):
+        theta_hat[j] = theta_hat[j] - zeta * sums[off + j]
+    norm = math.sqrt(_dot(theta_hat, theta_hat))
+    if norm > S:
+        for j in range(d):
+            theta_hat[j] *= S / norm
