@@ -717,14 +717,23 @@ def check_public_fields(subject: Subject):
 # ---- 7. engines ------------------------------------------------------------------------------------------------
 def check_engines(subject: Subject):
     """The same config (2 populations) gives the same per-round table bit for bit on every engine path: the local
-    engine twice (determinism), and the Ray engine pre-aggregated with 1 shard and per-user with 2 shards
-    (2 actors) when ray=True and the Ray workers can build the algorithm."""
+    engine twice (determinism), the compiled sequential loop at round size 1 against the local engine (an algorithm
+    written once, ldpfed.algorithms.compiled, on an env with a compiled step), and the Ray engine pre-aggregated
+    with 1 shard and per-user with 2 shards (2 actors) when ray=True and the Ray workers can build the algorithm."""
     from ldpfed.engine import run
+    from ldpfed.engine.sequential import run_sequential, sequential_unsupported
 
     check = "engines"
     config = subject.config(populations=min(2, subject.round_size))
     reference = run(config, "local", fast=False)
     _same(subject, check, reference, run(config, "local", fast=False), "a second local run")
+    sequential = subject.config().replace(round_size=1)
+    algo = subject.build()[2]
+    written_once = isinstance(algo, CompiledAlgorithm) and algo.compiled_steps() is not None
+    if written_once and sequential_unsupported(sequential) is None:
+        # fed the local engine's own random draws, the sequential loop runs the same functions on the same numbers
+        _same(subject, check, run(sequential, "local", fast=False), run_sequential(sequential, streams="generic"),
+              "the sequential engine (round size 1)")
     if not subject.ray:
         return ("skipped: ray=False: the Ray engine was not compared (the local engine was: two runs "
                 "bit-identical)")
