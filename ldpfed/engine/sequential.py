@@ -122,49 +122,6 @@ class _GLMSingle(Kernel):
         return env.theta, LINK_CODES[env.link], float(env.noise_std)
 
 
-class LdpUcbKernel(_GLMSingle):
-    algorithms = ("ldp-ucb", "ldp-gloc")
-    options = frozenset({"alpha", "calibration", "zeta_scale", "S"})
-    metrics = ("clipped",)
-
-    def load(self, state):
-        self.gloc = self.algo.name == "ldp-gloc"
-        self.s = {key: (np.array(value, dtype=float) if key not in ("t", "beta") else value)
-                  for key, value in state.items()}
-        if not self.gloc:
-            self.s["theta_hat"] = np.zeros(self.algo.d)    # unused
-        self.upper = sym_gather_index(self.algo.d).reshape(self.algo.d, self.algo.d).astype(np.int64)
-
-    def state(self):
-        s = {key: (value.copy() if isinstance(value, np.ndarray) else value) for key, value in self.s.items()}
-        if not self.gloc:
-            del s["theta_hat"]
-        return s
-
-    def draw_client(self, n, rng):
-        d = self.algo.d
-        # the M, u (and gradient) Gaussian mechanisms, in encode's order
-        draws = (normal_array(rng, (n, d * (d + 1) // 2)), normal_array(rng, (n, d)))
-        return draws + ((normal_array(rng, (n, d)),) if self.gloc else (np.zeros((n, 1)),))
-
-    def run(self, t0, world, client, snap_at, snaps, regret, counts):
-        a, s = self.algo, self.s
-        n = len(regret)
-        stops = range(t0 + 1, t0 + n + 1)
-        # _ucb_state(M, u, t): c_t = 2 upsilon_unit sqrt(t), beta = algo.beta(t), t = max(stop, 1)
-        shifts = np.array([2.0 * a.upsilon_unit * math.sqrt(max(t, 1)) for t in stops], dtype=float)
-        betas = np.array([s["beta"]] + [a.beta(max(t, 1)) for t in stops], dtype=float)
-        mech = a.mechanisms
-        sigma_g = mech["grad"].sigma if self.gloc else 0.0
-        S, bound, zeta = (a.S, a.grad_bound, a.zeta) if self.gloc else (1.0, 1.0, 0.0)
-        grad_z = a.grad_z_clip if self.gloc else math.inf
-        kn.ldp_ucb(s["M"], s["u"], s["theta"], s["V_inv"], s["theta_hat"], world[0], world[1], *self.env_args(),
-                   a.c_r, mech["M"].sigma, mech["u"].sigma, sigma_g, self.upper, shifts, betas, self.gloc, S, bound,
-                   zeta, grad_z, client[0], client[1], client[2], snap_at, snaps, regret, counts)
-        if n:
-            s["t"], s["beta"] = max(t0 + n, 1), float(betas[-1])
-
-
 class MabUcbKernel(Kernel):
     algorithms = ("ldp-mab-ucb", "ucb")
     envs = ("bernoulli", "piecewise-bernoulli")
@@ -462,7 +419,7 @@ class StepsRunner:
             lo = hi
 
 
-KERNELS = {name: cls for cls in (LdpUcbKernel, MabUcbKernel, LdpSgdMultiKernel,
+KERNELS = {name: cls for cls in (MabUcbKernel, LdpSgdMultiKernel,
                                   LdpOlsMultiKernel, KlucbKernel) for name in cls.algorithms}
 
 
