@@ -295,3 +295,49 @@ def test_a_broken_field_declaration_names_the_field(registered):
 
     with pytest.raises(PluginError, match="fields: declared, but .* also writes message_spec, message_domains"):
         REGISTRY.register(Both)
+
+
+def _python_act(model, consts, contexts, i, user, draws, actions):      # not compiled
+    actions[i] = 0
+
+
+@pytest.mark.parametrize("change,what", [
+    ({"steps": lambda self: LdpOls.steps(self)._replace(act=_python_act)}, "steps.act"),
+    ({"model_keys": ("theta", "nowhere")}, "model_keys"),
+    ({"initial_state": lambda self, rng: {**LdpOls.initial_state(self, rng), "t": 0}}, "state_keys.t"),
+    ({"metric_names": ("clipped_context", 3)}, "metric_names"),
+])
+def test_a_compiled_algorithm_that_breaks_its_contract_is_refused(registered, change, what):
+    """Written once (ldpfed.algorithms.compiled): compiled steps, model keys among the state keys, state arrays,
+    metric names; each break names what is wrong."""
+    broken = type("Broken", (LdpOls,), {"name": "broken-ols", **change})
+    with pytest.raises(PluginError) as caught:
+        _built(broken, registered)
+    assert caught.value.field == f"broken-ols.{what}"
+
+
+def test_a_compiled_field_needs_a_mechanism_that_privatizes_rows(registered):
+    class Opaque:            # a mechanism of the protocol without the compiled row (row_kernel / draw_rows)
+        def __init__(self, inner):
+            self.inner, self.guarantee = inner, inner.guarantee
+
+        def privatize(self, x, rng):
+            return self.inner.privatize(x, rng)
+
+        def output_domain(self, shape, data_bound=None, **schedule):
+            return self.inner.output_domain(shape, data_bound, **schedule)
+
+        def dp_event(self):
+            return self.inner.dp_event()
+
+    class OpaqueOls(LdpOls):
+        name = "opaque-ols"
+
+        def _setup(self):
+            super()._setup()
+            self.mech_u = Opaque(self.mech_u)
+            self.mechanisms = {"M": self.mech_M, "u": self.mech_u}
+
+    with pytest.raises(PluginError, match="cannot privatize a compiled row") as caught:
+        _built(OpaqueOls, registered)
+    assert caught.value.field == "opaque-ols.message field 'u'"

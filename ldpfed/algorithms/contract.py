@@ -12,7 +12,10 @@ The rules (tests/test_plugins.py breaks each one on purpose; ldpfed.testing chec
   listed in `public_fields` (a public schedule, a public count): nothing raw leaves the client half;
 * `public_fields` are message fields;
 * every ledger row names a mechanism's guarantee (eps > 0, 0 <= delta < 1), counts `per_user` >= 1 outputs, and
-  the rows compose (ldpfed.mechanisms.accounting); a private algorithm has at least one row.
+  the rows compose (ldpfed.mechanisms.accounting); a private algorithm has at least one row;
+* an algorithm written once (ldpfed.algorithms.compiled) declares fields(), each made by a mechanism that can
+  privatize a compiled row (row_kernel, draw_rows) or passed as it is; its steps are compiled functions; its
+  state holds the state_keys as numpy arrays, the model_keys among them; metric_names are names.
 """
 from __future__ import annotations
 
@@ -108,6 +111,39 @@ def check_instance(algo) -> None:
             accounting.compose(rows, algo.delta, pld=False)   # every engine process builds one: no PLD here
         except Exception as error:       # a ledger the accountant cannot compose
             fail("ledger", f"does not compose ({type(error).__name__}: {error})")
+    from ldpfed.algorithms.compiled import CompiledAlgorithm
+
+    if isinstance(algo, CompiledAlgorithm):
+        _check_compiled(algo, fail)
+
+
+def _check_compiled(algo, fail) -> None:
+    """What the compiled paths rely on (see the module doc)."""
+    import numpy as np
+    from numba.core.dispatcher import Dispatcher
+
+    if algo._fields is None:
+        fail("fields", "a compiled algorithm declares its message as fields() (the row layout follows from it)")
+    for key, declared in algo._fields.items():
+        mech = declared.mechanism
+        if mech is not None and not (callable(getattr(mech, "row_kernel", None))
+                                     and callable(getattr(mech, "draw_rows", None))):
+            fail(f"message field {key!r}", f"its mechanism {type(mech).__name__} cannot privatize a compiled row "
+                                           f"(it offers no row_kernel / draw_rows: ldpfed.mechanisms.rows)")
+    steps = algo.steps()
+    for part in ("act", "prepare", "weigh", "update", "finish"):
+        if not isinstance(getattr(steps, part, None), Dispatcher):
+            fail(f"steps.{part}", f"{getattr(steps, part, None)!r} must be a numba-compiled function (@njit)")
+    if not all(isinstance(name, str) for name in algo.metric_names):
+        fail("metric_names", f"{algo.metric_names!r} must be a tuple of names")
+    missing = set(algo.model_keys) - set(algo.state_keys)
+    if missing:
+        fail("model_keys", f"{sorted(missing)} are not state_keys")
+    state = algo.initial_state(np.random.default_rng(0))
+    for key in algo.state_keys:
+        if not isinstance(state.get(key), np.ndarray):
+            fail(f"state_keys.{key}", f"initial_state()[{key!r}] must be a numpy array (scalars: shape (1,)), "
+                                      f"not {type(state.get(key)).__name__}")
 
 
 def _check_domains(algo, spec: dict, fail) -> None:
