@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from ldpfed.config import PROFILES
+from ldpfed.config import PROFILES, TRUST_MODELS
 from ldpfed.errors import ConfigError
 from ldpfed.plugins import PluginError
 from ldpfed.tracking.store import TrackingUnavailable
@@ -14,7 +14,7 @@ from ldpfed.tracking.store import TrackingUnavailable
 # Where a RunConfig field comes from on the command line, so an error names the option the user typed.
 OPTION_OF_FIELD = {"algorithm": "ALGORITHM", "env": "--env", "users": "--users", "round_size": "--round-size",
                    "populations": "--populations", "eps": "--eps", "delta": "--delta", "seed": "--seed",
-                   "profile": "--profile", "out": "--out", "resume": "--resume"}
+                   "profile": "--profile", "trust": "--trust", "out": "--out", "resume": "--resume"}
 
 
 def _key_value(text: str):
@@ -74,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, default=0, help="run seed: the world and all randomness derive from it")
     run.add_argument("--profile", choices=PROFILES, default="paper",
                      help="paper: the papers' text; authors-code: the public reference code's choices")
+    run.add_argument("--trust", choices=TRUST_MODELS, default="local",
+                     help="local: every user privatizes with --eps/--delta (the papers); shuffle: users privatize at "
+                          "the largest eps0 whose batch of --round-size users, shuffled, meets --eps/--delta")
     run.add_argument("--param", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
                      help="algorithm option (repeatable; see `describe`)")
     run.add_argument("--env-param", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
@@ -205,7 +208,8 @@ def cmd_run(args) -> int:
 
     config = RunConfig(algorithm=args.algorithm, env=args.env, users=args.users, round_size=args.round_size,
                        populations=args.populations, eps=args.eps, delta=args.delta, seed=args.seed,
-                       params=dict(args.param), env_params=dict(args.env_param), profile=args.profile)
+                       params=dict(args.param), env_params=dict(args.env_param), profile=args.profile,
+                       trust=args.trust)
     from ldpfed.engine import run
     from ldpfed.engine.checkpoint import Checkpointer, CheckpointError
     from ldpfed.signals import Terminated, exit_status, interruptible

@@ -11,6 +11,9 @@ from ldpfed.errors import ConfigError
 # where it differs from the text (rewards, clip rules, steps, initialisation, estimators, contexts); algorithms and
 # envs without such differences run identically under both. See the README's profile table.
 PROFILES = ("paper", "authors-code")
+# Trust models (ldpfed.algorithms.trust): "local", the papers' local DP; "shuffle", local randomizers whose messages
+# an anonymizing shuffler mixes per round (privacy amplified: --eps/--delta are then the shuffled batch's target).
+TRUST_MODELS = ("local", "shuffle")
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,7 @@ class RunConfig:
     env_params: dict = field(default_factory=dict)
     params: dict = field(default_factory=dict)   # algorithm options, validated by the algorithm
     profile: str = "paper"            # one of PROFILES: sets the defaults of env_params and params
+    trust: str = "local"              # one of TRUST_MODELS: where the noise is added (ldpfed.algorithms.trust)
 
     def __post_init__(self):
         from ldpfed.algorithms import REGISTRY
@@ -55,6 +59,8 @@ class RunConfig:
             raise ConfigError("seed", self.seed, "must be an integer >= 0")
         if self.profile not in PROFILES:
             raise ConfigError("profile", self.profile, f"unknown; choose from {list(PROFILES)}")
+        if self.trust not in TRUST_MODELS:
+            raise ConfigError("trust", self.trust, f"unknown; choose from {list(TRUST_MODELS)}")
         for name in ("env_params", "params"):
             if not isinstance(getattr(self, name), dict):
                 raise ConfigError(name, getattr(self, name), "must be a mapping")

@@ -52,6 +52,7 @@ class Sweep:
     delta: float | None = None
     engine: str = "local"
     profile: str = "paper"
+    trust: str = "local"                   # the LDP algorithms' trust model (others keep theirs)
     ray: dict = field(default_factory=dict)
     params: dict = field(default_factory=dict)
     env_params: dict = field(default_factory=dict)
@@ -131,7 +132,7 @@ def _positive(value, where: str) -> int:
 def build(data: dict, source: str = "sweep") -> Sweep:
     """A validated Sweep from a mapping (a parsed TOML file, with overrides); errors name `source` and the key."""
     from ldpfed.algorithms import REGISTRY
-    from ldpfed.config import PROFILES
+    from ldpfed.config import PROFILES, TRUST_MODELS
     from ldpfed.envs import ENVS
 
     unknown = set(data) - KEYS
@@ -147,6 +148,9 @@ def build(data: dict, source: str = "sweep") -> Sweep:
     profile = data.get("profile", "paper")
     if profile not in PROFILES:
         raise ConfigError(f"{source}: profile", profile, f"choose from {list(PROFILES)}")
+    trust = data.get("trust", "local")
+    if trust not in TRUST_MODELS:
+        raise ConfigError(f"{source}: trust", trust, f"choose from {list(TRUST_MODELS)}")
     delta = data.get("delta")
     if delta is not None and not (isinstance(delta, (int, float)) and 0 < delta < 1):
         raise ConfigError(f"{source}: delta", delta, "must be in (0, 1)")
@@ -160,7 +164,7 @@ def build(data: dict, source: str = "sweep") -> Sweep:
         users=None if users is None else _positive(users, f"{source}: users"),
         round_size=_positive(data.get("round_size", 1), f"{source}: round_size"),
         populations=_positive(data.get("populations", 1), f"{source}: populations"),
-        delta=None if delta is None else float(delta), engine=engine, profile=profile)
+        delta=None if delta is None else float(delta), engine=engine, profile=profile, trust=trust)
     for key in ("ray", "params", "env_params"):
         value = data.get(key, {})
         if not isinstance(value, dict):
@@ -234,7 +238,8 @@ def configs(sweep: Sweep) -> list:
                 out.append(RunConfig(algorithm=name, env=env, users=users, round_size=min(sweep.round_size, users),
                                      populations=min(sweep.populations, sweep.round_size, users), eps=eps,
                                      delta=delta, seed=seed, env_params=env_params, params=params,
-                                     profile=sweep.profile))
+                                     profile=sweep.profile,
+                                     trust=sweep.trust if REGISTRY[name].privacy_model == "ldp" else "local"))
     return out
 
 

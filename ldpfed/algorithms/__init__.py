@@ -2,6 +2,7 @@
 built-ins (pyproject.toml) and any installed plugin's alike, plus LDPFED_PLUGINS (see ldpfed/plugins.py)."""
 from ldpfed.algorithms.base import Algorithm
 from ldpfed.algorithms.contract import check_class, check_instance
+from ldpfed.algorithms.trust import local_config
 from ldpfed.plugins import ALGORITHM_GROUP, Registry
 
 REGISTRY: Registry = Registry(ALGORITHM_GROUP, "algorithm", lambda: Algorithm, check_class)
@@ -9,7 +10,10 @@ REGISTRY: Registry = Registry(ALGORITHM_GROUP, "algorithm", lambda: Algorithm, c
 
 def make_algorithm(env, config) -> Algorithm:
     """The run's algorithm, handed only the env's public description (no ground truth), its contract checked."""
-    algo = REGISTRY[config.algorithm](env.public(), config)
+    cls, world = REGISTRY[config.algorithm], env.public()
+    local, plan = local_config(config, cls, world)       # the trust model's local budget (ldpfed.algorithms.trust)
+    algo = cls(world, local)
+    algo.shuffle = plan
     check_instance(algo)
     return algo
 

@@ -41,6 +41,7 @@ class Algorithm:
     _fields: dict | None = None      # what fields() declared (set after setup()); None: the methods are written
     # The paper's experiment, for jobs/: RunConfig fields, e.g. {"env_params": {...}, "users": 10**5, "eps": 1.0,
     # "delta": 0.01, "params": {...}}; the env is `default_env`.
+    shuffle = None                   # the trust model's ShufflePlan when the run shuffles (ldpfed.algorithms.trust)
     paper_setting: dict = {}
     # Options whose default differs under RunConfig.profile="authors-code" (the public code's choices), e.g.
     # {"authors-code": {"step": 5.0}}; every key must be in `defaults`. No entry: identical under both profiles.
@@ -204,10 +205,16 @@ class Algorithm:
         the privacy accountant (ldpfed.mechanisms.accounting) composes. Override to change `per_user`."""
         reason = (ONE_MESSAGE if self.privacy_model == "ldp" else ONE_RELEASE)
         declared = self._fields or {}
-        return [{"message": key, **mech.guarantee.as_dict(), **noise_fields(mech),
+        rows = [{"message": key, **mech.guarantee.as_dict(), **noise_fields(mech),
                  "per_user": declared[key].per_user if key in declared else 1,
                  "composition": (declared[key].composition if key in declared else None) or reason}
                 for key, mech in self.mechanisms.items()]
+        if self.shuffle is not None:     # the rows are the local randomizer's; the shuffled batch amplifies them
+            note = (f"local randomizer of the shuffle trust model: each user sends one message in one shuffled "
+                    f"batch of >= {self.shuffle.batch} users, so the run's guarantee is its batch's (the summary's "
+                    f"privacy_eps_composed, {self.shuffle.bound} bound of Feldman, McMillan, Talwar 2021)")
+            rows = [{**row, "trust": "shuffle", "scope": note} for row in rows]
+        return rows
 
     @classmethod
     def describe(cls) -> dict:

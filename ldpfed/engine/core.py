@@ -108,9 +108,21 @@ def privacy_summary(config, algo) -> dict:
     """One user's guarantee over the whole run, composed from the algorithm's ledger (the summary entries; empty
     without privacy). Every engine calls it before simulating anyone: a run whose composed guarantee exceeds the
     configured (eps, delta) is refused (ConfigError naming eps or delta)."""
-    composed = accounting.compose(algo.ledger(), config.delta)
-    accounting.check_budget(composed, config.eps, config.delta, config.algorithm)
-    return composed.summary() if composed is not None else {}
+    plan = algo.shuffle
+    if plan is None:
+        composed = accounting.compose(algo.ledger(), config.delta)
+        accounting.check_budget(composed, config.eps, config.delta, config.algorithm)
+        return composed.summary() if composed is not None else {}
+    # shuffle: the ledger is the local randomizer's (eps0, delta0); the shuffled batch amplifies it
+    local = accounting.compose(algo.ledger(), algo.delta)
+    accounting.check_budget(local, plan.eps0, algo.delta, config.algorithm)
+    amplified = plan.amplified(local.eps, local.delta if plan.delta0 else 0.0)
+    accounting.check_budget(accounting.Composition(amplified.eps, amplified.delta, config.delta, None,
+                                                   (amplified.reason,)), config.eps, config.delta, config.algorithm)
+    return {"privacy_eps_composed": amplified.eps, "privacy_delta_composed": amplified.delta,
+            "privacy_eps_dp_accounting": None, "privacy_trust": "shuffle", "privacy_eps0": local.eps,
+            "privacy_delta0": local.delta, "privacy_eps0_dp_accounting": local.eps_pld,
+            "privacy_shuffle_batch": amplified.n, "privacy_shuffle_bound": amplified.bound}
 
 
 @dataclass

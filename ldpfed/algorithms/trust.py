@@ -1,0 +1,92 @@
+"""Trust models: where the noise goes, not a different algorithm.
+
+* "local" (the papers): no one is trusted; each user privatizes its message with the run's (eps, delta).
+* "shuffle": each user still privatizes locally, and an anonymizing shuffler mixes each round's messages before the
+  server sees them, which amplifies privacy (ldpfed.mechanisms.shuffle: Feldman, McMillan, Talwar, FOCS 2021).
+  `--eps`/`--delta` are then the target of the shuffled batch, and the users' randomizers run at the largest eps0
+  whose amplified guarantee at the batch size (users per round; the run's smallest round) meets it. The algorithm
+  is the same class, built at that local budget (eps0, delta0).
+
+For randomizers that are pure eps0-LDP (every ledger row has delta = 0: the l2-ball, randomized response, Laplace)
+the pure bound applies at the whole delta. For approximate (eps0, delta0) randomizers (the Gaussian mechanisms)
+FMT's Theorem 3.8 adds (e^eps + 1)(1 + e^-eps0 / 2) n delta0 to delta: half of delta goes to the pure bound, and
+delta0 is chosen so that the added term is at most the other half whatever eps0 (e^eps <= e^target and
+1 + e^-eps0 / 2 <= 1.5).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ldpfed.errors import ConfigError
+from ldpfed.mechanisms import shuffle
+
+TRUST_MODELS = ("local", "shuffle")
+SHUFFLE_BOUND = "numerical"       # FMT's numerical bound: the tighter of their two (shuffle.BOUNDS)
+# A batch "too small to amplify": its eps0 is less than 5% above the target (shuffling any batch never hurts, so
+# eps0 = eps always meets the target; below this gain the run is the local one with a shuffler in the way).
+MIN_GAIN = 1.05
+
+
+@dataclass(frozen=True)
+class ShufflePlan:
+    """The local budget of a shuffled run and what it buys."""
+
+    eps0: float            # each user's local randomizer (the algorithm's eps)
+    delta0: float          # its delta (0: pure randomizers)
+    batch: int             # users per shuffled batch: the smallest round
+    delta_pure: float      # the part of the target delta spent in the pure bound
+    bound: str
+
+    def amplified(self, eps0: float, delta0: float) -> shuffle.Amplified:
+        """The guarantee of a batch of (eps0, delta0)-LDP messages (the ledger's composed local guarantee)."""
+        return shuffle.amplify(eps0, self.batch, self.delta_pure, delta0, bound=self.bound)
+
+
+def smallest_batch(config) -> int:
+    """Users in the run's smallest round (the last one may be short): the batch every user is shuffled in is at
+    least this large."""
+    last = config.users - (config.rounds - 1) * config.round_size
+    return min(config.round_size, last)
+
+
+def shuffle_plan(config, pure: bool) -> ShufflePlan:
+    """The largest local eps0 (and its delta0) whose shuffled batch meets the run's (eps, delta); ConfigError naming
+    round_size (or eps) when the batch is too small to amplify."""
+    n = smallest_batch(config)
+    if n < 2:
+        raise ConfigError("round_size", config.round_size,
+                          f"the shuffle trust model needs batches of at least 2 users to hide a user among others "
+                          f"(this run's smallest round has {n}); raise --round-size (or --users)")
+    delta_pure = config.delta if pure else config.delta / 2.0
+    delta0 = 0.0 if pure else (config.delta / 2.0) / ((math.exp(config.eps) + 1.0) * 1.5 * n)
+    try:
+        eps0 = shuffle.largest_eps0(config.eps, n, delta_pure, bound=SHUFFLE_BOUND)
+    except ConfigError as error:
+        raise ConfigError("round_size", config.round_size,
+                          f"a shuffled batch of {n} users cannot reach eps = {config.eps:g} at delta = "
+                          f"{config.delta:g} ({error.reason}); raise --round-size or --eps") from None
+    if eps0 < MIN_GAIN * config.eps:
+        raise ConfigError("round_size", config.round_size,
+                          f"a shuffled batch of {n} users amplifies too little at eps = {config.eps:g}, delta = "
+                          f"{config.delta:g}: its largest local eps0 is {eps0:.4g} (less than {MIN_GAIN:g} x eps); "
+                          f"raise --round-size (or --users, if the last round is short) or --eps")
+    return ShufflePlan(eps0, delta0, n, delta_pure, SHUFFLE_BOUND)
+
+
+def local_config(config, cls, world):
+    """(the config the algorithm is built with, the shuffle plan or None). Under "shuffle" the algorithm is first
+    built at the target to learn whether its randomizers are pure, then at its local budget."""
+    if config.trust == "local":
+        return config, None
+    if cls.privacy_model != "ldp":
+        raise ConfigError("trust", config.trust, f"{cls.name} is not a local-DP algorithm (privacy model "
+                                                 f"{cls.privacy_model!r}): there is no local randomizer to shuffle")
+    probe = cls(world, config)
+    rows = probe.ledger()
+    if any(row.get("claim_void") for row in rows):
+        raise ConfigError("trust", config.trust, f"{cls.name} under profile {config.profile!r} claims no guarantee "
+                                                 f"(its ledger is void): nothing to amplify")
+    plan = shuffle_plan(config, pure=all(float(row["delta"]) == 0.0 for row in rows))
+    local = config.replace(eps=plan.eps0, delta=plan.delta0 if plan.delta0 else config.delta, trust="local")
+    return local, plan
