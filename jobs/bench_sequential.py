@@ -102,7 +102,7 @@ def main(argv=None) -> int:
     parser.add_argument("--reference", type=Path, default=Path("/tmp/ldpbandit_ref"),
                         help="a clone of liangzp/LDP-Bandit (its Scheme1/ folder is used); skipped if absent")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--markdown", action="store_true", help="also print the table as Markdown (the README's)")
+    parser.add_argument("--markdown", action="store_true", help="also print the table as Markdown (docs/figures.md's)")
     args = parser.parse_args(argv)
     scheme1 = args.reference / "Scheme1"
     have_reference = (scheme1 / "utils.py").exists()

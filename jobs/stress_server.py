@@ -559,7 +559,7 @@ def steady_window(t0: float, call_logs: list[list]) -> dict:
 
 
 def capacity_table(rows: list[dict]) -> list[str]:
-    """The README's capacity table (markdown) from run_capacity's rows: per S and level, the sustained per-user
+    """The capacity table of docs/figures.md (markdown) from run_capacity's rows: per S and level, the sustained per-user
     messages/s, p50 / p99 latency, and the shards' busy fraction and CPU share (lowest-highest shard)."""
     span = lambda xs: (f"{100 * min(xs):.0f}%" if round(100 * min(xs)) == round(100 * max(xs))   # noqa: E731
                        else f"{100 * min(xs):.0f}-{100 * max(xs):.0f}%")
@@ -906,7 +906,7 @@ def main(argv=None) -> int:
                                         [float(x) for x in args.levels.split(",") if x.strip()], args.level_seconds,
                                         probe_rounds=args.probe_rounds, linger_ms=args.linger_ms, check_domains=checks,
                                         seed=args.seed, log=log)
-                print("\n".join(["stress: the capacity table (README):"] + capacity_table(rows)), flush=True)
+                print("\n".join(["stress: the capacity table (docs/figures.md):"] + capacity_table(rows)), flush=True)
             else:
                 algorithm = args.algorithm or ("ldp-ols" if "ldp-ols" in REGISTRY else "uniform")
                 P, upm = args.populations or 32, args.users_per_message or 50

@@ -9,7 +9,7 @@ from ldpfed.errors import ConfigError
 
 # "paper": the papers' text, privacy-correct (the default). "authors-code": the choices of the authors' public code
 # where it differs from the text (rewards, clip rules, steps, initialisation, estimators, contexts); algorithms and
-# envs without such differences run identically under both. See the README's profile table.
+# envs without such differences run identically under both. See the profile table in docs/tracking-and-sweeps.md.
 PROFILES = ("paper", "authors-code")
 # Trust models (ldpfed.algorithms.trust): "local", the papers' local DP; "shuffle", local randomizers whose messages
 # an anonymizing shuffler mixes per round (privacy amplified: --eps/--delta are then the shuffled batch's target).
