@@ -106,10 +106,14 @@ def test_published_index_is_debiased_klucb_bound():
         f = exploration(min(t, algo.w))
         lam = np.where(n > 0, s / np.maximum(n, 1), 0.0)
         expected = rr.debias(np.array([reference_upper(*a) for a in zip(lam, n, [f] * 5)]))
-        index = algo.publish(state)["index"]
+        index = algo.index(state)                                    # the index update publishes for (t, n, s)
         np.testing.assert_allclose(index, expected, rtol=0, atol=1e-9)
         assert index[0] == pytest.approx(rr.debias(1.0))             # unpulled arm: the largest possible index
         assert index[0] > 1.0                                        # g^{-1}(1) > 1: pulled first
+    fresh = algo.initial_state(derive(0, "init"))                   # published: the index of the state's (t, n, s)
+    for state in (fresh, algo.update(fresh, {"pulls": np.eye(5)[2], "feedback": np.eye(5)[2]}, 0, 1,
+                                     derive(0, "server", 0))):
+        np.testing.assert_array_equal(algo.publish(state)["index"], algo.index(state))
 
 
 def test_exploration_function_and_window():

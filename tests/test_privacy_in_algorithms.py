@@ -219,8 +219,9 @@ def test_sw_klucb_cf_passes_the_event_audit(weakened):
     eps, delta = composed_claim(config, algo)
     if weakened:
         algo.rr.p_keep = float(expit(2 * eps))
-    f_a = encode_copies(algo, None, None, 0, -3.0, N_AUDIT, seed=41)["feedback"]
-    f_b = encode_copies(algo, None, None, 0, 7.0, N_AUDIT, seed=42)["feedback"]
+    model = algo.publish(algo.initial_state(np.random.default_rng(0)))
+    f_a = encode_copies(algo, model, None, 0, -3.0, N_AUDIT, seed=41)["feedback"]
+    f_b = encode_copies(algo, model, None, 0, 7.0, N_AUDIT, seed=42)["feedback"]
     result = audit.event_audit(f_b[:, 0] == 1, f_a[:, 0] == 1, eps, delta, alpha=ALPHA)
     assert result.flagged == weakened, str(result)
 

@@ -34,6 +34,8 @@ CASES = [
     ("ols-multi", "linear-multi", {"d": 3, "contexts": "gaussian"}),
     ("sw-klucb-cf", "piecewise-bernoulli", {"breakpoints": 2}), ("sw-klucb-cf", "bernoulli", {"K": 3}),
     ("klucb-cf", "piecewise-bernoulli", {}), ("sw-klucb", "piecewise-bernoulli", {}), ("klucb", "bernoulli", {}),
+    ("klucb-cf", "bernoulli", {"K": 4}), ("sw-klucb", "bernoulli", {}), ("klucb", "piecewise-bernoulli", {}),
+    ("sw-klucb-cf", "piecewise-bernoulli", {"K": 2, "breakpoints": 1, "means": [[0.9, 0.1], [0.2, 0.8]]}),
 ]
 
 
