@@ -19,8 +19,13 @@ writes four functions in numba-compatible Python (`steps()` returns them as `Ste
   pulled arm's slot (a public field of the same row). It sees the privatized row only, never the user's data.
 * `weigh(consts, user, row)`: the public per-user weights of the aggregate, applied in place to the user's
   privatized row (`no_weights`: a plain sum).
+* `fold(consts, user, row, out)` (optional, in place of `weigh`): adds the user's privatized row into `out`, the
+  aggregate row, whose fields `sum_fields()` declares ({name: shape}) when the aggregate is not a (weighed) sum of
+  the message rows, e.g. per-arm sums from a public arm index and one noisy value (post-processing of the
+  privatized row with public data). The algorithm then declares `aggregate_bounds` for those fields.
 * `update(state, consts, sums, start, stop, server)`: the server folds the aggregated rows of users [start, stop)
-  into the state (a tuple of arrays, `state_keys`), in place. At B = 1 the sums are one user's row. `server`: the
+  into the state (a tuple of arrays, `state_keys`), in place. At B = 1 the sums are one user's row (with `fold`: the
+  row folded into a zeroed aggregate row). `server`: the
   server's own random numbers for these users, (stop - start, q) from `draw_server` (e.g. a central model's noise;
   (n, 0) for most algorithms).
 
@@ -58,6 +63,7 @@ class Steps(NamedTuple):
     weigh: object
     update: object
     finish: object = None      # None: no_finish (set below)
+    fold: object = None        # None: the aggregate is the sum of the weighed rows (else see the module doc)
 
 
 @njit(cache=True)
@@ -72,7 +78,7 @@ def no_finish(consts, user, row):
     return None
 
 
-Steps.__new__.__defaults__ = (no_finish,)
+Steps.__new__.__defaults__ = (no_finish, None)
 
 
 @njit      # not cached: see the module doc
@@ -91,6 +97,13 @@ def run_act(act, model, consts, contexts, users, draws, actions):
 def run_prepare(prepare, model, consts, contexts, actions, rewards, users, inputs, counts):
     for i in range(actions.shape[0]):
         prepare(model, consts, contexts, actions, rewards[i], users[i], i, inputs, counts)
+
+
+@njit      # not cached: see the module doc
+def run_fold(fold, consts, users, rows, out):
+    """out = every user's row folded in, in user order."""
+    for i in range(rows.shape[0]):
+        fold(consts, users[i], rows[i], out)
 
 
 @njit      # not cached: see the module doc
@@ -129,6 +142,11 @@ class CompiledAlgorithm(Algorithm):
         """The constants of the compiled functions (floats, ints, arrays), from the validated options."""
         return ()
 
+    def sum_fields(self) -> dict | None:
+        """The aggregate's fields {name: shape} when the steps fold the rows into it (Steps.fold); None: the
+        aggregate has the message's fields."""
+        return None
+
     def draw_server(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """The server's random numbers for n users (see the module doc); none by default."""
         return np.zeros((n, 0))
@@ -154,6 +172,14 @@ class CompiledAlgorithm(Algorithm):
         """consts(), built once (with the layout)."""
         self.layout()
         return self._consts
+
+    def sum_layout(self) -> FieldLayout:
+        """Where each aggregate field sits in the aggregate row: the message's layout, or sum_fields() (built once)."""
+        if "_sum_layout" not in self.__dict__:
+            declared = self.sum_fields()
+            self._sum_layout = (self.layout() if declared is None else
+                                FieldLayout({key: (shape, None) for key, shape in declared.items()}))
+        return self._sum_layout
 
     def state_tuple(self, state: dict) -> tuple:
         return tuple(state[key] for key in self.state_keys)
@@ -207,24 +233,27 @@ class CompiledAlgorithm(Algorithm):
 
     def aggregate(self, messages, users):
         steps = self.steps()
-        if steps.weigh is no_weights:
+        if steps.weigh is no_weights and steps.fold is None:
             return super().aggregate(messages, users)
-        layout = self.layout()
+        layout, sums = self.layout(), self.sum_layout()
         users = np.asarray(users, dtype=np.int64)
         rows = layout.join(messages, len(users))     # a copy: weighing in place leaves the messages alone
-        out = np.zeros(layout.width)
-        run_weighted_sum(steps.weigh, self.compiled_consts(), users, rows, out)
-        return {key: value[0] for key, value in layout.split(out[None, :]).items()}
+        out = np.zeros(sums.width)
+        if steps.fold is None:
+            run_weighted_sum(steps.weigh, self.compiled_consts(), users, rows, out)
+        else:
+            run_fold(steps.fold, self.compiled_consts(), users, rows, out)
+        return {key: value[0] for key, value in sums.split(out[None, :]).items()}
 
     def aggregate_bounds(self, users):
         """Plain sums: each field's domain summed over the users; a weighted aggregate declares its own."""
-        if self.steps().weigh is not no_weights:
-            raise NotImplementedError(f"{self.name}: aggregate is weighted; declare aggregate_bounds")
+        if self.steps().weigh is not no_weights or self.steps().fold is not None:
+            raise NotImplementedError(f"{self.name}: aggregate is weighted or folded; declare aggregate_bounds")
         return {field: domain.sum_bounds(users) for field, domain in self.cached_domains().items()}
 
     def update(self, state, sums, start, stop, rng):
         new = {key: np.array(value, copy=True) for key, value in state.items()}
-        self.steps().update(self.state_tuple(new), self.compiled_consts(), self.layout().join(sums), int(start),
+        self.steps().update(self.state_tuple(new), self.compiled_consts(), self.sum_layout().join(sums), int(start),
                             int(stop), self.draw_server(int(stop) - int(start), rng))
         if self.breaks(int(start), int(stop)):
             self.between(new, int(stop), rng)

@@ -134,6 +134,11 @@ def _check_compiled(algo, fail) -> None:
     for part in ("act", "prepare", "weigh", "update", "finish"):
         if not isinstance(getattr(steps, part, None), Dispatcher):
             fail(f"steps.{part}", f"{getattr(steps, part, None)!r} must be a numba-compiled function (@njit)")
+    if getattr(steps, "fold", None) is not None:
+        if not isinstance(steps.fold, Dispatcher):
+            fail("steps.fold", f"{steps.fold!r} must be a numba-compiled function (@njit) or None")
+        if not algo.sum_fields():
+            fail("sum_fields", "a folded aggregate (steps.fold) declares its fields {name: shape} in sum_fields()")
     if not all(isinstance(name, str) for name in algo.metric_names):
         fail("metric_names", f"{algo.metric_names!r} must be a tuple of names")
     missing = set(algo.model_keys) - set(algo.state_keys)

@@ -30,10 +30,10 @@ import numpy as np
 from numba import njit
 
 from ldpfed.algorithms.base import Algorithm
-from ldpfed.algorithms.compiled import CompiledAlgorithm, Steps
+from ldpfed.algorithms.compiled import CompiledAlgorithm, Steps, no_weights
 from ldpfed.algorithms.fields import Field
 from ldpfed.algorithms.options import CALIBRATION, Option
-from ldpfed.clip import clip_value, clip_values
+from ldpfed.clip import clip_value
 from ldpfed.envs.base import unit_sphere
 from ldpfed.errors import ConfigError
 from ldpfed.mechanisms import Domain, GaussianMechanism, SumBounds, gaussian_tail_z
@@ -49,14 +49,6 @@ RHO_SCALE = Option(1.0, low=0, low_open=True, doc="multiplies the sampling radiu
 START = Option("boundary", kind="choice", choices=("boundary", "centre"),
                doc="start point y_1: 'boundary' = (1 - xi) R e_1, a fixed point on the edge; 'centre' = 0 (Agarwal "
                    "et al.'s and FKM's choice)")
-
-
-def _arm_sums(messages: dict, K: int) -> dict:
-    """Per-arm pull counts and sums of the noisy rewards: post-processing of the privatized values with the
-    public arms."""
-    arms = np.asarray(messages["arm"]).astype(np.int64)
-    return {"count": np.bincount(arms, minlength=K).astype(float),
-            "reward": np.bincount(arms, weights=messages["reward"], minlength=K)}
 
 
 class _OnePointScalar(Algorithm):
@@ -82,18 +74,17 @@ class _OnePointScalar(Algorithm):
             return self.mechanisms[self.private_field].output_domain((), bound)
         return Domain((), low=-bound, high=bound, source="raw, public bound")
 
-    def _privatize(self, values: np.ndarray, bound: float, rng) -> tuple[np.ndarray, int]:
-        clipped, n_clipped = clip_values(np.asarray(values, dtype=float), bound)
-        if self.private:
-            return self.mechanisms[self.private_field].privatize(clipped, rng), n_clipped
-        return clipped, n_clipped
-
 
 # ==== multi-armed bandits ==========================================================================
-class _OnePointMab(_OnePointScalar):
-    """Multi-armed bandit message: the public arm and the privatized reward; the server keeps per-arm sums."""
+class _OnePointMab(_OnePointScalar, CompiledAlgorithm):
+    """Multi-armed bandit message: the public arm and the privatized reward; the server keeps per-arm sums.
+
+    Written once (ldpfed.algorithms.compiled): each class's act chooses the arm; prepare writes the arm (public) and
+    the reward clipped to c_r; fold adds the privatized row to the pulled arm's count and reward sum (post-processing
+    with the public arm: the aggregate's fields are `count` and `reward`, (K,) each); each class's update."""
 
     scheduled_arm = False     # arms on the public schedule (user t < K pulls t, then the published arm)?
+    metric_names = ("clipped",)
 
     def fields(self):
         # the arm: public (chosen from the published model and the user's own coins, never from its reward); the
@@ -103,6 +94,9 @@ class _OnePointMab(_OnePointScalar):
         reward = (Field((), mechanism=self.mechanisms[self.private_field], data_bound=self.c_r) if self.private else
                   Field((), domain=self._scalar_domain(self.c_r), raw=True))
         return {"arm": Field((), domain=arm), "reward": reward}
+
+    def sum_fields(self):
+        return {"count": (self.K,), "reward": (self.K,)}
 
     def aggregate_bounds(self, users):
         n, K = len(users), self.K
@@ -114,13 +108,6 @@ class _OnePointMab(_OnePointScalar):
         return {"count": SumBounds(np.zeros(K), np.full(K, float(n)), integral=True, total=float(n),
                                    scheduled=scheduled),
                 "reward": SumBounds(np.full(K, reward.low[0]), np.full(K, reward.high[0]))}
-
-    def encode(self, model, contexts, actions, rewards, users, rng):
-        noisy, n_clipped = self._privatize(rewards, self.c_r, rng)
-        return {"arm": actions, "reward": noisy}, {"clipped": n_clipped}
-
-    def aggregate(self, messages, users):
-        return _arm_sums(messages, self.K)
 
 
 class LdpMabUcb(_OnePointMab):
@@ -134,6 +121,8 @@ class LdpMabUcb(_OnePointMab):
         mean_a + sqrt(2 s^2 log f(t) / n_a),  f(t) = 1 + t log^2 t,  t = index of the next user (1-based).
     (The choice of UCB variant is ours: the paper only asks for a UCB-type black box.)
     The first K users pull arms 0..K-1 once (user t pulls arm t).
+    State: per-arm pulls `count` and noisy reward sums `reward`, `t` (users folded in) and the published `arm`
+    ((1,) int64 arrays).
     """
 
     name = "ldp-mab-ucb"
@@ -142,6 +131,8 @@ class LdpMabUcb(_OnePointMab):
     default_env = "bernoulli"
     options = {"calibration": CALIBRATION}
     scheduled_arm = True
+    state_keys = ("count", "reward", "t", "arm")
+    model_keys = ("arm",)
     # The paper has no MAB experiment; a reconstruction: 10 Bernoulli arms, T = 1e5, eps = 1, delta = 0.01.
     paper_setting = {"env_params": {"K": 10}, "users": 10**5, "eps": 1.0, "delta": 0.01, "params": {}}
 
@@ -151,24 +142,14 @@ class LdpMabUcb(_OnePointMab):
         self.proxy = self.c_r ** 2 + self.sigma ** 2
 
     def initial_state(self, rng):
-        return {"count": np.zeros(self.K), "reward": np.zeros(self.K), "t": 0, "arm": 0}
+        return {"count": np.zeros(self.K), "reward": np.zeros(self.K), "t": np.zeros(1, dtype=np.int64),
+                "arm": np.zeros(1, dtype=np.int64)}
 
-    def publish(self, state):
-        return {"arm": state["arm"]}
+    def steps(self):
+        return Steps(_ucb_act, _mab_prepare, no_weights, _ucb_update, fold=_mab_fold)
 
-    def act(self, model, contexts, users, rng):
-        return np.where(users < self.K, users, model["arm"]).astype(np.int64)
-
-    def update(self, state, sums, start, stop, rng):
-        count = state["count"] + sums.get("count", 0.0)
-        reward = state["reward"] + sums.get("reward", 0.0)
-        t = stop + 1
-        log_f = math.log(1.0 + t * math.log(t) ** 2)
-        pulled = np.maximum(count, 1.0)
-        index = reward / pulled + np.sqrt((2.0 * self.proxy * log_f) / pulled)
-        if not count.all():
-            index[count == 0] = np.inf
-        return {"count": count, "reward": reward, "t": stop, "arm": int(np.argmax(index))}
+    def consts(self):
+        return (self.c_r, self.proxy, int(self.K))
 
     def estimate(self, state):
         return None
@@ -184,20 +165,10 @@ class Ucb(LdpMabUcb):
 
 
 def tsallis_inf_weights(losses: np.ndarray, eta: float) -> np.ndarray:
-    """1/2-Tsallis-INF weights (Zimmert & Seldin 2019): w_i = 4 / (eta (L_i - x))^2 with x < min L solving
-    sum w = 1. sum w(x) is convex and increasing on (-inf, min L); Newton from x0 = min L - 2/eta (where the
-    leader alone has weight 1, so sum w >= 1) decreases monotonically to the root."""
-    x = losses.min() - 2.0 / eta
-    for _ in range(50):
-        gap = losses - x
-        w = 4.0 / (eta * gap) ** 2
-        total = w.sum()
-        step = (total - 1.0) / (2.0 * (w / gap).sum())
-        x -= step
-        if total - 1.0 < 1e-12:
-            break
-    w = 4.0 / (eta * (losses - x)) ** 2
-    return w / w.sum()
+    """1/2-Tsallis-INF weights (Zimmert & Seldin 2019) of the cumulative loss estimates: see `_tsallis_weights`."""
+    p = np.empty(len(losses))
+    _tsallis_weights(np.asarray(losses, dtype=float), float(eta), p)
+    return p
 
 
 class LdpMabAdversarial(_OnePointMab):
@@ -212,6 +183,7 @@ class LdpMabAdversarial(_OnePointMab):
     Learning rate: eta_t = 2 / sqrt(t) (Zimmert & Seldin, Thm 1) divided by C = sqrt(1 + sigma_l^2), the root
     second moment of a noisy loss (a reconstruction: the stability term of the FTRL analysis grows with
     E[loss^2] = 1 + sigma_l^2; C = 1 without noise); `eta_scale` multiplies it.
+    State: the cumulative loss estimates `L`, the published `p` and `t` (users folded in, a (1,) int64 array).
     """
 
     name = "ldp-mab-adversarial"
@@ -221,6 +193,9 @@ class LdpMabAdversarial(_OnePointMab):
     options = {"calibration": CALIBRATION,
                "eta_scale": Option(1.0, low=0, low_open=True,
                                    doc="multiplies the learning rate eta_t = 2 / (sqrt(t) sqrt(1 + sigma_l^2))")}
+    state_keys = ("L", "p", "t")
+    model_keys = ("p",)
+    act_draws = 1                # the uniform that samples the arm from p
     # Reconstruction (no MAB experiment in the paper), as for ldp-mab-ucb.
     paper_setting = {"env_params": {"K": 10}, "users": 10**5, "eps": 1.0, "delta": 0.01, "params": {}}
 
@@ -230,27 +205,14 @@ class LdpMabAdversarial(_OnePointMab):
         sigma_loss = self.sigma / (2.0 * self.c_r)
         self.eta_scale = self.params["eta_scale"] / math.sqrt(1.0 + sigma_loss ** 2)
 
-    def _eta(self, t: int) -> float:
-        return 2.0 * self.eta_scale / math.sqrt(t)
-
     def initial_state(self, rng):
-        return {"L": np.zeros(self.K), "p": np.full(self.K, 1.0 / self.K), "t": 0}
+        return {"L": np.zeros(self.K), "p": np.full(self.K, 1.0 / self.K), "t": np.zeros(1, dtype=np.int64)}
 
-    def publish(self, state):
-        return {"p": state["p"]}
+    def steps(self):
+        return Steps(_sample_act, _mab_prepare, no_weights, _tsallis_update, fold=_mab_fold)
 
-    def act(self, model, contexts, users, rng):
-        cdf = np.cumsum(model["p"])
-        arms = np.searchsorted(cdf, rng.random(len(users)) * cdf[-1], side="right")
-        return np.minimum(arms, self.K - 1)
-
-    def update(self, state, sums, start, stop, rng):
-        count = sums.get("count", np.zeros(self.K))
-        reward = sums.get("reward", np.zeros(self.K))
-        loss = (self.c_r * count - reward) / (2.0 * self.c_r)     # sum of the round's losses, per arm
-        L = state["L"] + loss / state["p"]
-        p = tsallis_inf_weights(L, self._eta(stop + 1))
-        return {"L": L, "p": p, "t": stop}
+    def consts(self):
+        return (self.c_r, self.eta_scale)
 
     def estimate(self, state):
         return None
@@ -263,6 +225,176 @@ class TsallisInf(LdpMabAdversarial):
     paper = "seed 002 baseline: non-private Tsallis-INF (Zimmert & Seldin 2019)"
     privacy_model = "none"
     private = False
+
+
+# ---- the MAB steps, compiled (ldpfed.algorithms.compiled); consts: (c_r, proxy) for UCB, (c_r, eta_scale) for
+# Tsallis-INF -----------------------------------------------------------------------------------------------------
+@njit(cache=True)
+def _mab_prepare(model, consts, contexts, actions, reward, user, i, inputs, counts):
+    """Row: the pulled arm (public), then the reward clipped to c_r; counts (clipped,)."""
+    inputs[i, 0] = actions[i]
+    inputs[i, 1], counts[i, 0] = clip_value(reward, consts[0])
+
+
+@njit(cache=True)
+def _mab_fold(consts, user, row, out):
+    """The privatized row (arm a, reward r~) into the aggregate: count[a] += 1, reward[a] += r~ (out = count, then
+    reward)."""
+    K = out.shape[0] // 2
+    a = int(row[0])
+    out[a] += 1.0
+    out[K + a] += row[1]
+
+
+@njit(cache=True)
+def _ucb_act(model, consts, contexts, i, user, draws, actions):
+    """User t < K pulls arm t (the public schedule), later users the published arm."""
+    actions[i] = user if user < consts[2] else model[0][0]
+
+
+@njit(cache=True)
+def _ucb_update(state, consts, sums, start, stop, server):
+    """Per-arm sums, then the published arm: argmax of mean_a + sqrt(2 s^2 log f(t) / n_a), t = stop + 1 (an arm
+    never pulled first)."""
+    count, total, t, arm = state
+    proxy = consts[1]
+    K = count.shape[0]
+    for k in range(K):
+        count[k] = count[k] + sums[k]
+        total[k] = total[k] + sums[K + k]
+    n = stop + 1
+    log_f = math.log(1.0 + n * math.log(n) ** 2)
+    best, chosen = -np.inf, 0
+    for k in range(K):
+        if count[k] == 0.0:
+            index = np.inf
+        else:
+            pulled = max(count[k], 1.0)
+            index = total[k] / pulled + np.sqrt((2.0 * proxy * log_f) / pulled)
+        if index > best or k == 0:
+            best, chosen = index, k
+    t[0] = stop
+    arm[0] = chosen
+
+
+@njit(cache=True)
+def _sample_act(model, consts, contexts, i, user, draws, actions):
+    """The arm sampled from the published p with the user's uniform: the first arm whose cumulative probability
+    exceeds u * (sum of p) (np.searchsorted(cumsum(p), u * cdf[-1], side="right"), at most K - 1)."""
+    p = model[0]
+    K = p.shape[0]
+    total = 0.0
+    for k in range(K):
+        total += p[k]
+    x = draws[i, 0] * total
+    cdf, chosen = 0.0, K - 1
+    for k in range(K):
+        cdf += p[k]
+        if cdf > x:
+            chosen = k
+            break
+    actions[i] = chosen
+
+
+@njit(cache=True)
+def _tsallis_update(state, consts, sums, start, stop, server):
+    """L_a += (the round's loss sum of arm a) / p_a with losses (c_r - r~) / (2 c_r); then p = the Tsallis-INF
+    weights of L at eta_t = 2 eta_scale / sqrt(t), t = stop + 1."""
+    L, p, t = state
+    c_r, eta_scale = consts[0], consts[1]
+    K = L.shape[0]
+    for k in range(K):
+        loss = (c_r * sums[k] - sums[K + k]) / (2.0 * c_r)
+        L[k] = L[k] + loss / p[k]
+    _tsallis_weights(L, 2.0 * eta_scale / math.sqrt(stop + 1), p)
+    t[0] = stop
+
+
+@njit(cache=True)
+def _tsallis_weights(losses, eta, out):
+    """out = the 1/2-Tsallis-INF weights (Zimmert & Seldin 2019): w_i = 4 / (eta (L_i - x))^2 with x < min L solving
+    sum w = 1. sum w(x) is convex and increasing on (-inf, min L); Newton from x0 = min L - 2/eta (where the leader
+    alone has weight 1, so sum w >= 1) decreases monotonically to the root. (Sums as numpy's: _pairwise_sum.)"""
+    K = losses.shape[0]
+    ratio = np.empty(K)
+    x = losses.min() - 2.0 / eta
+    for _ in range(50):
+        for k in range(K):
+            gap = losses[k] - x
+            z = eta * gap
+            out[k] = 4.0 / (z * z)
+            ratio[k] = out[k] / gap
+        total = _pairwise_sum(out, 0, K)
+        x -= (total - 1.0) / (2.0 * _pairwise_sum(ratio, 0, K))
+        if total - 1.0 < 1e-12:
+            break
+    for k in range(K):
+        z = eta * (losses[k] - x)
+        out[k] = 4.0 / (z * z)
+    total = _pairwise_sum(out, 0, K)
+    for k in range(K):
+        out[k] = out[k] / total
+
+
+@njit(cache=True)
+def _pairwise_sum(a, lo, n):
+    """a[lo:lo + n].sum() in numpy's order, so the compiled weights are those of the numpy formula bit for bit:
+    numpy's pairwise summation (_block_sum up to 128 entries; beyond, the sum of the two halves, the first a
+    multiple of 8 entries long), its recursion unrolled on a stack (numba's cache does not take recursive
+    functions)."""
+    if n <= 128:
+        return _block_sum(a, lo, n)
+    los, ns, stage = np.empty(128, np.int64), np.empty(128, np.int64), np.zeros(128, np.int64)
+    values = np.empty(128)
+    top, held = 0, 0
+    los[0], ns[0] = lo, n
+    while top >= 0:
+        start, size = los[top], ns[top]
+        if size <= 128:
+            values[held] = _block_sum(a, start, size)
+            held += 1
+            top -= 1
+            continue
+        half = size // 2
+        half -= half % 8
+        if stage[top] < 2:          # push the first half, then the second
+            first = stage[top] == 0
+            stage[top] += 1
+            top += 1
+            los[top], ns[top], stage[top] = (start, half, 0) if first else (start + half, size - half, 0)
+        else:                       # both halves summed: their sum replaces them
+            held -= 1
+            values[held - 1] = values[held - 1] + values[held]
+            top -= 1
+    return values[0]
+
+
+@njit(cache=True)
+def _block_sum(a, lo, n):
+    """numpy's pairwise_sum on at most 128 entries: a plain loop below 8, else 8 accumulators."""
+    if n < 8:
+        res = 0.0
+        for i in range(lo, lo + n):
+            res += a[i]
+        return res
+    r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
+    r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
+    i = 8
+    while i < n - n % 8:
+        r0 += a[lo + i]
+        r1 += a[lo + i + 1]
+        r2 += a[lo + i + 2]
+        r3 += a[lo + i + 3]
+        r4 += a[lo + i + 4]
+        r5 += a[lo + i + 5]
+        r6 += a[lo + i + 6]
+        r7 += a[lo + i + 7]
+        i += 8
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < n:
+        res += a[lo + i]
+        i += 1
+    return res
 
 
 # ==== bandit convex optimization ====================================================================

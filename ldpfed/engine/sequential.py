@@ -343,8 +343,8 @@ def _clip_rtol():
 
 
 @njit      # not cached: functions as arguments (see ldpfed.algorithms.compiled)
-def run_users(act, prepare, finish, weigh, update, env_step, truth, state, model, consts, layout, params, t0,
-              contexts, noise, act_draws, enc_draws, server, actions, inputs, rows, regret, counts):
+def run_users(act, prepare, finish, weigh, fold, update, env_step, truth, state, model, consts, layout, params, t0,
+              contexts, noise, act_draws, enc_draws, server, actions, inputs, rows, folded, regret, counts):
     """Users t0, t0 + 1, ... of a block one at a time, each on the model its predecessor left: act, the env's step,
     prepare, the fields' mechanisms, the weight, the server's update (ldpfed.algorithms.compiled: the functions the
     batched engine runs too)."""
@@ -355,8 +355,13 @@ def run_users(act, prepare, finish, weigh, update, env_step, truth, state, model
         prepare(model, consts, contexts, actions, reward, user, i, inputs, counts)
         privatize_row_fields(layout, params, inputs[i], enc_draws[i], rows[i])
         finish(consts, user, rows[i])
-        weigh(consts, user, rows[i])
-        update(state, consts, rows[i], user, user + 1, server[i:i + 1])
+        if fold is None:
+            weigh(consts, user, rows[i])
+            update(state, consts, rows[i], user, user + 1, server[i:i + 1])
+        else:                   # the row folded into a zeroed aggregate row (Steps.fold)
+            folded[:] = 0.0
+            fold(consts, user, rows[i], folded)
+            update(state, consts, folded, user, user + 1, server[i:i + 1])
 
 
 class StepsRunner:
@@ -397,6 +402,7 @@ class StepsRunner:
         n = len(regret)
         actions, inputs = algo.new_actions(n), np.zeros((n, layout.width))
         rows = np.empty((n, layout.width))
+        folded = np.zeros(algo.sum_layout().width)
         state = algo.state_tuple(self.state_dict)
         # stop after each checkpoint user (its estimate, in Python: a few thousand in a run) and each of the
         # algorithm's breaks (its `between` step)
@@ -406,10 +412,10 @@ class StepsRunner:
         for hi in stops:
             if hi > lo or n == 0:       # (no users: compiles, or loads from numba's cache, before the clock starts)
                 s = slice(lo, hi)
-                run_users(steps.act, steps.prepare, steps.finish, steps.weigh, steps.update, self.env_steps.step,
-                          self.env_steps.truth, state, self.model, self.consts, layout.layout, layout.params, t0 + lo,
-                          contexts[s], noise[s], client[0][s], client[1][s], server[s], actions[s], inputs[s],
-                          rows[s], regret[s], counts[s])
+                run_users(steps.act, steps.prepare, steps.finish, steps.weigh, steps.fold, steps.update,
+                          self.env_steps.step, self.env_steps.truth, state, self.model, self.consts, layout.layout,
+                          layout.params, t0 + lo, contexts[s], noise[s], client[0][s], client[1][s], server[s],
+                          actions[s], inputs[s], rows[s], folded, regret[s], counts[s])
             if t0 + hi in breaks:
                 algo.between(self.state_dict, t0 + hi, between_rng(t0 + hi - 1))
                 state = algo.state_tuple(self.state_dict)
