@@ -27,6 +27,7 @@ CASES = [
     ("ldp-gloc", "logistic", {}), ("ldp-gloc", "linear", {"d": 3, "K": 4, "contexts": "gaussian"}),
     ("ldp-mab-ucb", "bernoulli", {}), ("ldp-mab-ucb", "piecewise-bernoulli", {"breakpoints": 3}),
     ("ucb", "bernoulli", {"K": 3}),
+    ("ldp-mab-adversarial", "bernoulli", {}), ("tsallis-inf", "piecewise-bernoulli", {"breakpoints": 2}),
     ("ldp-bco-one-point", "convex", {}), ("bco-one-point", "convex", {"d": 3, "spread": 0.0}),
     ("ldp-bco-two-point", "convex", {}), ("bco-two-point", "convex", {"d": 4}),
     ("ldp-sgd-multi", "linear-multi", {"d": 4}), ("ldp-sgd-multi", "logistic-multi", {"d": 3, "K": 2}),
