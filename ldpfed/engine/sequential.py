@@ -122,40 +122,6 @@ class _GLMSingle(Kernel):
         return env.theta, LINK_CODES[env.link], float(env.noise_std)
 
 
-class MabUcbKernel(Kernel):
-    algorithms = ("ldp-mab-ucb", "ucb")
-    envs = ("bernoulli", "piecewise-bernoulli")
-    env_keys = frozenset({"K", "breakpoints", "means"})
-    options = frozenset({"calibration"})
-    metrics = ("clipped",)
-
-    def load(self, state):
-        self.count = np.array(state["count"], dtype=float)
-        self.total = np.array(state["reward"], dtype=float)
-        self.arm = np.array([state["arm"]], dtype=np.int64)
-        self.t = int(state["t"])
-
-    def state(self):
-        return {"count": self.count.copy(), "reward": self.total.copy(), "t": self.t, "arm": int(self.arm[0])}
-
-    def draw_world(self, users, rng):
-        return None, rng.random(len(users))        # PiecewiseBernoulli.step: one uniform per user
-
-    def draw_client(self, n, rng):
-        # GaussianMechanism on the (clipped) reward
-        return (normal_array(rng, n),) if self.algo.private else (np.zeros(n),)
-
-    def run(self, t0, world, client, snap_at, snaps, regret, counts):
-        a, env = self.algo, self.env
-        n = len(regret)
-        segment = np.searchsorted(env.change_points, np.arange(t0, t0 + n), side="right").astype(np.int64)
-        sigma = a.mechanisms["reward"].sigma if a.private else 0.0
-        kn.mab_ucb(self.count, self.total, self.arm, t0, segment, env.segment_means, world[1], client[0], a.c_r,
-                   sigma, bool(a.private), a.proxy, regret, counts)
-        if n:
-            self.t = t0 + n
-
-
 class _GLMMulti(_GLMSingle):
     envs = ("linear-multi", "logistic-multi")
     # the counters of _GLMBase._clip when the inputs are not clipped (the authors' multi-parameter code)
@@ -277,65 +243,6 @@ class LdpOlsMultiKernel(_GLMMulti):
                          regret, counts)
 
 
-class KlucbKernel(Kernel):
-    algorithms = ("sw-klucb-cf", "klucb-cf", "sw-klucb", "klucb")
-    envs = ("bernoulli", "piecewise-bernoulli")
-    env_keys = frozenset({"K", "breakpoints", "means"})
-    options = frozenset({"L_T", "window", "window_rule"})   # the kernel reads the algorithm's w
-    metrics = ("clipped",)
-
-    def load(self, state):
-        a, K = self.algo, self.algo.K
-        self.t = int(state["t"])
-        self.n_arm = np.array(state["n"], dtype=float)
-        self.s_arm = np.array(state["s"], dtype=float)
-        self.index = np.zeros(K)
-        self.seen = (np.full(K, -1.0), np.zeros(K), np.zeros(K))   # (N, sum, f) each arm's index was solved at
-        cap = a.capacity if a.windowed else 1
-        self.ring_arm = np.full(cap, -1, dtype=np.int64)
-        self.ring_rep = np.zeros(cap)
-        self.ring_stop = np.zeros(cap, dtype=np.int64)
-        self.ring_pos = np.zeros(2, dtype=np.int64)
-        if a.windowed:
-            if state["size"]:
-                raise ConfigError("engine", ENGINE_NAME, "the sequential kernel starts from an empty window")
-            self.ring_pos[0] = state["head"]
-        from ldpfed.algorithms.klucb import _PASSES
-
-        self.passes = np.array(_PASSES, dtype=np.int64)
-
-    def state(self):
-        a = self.algo
-        state = {"t": self.t, "n": self.n_arm.copy(), "s": self.s_arm.copy()}
-        if a.windowed:   # the generic ring buffer: one-hot pulls and feedback per slot
-            written = self.ring_arm >= 0
-            ring_n = np.zeros((a.capacity, a.K))
-            ring_n[np.flatnonzero(written), self.ring_arm[written]] = 1.0
-            state.update(ring_n=ring_n, ring_s=ring_n * self.ring_rep[:, None], ring_stop=self.ring_stop.copy(),
-                         head=int(self.ring_pos[0]), size=int(self.ring_pos[1]))
-        return state
-
-    def draw_world(self, users, rng):
-        return None, rng.random(len(users))        # PiecewiseBernoulli.step: one uniform per user
-
-    def draw_client(self, n, rng):
-        return (rng.random(n),) if self.algo.private else (np.zeros(n),)   # RandomizedResponse: one uniform
-
-    def run(self, t0, world, client, snap_at, snaps, regret, counts):
-        a, env = self.algo, self.env
-        n = len(regret)
-        segment = np.searchsorted(env.change_points, np.arange(t0, t0 + n), side="right").astype(np.int64)
-        fs = np.array([a.threshold(t) for t in range(t0, t0 + n)], dtype=float)
-        rr = a.rr
-        p_keep, p_flip, tanh_half = (rr.p_keep, rr.p_flip, rr.tanh_half) if a.private else (1.0, 0.0, 1.0)
-        kn.klucb_cf(self.n_arm, self.s_arm, self.index, *self.seen, self.ring_arm, self.ring_rep, self.ring_stop,
-                    self.ring_pos, t0, segment, env.segment_means, world[1], client[0], fs,
-                    int(a.w) if a.windowed else 0, bool(a.windowed), bool(a.private), p_keep, p_flip, tanh_half,
-                    self.passes, regret, counts)
-        if n:
-            self.t = t0 + n
-
-
 def _clip_rtol():
     from ldpfed.clip import CLIP_RTOL
 
@@ -425,8 +332,7 @@ class StepsRunner:
             lo = hi
 
 
-KERNELS = {name: cls for cls in (MabUcbKernel, LdpSgdMultiKernel,
-                                  LdpOlsMultiKernel, KlucbKernel) for name in cls.algorithms}
+KERNELS = {name: cls for cls in (LdpSgdMultiKernel, LdpOlsMultiKernel) for name in cls.algorithms}
 
 
 # ---------------------------------------------------------------------------------------------------------------

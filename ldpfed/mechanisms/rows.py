@@ -118,9 +118,13 @@ class FieldLayout:
         return {name: rows[:, self.slices[name]].reshape(n, *self.shapes[name]) for name in self.names}
 
     def join(self, fields: dict, n: int | None = None) -> np.ndarray:
-        """A dict of per-field arrays (leading axis n, or none for one row: aggregated sums) as flat rows."""
+        """A dict of per-field arrays (leading axis n, or none for one row: aggregated sums) as flat rows. For one
+        row, a field that is missing counts as zeros (a round whose every message the server rejected sums to
+        nothing)."""
         if not self.names:
             return np.zeros(0) if n is None else np.zeros((n, 0))
         if n is None:
-            return np.concatenate([np.asarray(fields[name], dtype=float).reshape(-1) for name in self.names])
+            return np.concatenate([np.asarray(fields[name], dtype=float).reshape(-1) if name in fields
+                                   else np.zeros(int(np.prod(self.shapes[name], dtype=np.int64)))
+                                   for name in self.names])
         return np.concatenate([np.asarray(fields[name], dtype=float).reshape(n, -1) for name in self.names], axis=1)
