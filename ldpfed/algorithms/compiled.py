@@ -160,7 +160,9 @@ class CompiledAlgorithm(Algorithm):
 
     # ---- what the engines use ------------------------------------------------------------------------------------
     def layout(self) -> FieldLayout:
-        """Where each message field sits in a user's row and which mechanism privatizes it (built once)."""
+        """Where each message field sits in a user's row and which mechanism privatizes it, with the mechanisms'
+        parameters copied in: built once, on first use, so the mechanisms are fixed after setup() (a test that
+        swaps one must do it before the first message)."""
         if "_layout" not in self.__dict__:
             if self._fields is None:
                 raise NotImplementedError(f"{self.name}: a compiled algorithm declares fields()")
