@@ -1,0 +1,214 @@
+#!/usr/bin/env python
+"""Local against shuffle: regret and estimation error against the central eps, and against the batch size.
+
+    python jobs/trust_experiment.py                        # the docs/trust-models.md tables (T = 1e6, 10 seeds)
+    python jobs/trust_experiment.py --users 1e5 --seeds 3  # minutes
+
+Under --trust shuffle the run's --eps/--delta are the shuffled batch's guarantee and the users' randomizers run at
+the largest eps0 that meets it (ldpfed.algorithms.trust); under --trust local the users' randomizers run at --eps.
+So at the same central eps the two runs give the server the same guarantee per user, and the regret ratio
+shuffle / local says what the shuffler buys. Part 1: every algorithm x eps x trust x seed at one round size.
+Part 2 (--batch-sweep): ldp-sgd at a fixed central eps over round sizes (amplification grows with the batch,
+batching costs regret). Runs in a pool of --workers processes, one BLAS thread each; a run the trust model refuses
+(a batch too small to amplify) is listed with its reason.
+
+Writes under --out (default results/trust): runs.csv, tables.md, plots/regret_vs_eps.png, plots/regret_vs_batch.png.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ALGORITHMS = {      # the issue's: two contextual (d = 10, K = 10) and two multi-armed algorithms
+    "ldp-sgd": ("linear", {"d": 10, "K": 10}),
+    "ldp-ols": ("linear", {"d": 10, "K": 10}),
+    "ldp-mab-ucb": ("bernoulli", {}),
+    "sw-klucb-cf": ("piecewise-bernoulli", {}),
+}
+
+
+def _one(job: dict) -> dict:
+    from ldpfed.config import RunConfig
+    from ldpfed.engine import run
+    from ldpfed.errors import ConfigError
+
+    env, env_params = ALGORITHMS[job["algorithm"]]
+    config = RunConfig(job["algorithm"], env=env, env_params=env_params, users=job["users"],
+                       round_size=job["round_size"], eps=job["eps"], delta=job["delta"], seed=job["seed"],
+                       trust=job["trust"])
+    started = time.process_time()
+    try:
+        s = run(config).summary
+    except ConfigError as error:
+        return {**job, "refused": f"{error.field}: {error.reason}"}
+    return {**job, "final_regret": s["final_regret"], "final_estimation_error": s.get("final_estimation_error"),
+            "eps0": s.get("privacy_eps0", job["eps"]), "eps_composed": s.get("privacy_eps_composed"),
+            "cpu_s": time.process_time() - started, "refused": ""}
+
+
+def _pool_init():
+    os.environ["OPENBLAS_NUM_THREADS"] = os.environ["OMP_NUM_THREADS"] = "1"
+
+
+def run_jobs(jobs: list[dict], workers: int) -> pd.DataFrame:
+    rows, done = [], 0
+    with ProcessPoolExecutor(max_workers=workers, initializer=_pool_init) as pool:
+        for row in pool.map(_one, jobs, chunksize=1):
+            rows.append(row)
+            done += 1
+            if done % max(1, len(jobs) // 20) == 0 or done == len(jobs):
+                print(f"  {done}/{len(jobs)} runs", flush=True)
+    return pd.DataFrame(rows)
+
+
+def _median_iqr(values) -> str:
+    values = np.asarray(values, dtype=float)
+    if not len(values):
+        return "-"
+    q1, q2, q3 = np.percentile(values, [25, 50, 75])
+    return f"{q2:,.0f} [{q1:,.0f} - {q3:,.0f}]" if q2 >= 100 else f"{q2:.3g} [{q1:.3g} - {q3:.3g}]"
+
+
+def eps_table(runs: pd.DataFrame) -> list[str]:
+    """Per algorithm and central eps: final regret (median [IQR] over seeds) local and shuffle, their ratio of
+    medians, eps0, and the estimation errors where the algorithm has one."""
+    lines = ["| algorithm | central eps | local regret | shuffle regret | ratio shuffle/local | eps0 (shuffle) | "
+             "local error | shuffle error |", "|---|---|---|---|---|---|---|---|"]
+    ok = runs[runs["refused"] == ""]
+    for (algorithm, eps), group in ok.groupby(["algorithm", "eps"], sort=True):
+        local, mixed = group[group["trust"] == "local"], group[group["trust"] == "shuffle"]
+        ratio = (np.median(mixed["final_regret"]) / np.median(local["final_regret"])
+                 if len(local) and len(mixed) else float("nan"))
+        eps0 = f"{mixed['eps0'].iloc[0]:.3g}" if len(mixed) else "refused"
+        lines.append(f"| {algorithm} | {eps:g} | {_median_iqr(local['final_regret'])} | "
+                     f"{_median_iqr(mixed['final_regret'])} | {ratio:.3f} | {eps0} | "
+                     f"{_median_iqr(local['final_estimation_error'].dropna())} | "
+                     f"{_median_iqr(mixed['final_estimation_error'].dropna())} |")
+    refused = runs[runs["refused"] != ""].drop_duplicates(["algorithm", "eps", "round_size", "trust"])
+    for _, row in refused.iterrows():
+        lines.append(f"\nrefused: {row['algorithm']} eps={row['eps']:g} B={row['round_size']} {row['trust']}: "
+                     f"{row['refused']}")
+    return lines
+
+
+def batch_table(runs: pd.DataFrame) -> list[str]:
+    lines = ["| round size B | trust | eps0 | final regret | final estimation error |", "|---|---|---|---|---|"]
+    ok = runs[runs["refused"] == ""]
+    for (B, trust), group in ok.groupby(["round_size", "trust"], sort=True):
+        lines.append(f"| {B:,} | {trust} | {group['eps0'].iloc[0]:.3g} | {_median_iqr(group['final_regret'])} | "
+                     f"{_median_iqr(group['final_estimation_error'].dropna())} |")
+    for _, row in runs[runs["refused"] != ""].drop_duplicates(["round_size", "trust"]).iterrows():
+        lines.append(f"\nrefused: B={row['round_size']} {row['trust']}: {row['refused']}")
+    return lines
+
+
+def plots(runs: pd.DataFrame, batch: pd.DataFrame | None, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    (out / "plots").mkdir(parents=True, exist_ok=True)
+    ok = runs[runs["refused"] == ""]
+    algorithms = sorted(ok["algorithm"].unique())
+    fig, axes = plt.subplots(1, len(algorithms), figsize=(4.2 * len(algorithms), 3.6), squeeze=False)
+    for ax, algorithm in zip(axes[0], algorithms):
+        for trust, style in (("local", "o-"), ("shuffle", "s--")):
+            g = ok[(ok["algorithm"] == algorithm) & (ok["trust"] == trust)].groupby("eps")["final_regret"]
+            med, q1, q3 = g.median(), g.quantile(0.25), g.quantile(0.75)
+            ax.plot(med.index, med.values, style, label=trust)
+            ax.fill_between(med.index, q1.values, q3.values, alpha=0.2)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_title(algorithm)
+        ax.set_xlabel("central eps")
+        ax.set_ylabel("final regret (median, IQR)")
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "plots" / "regret_vs_eps.png", dpi=110)
+    plt.close(fig)
+    if batch is not None and len(batch[batch["refused"] == ""]):
+        ok = batch[batch["refused"] == ""]
+        fig, ax = plt.subplots(figsize=(5, 3.6))
+        for trust, style in (("local", "o-"), ("shuffle", "s--")):
+            g = ok[ok["trust"] == trust].groupby("round_size")["final_regret"]
+            med = g.median()
+            ax.plot(med.index, med.values, style, label=trust)
+            ax.fill_between(med.index, g.quantile(0.25).values, g.quantile(0.75).values, alpha=0.2)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("round size B (the shuffled batch)")
+        ax.set_ylabel("final regret (median, IQR)")
+        ax.set_title(f"{ok['algorithm'].iloc[0]}, central eps {ok['eps'].iloc[0]:g}")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / "plots" / "regret_vs_batch.png", dpi=110)
+        plt.close(fig)
+
+
+def _floats(text):
+    return tuple(float(x) for x in text.split(","))
+
+
+def _ints(text):
+    return tuple(int(float(x)) for x in text.split(","))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--algorithms", default=",".join(ALGORITHMS), help="comma-separated")
+    parser.add_argument("--eps", type=_floats, default=(0.25, 0.5, 1.0, 2.0, 4.0), help="central eps values")
+    parser.add_argument("--delta", type=float, default=1e-6)
+    parser.add_argument("--users", type=lambda t: int(float(t)), default=1_000_000)
+    parser.add_argument("--round-size", type=lambda t: int(float(t)), default=10_000,
+                        help="users per round: the shuffled batch (part 1)")
+    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--batch-sweep", type=_ints, default=(1000, 3000, 10_000, 30_000, 100_000),
+                        help="round sizes of part 2 (ldp-sgd at --batch-eps); empty string: no part 2")
+    parser.add_argument("--batch-eps", type=float, default=1.0)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=Path("results/trust"))
+    args = parser.parse_args(argv)
+    names = [a for a in args.algorithms.split(",") if a]
+    unknown = set(names) - set(ALGORITHMS)
+    if unknown:
+        parser.error(f"unknown algorithms {sorted(unknown)}; choose from {list(ALGORITHMS)}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    jobs = [{"algorithm": a, "eps": e, "trust": t, "seed": s, "users": args.users, "round_size": args.round_size,
+             "delta": args.delta} for a in names for e in args.eps for t in ("local", "shuffle")
+            for s in range(args.seeds)]
+    print(f"part 1: {len(jobs)} runs (T = {args.users:,}, B = {args.round_size:,})", flush=True)
+    runs = run_jobs(jobs, args.workers)
+    batch = None
+    if args.batch_sweep:
+        jobs = [{"algorithm": "ldp-sgd", "eps": args.batch_eps, "trust": t, "seed": s, "users": args.users,
+                 "round_size": B, "delta": args.delta} for B in args.batch_sweep for t in ("local", "shuffle")
+                for s in range(args.seeds)]
+        print(f"part 2: {len(jobs)} runs (ldp-sgd, central eps {args.batch_eps:g})", flush=True)
+        batch = run_jobs(jobs, args.workers)
+    pd.concat([runs.assign(part="eps"), *([batch.assign(part="batch")] if batch is not None else [])]) \
+        .to_csv(args.out / "runs.csv", index=False)
+    text = [f"`python jobs/trust_experiment.py {' '.join(sys.argv[1:] if argv is None else argv)}`".replace(" `", "`"),
+            f"T = {args.users:,}, delta = {args.delta:g}, {args.seeds} seeds, B = {args.round_size:,}; "
+            f"{time.perf_counter() - started:,.0f} s wall clock, {args.workers} workers.", "",
+            *eps_table(runs)]
+    if batch is not None:
+        text += ["", f"ldp-sgd (linear, d = 10, K = 10) at central eps {args.batch_eps:g}, over the round size:", "",
+                 *batch_table(batch)]
+    (args.out / "tables.md").write_text("\n".join(text) + "\n")
+    plots(runs, batch, args.out)
+    print("\n".join(text))
+    print(f"written: {args.out}/runs.csv, tables.md, plots/")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
