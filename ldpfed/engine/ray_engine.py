@@ -97,16 +97,20 @@ class PopulationActor:
 class ShardActor:
     """A server shard: keeps the aggregates of its keys (see `ray_shard.ShardCore`)."""
 
-    def __init__(self, config=None, plan=None, shard: int = 0, max_open_rounds: int = 1, first_round: int = 0):
+    def __init__(self, config=None, plan=None, shard: int = 0, max_open_rounds: int = 1, first_round: int = 0,
+                 check_domains: bool = True):
         if config is not None:
-            self.configure(config, plan, shard, max_open_rounds, first_round)
+            self.configure(config, plan, shard, max_open_rounds, first_round, check_domains)
 
-    def configure(self, config, plan, shard: int, max_open_rounds: int = 1, first_round: int = 0) -> tuple[str, int]:
-        """(node id, pid) of this shard once it is ready to fold from round `first_round` on."""
+    def configure(self, config, plan, shard: int, max_open_rounds: int = 1, first_round: int = 0,
+                  check_domains: bool = True) -> tuple[str, int]:
+        """(node id, pid) of this shard once it is ready to fold from round `first_round` on. check_domains=False:
+        only to measure what the domain checks cost (ShardCore)."""
         algo = None
         if plan.segments[shard]:   # its `aggregate` (public per-user weights) and its message domains
             algo = make_algorithm(make_env(config), config)
-        self.core = ShardCore(plan, shard, algo, max_open_rounds=max_open_rounds, first_round=first_round)
+        self.core = ShardCore(plan, shard, algo, max_open_rounds=max_open_rounds, first_round=first_round,
+                              check_domains=check_domains)
         return self.node(), os.getpid()
 
     def node(self) -> str:
