@@ -381,3 +381,18 @@ def test_sgd_multi_messages_hide_the_pulled_arm():
     pulled[np.arange(n), actions] = True
     others = msg["Z"][~pulled]                          # uniform on the sphere of radius B: coordinate var B^2/d
     assert np.all(np.abs(others.mean(axis=0)) <= 5 * algo.mech.B / math.sqrt(d * len(others)))
+
+
+@pytest.mark.parametrize("algorithm", ["ols-multi", "ldp-sgd-multi"])
+@pytest.mark.parametrize("round_size", [1, 10])
+def test_theta_warm_is_the_estimate_at_the_end_of_the_warm_up(algorithm, round_size):
+    """theta_warm (eq. 7's warm-up estimates) follows theta until the round in which the warm-up (K s0 = 15 users)
+    ends, and keeps the theta of that round's end afterwards (the first rounds of the runs are the same: nothing
+    here depends on T)."""
+    setting = {**MULTI, "params": {"s0": 5}}
+    end = run_local(RunConfig(algorithm, users=15 if round_size == 1 else 20, round_size=round_size, seed=4,
+                              **setting)).state
+    np.testing.assert_array_equal(end["theta_warm"], end["theta"])
+    later = run_local(RunConfig(algorithm, users=60, round_size=round_size, seed=4, **setting)).state
+    np.testing.assert_array_equal(later["theta_warm"], end["theta"])
+    assert not np.array_equal(later["theta"], later["theta_warm"])

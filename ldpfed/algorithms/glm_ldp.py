@@ -44,11 +44,12 @@ from ldpfed.algorithms.base import Algorithm
 from ldpfed.algorithms.compiled import CompiledAlgorithm, Steps, no_weights
 from ldpfed.algorithms.fields import Field
 from ldpfed.algorithms.options import CALIBRATION, Option
-from ldpfed.clip import CLIP_RTOL, clip_row, clip_rows, clip_value, clip_values, rows_over, values_over
+from ldpfed.clip import CLIP_RTOL, clip_row, clip_value
 from ldpfed.errors import ConfigError
 from ldpfed.links import link_code, link_mean, mean_function
 from ldpfed.mechanisms import (Domain, GaussianMechanism, L2BallMechanism, SymmetricGaussianMechanism,
                               weighted_sphere_bounds)
+from ldpfed.mechanisms.rows import FieldLayout
 
 SINGLE_ENVS = ("linear", "logistic", "poisson")
 MULTI_ENVS = ("linear-multi", "logistic-multi", "poisson-multi", "classification")
@@ -140,17 +141,6 @@ class _GLMBase(Algorithm):
 
     def _setup(self):
         pass
-
-    def _clip(self, x, r):
-        """Clip contexts to C_B and rewards to c_r (public bounds) before anything is privatized; without clipping
-        (authors' multi-parameter code) only count the inputs beyond the bounds."""
-        x, r = np.asarray(x, dtype=float), np.asarray(r, dtype=float)
-        if not self.clip_inputs:
-            over_x, over_r = rows_over(x, self.C_B), values_over(r, self.c_r)
-            return x, r, {"unclipped_context_over_bound": over_x, "unclipped_reward_over_bound": over_r}
-        x, n_x = clip_rows(x, self.C_B)
-        r, n_r = clip_values(r, self.c_r)
-        return x, r, {"clipped_context": n_x, "clipped_reward": n_r}
 
     def ledger(self):
         rows = super().ledger()
@@ -472,10 +462,17 @@ class _MultiBase(_GLMBase):
     0.5 below the best); h = inf turns elimination off, as in the authors' public code.
     profile "authors-code" (Scheme1/instances/multiparam.py): s0 = "authors" = ceil(3000 / K) (the code's 3000
     warm-up users in total), h = inf, and the inputs are not clipped (see _GLMBase).
+
+    Written once (ldpfed.algorithms.compiled): `_multi_act` (round-robin, then elimination and the greedy pull), each
+    class's prepare (the pulled arm's data in its slot, psi(0, 0) = zeros in the others, the public slot count n),
+    `finish` (the slots the public schedule does not send zeroed after privatization) and update. The state keeps
+    theta_warm as an array: it follows theta until the warm-up ends (what users after the warm-up see while it has
+    not: the published theta) and is frozen at the theta after the update of user K s0 - 1 (theta_hat_{K s0}).
     """
 
     env_kinds = MULTI_ENVS
     default_env = "linear-multi"
+    model_keys = ("theta", "theta_warm")
 
     def _setup_multi(self):
         s0 = self.params["s0"]
@@ -487,26 +484,11 @@ class _MultiBase(_GLMBase):
         self.warm = self.K * self.s0
         self.h = self.params["h"]
         self.slot_axes, self.slot_schedule = (self.K,), {"slots": self.sent_slots}
-
-    def publish(self, state):
-        warm = state["theta_warm"]
-        return {"theta": state["theta"], "theta_warm": state["theta"] if warm is None else warm}
+        if not self.clip_inputs:     # the counters of inputs beyond the bounds (the authors' code does not clip)
+            self.metric_names = UNCLIPPED + type(self).metric_names[2:]
 
     def estimate(self, state):
         return state["theta"]
-
-    def act(self, model, contexts, users, rng):
-        users = np.asarray(users)
-        actions = users % self.K                          # warm-up: round-robin, public
-        post = users >= self.warm
-        if post.any():
-            x = contexts[post]
-            warm_scores = x @ model["theta_warm"].T          # eq. (7): survivors from the warm-up estimates
-            keep = warm_scores > warm_scores.max(axis=1, keepdims=True) - self.h / 2
-            scores = np.where(keep, x @ model["theta"].T, -np.inf)
-            actions = actions.copy()
-            actions[post] = scores.argmax(axis=1)
-        return actions
 
     def sent_slots(self, users) -> np.ndarray:
         """(n, K) 0/1: the slots a user's message carries, a function of the arrival index only (public)."""
@@ -519,20 +501,13 @@ class _MultiBase(_GLMBase):
         n = Domain((self.K,), exact=self.sent_slots, source="public count of the sent slots")
         return {**super().fields(), "n": Field((self.K,), domain=n)}
 
-    def slots(self, users, actions):
-        """(n, K) 0/1: which slots carry a message (public: warm-up one-hot of the public arm, then all ones),
-        and (n, K) 0/1: which slot holds the real data (the pulled arm)."""
-        n = len(actions)
-        pulled = np.zeros((n, self.K))
-        pulled[np.arange(n), actions] = 1.0
-        sent = np.where((np.asarray(users) >= self.warm)[:, None], 1.0, pulled)
-        return sent, pulled
+    def _initial_theta_state(self, theta):
+        return {"theta": theta, "theta_warm": theta.copy()}
 
-    def _state_update(self, state, theta, **fields):
-        theta_warm = state["theta_warm"]
-        if theta_warm is None and fields["stop"] >= self.warm:
-            theta_warm = theta.copy()                     # theta_hat_{K s0}: frozen at the end of warm-up
-        return {**{k: v for k, v in fields.items() if k != "stop"}, "theta": theta, "theta_warm": theta_warm}
+    def multi_consts(self) -> tuple:
+        """The constants every multi-parameter step reads (the indices C_B_ ... PROJECT_ below)."""
+        return (self.C_B, self.c_r, bool(self.clip_inputs), int(self.K), int(self.d), int(self.s0), int(self.warm),
+                float(self.h), float(getattr(self, "project", math.inf)))
 
     def ledger(self):
         note = ("per arm slot; K slots per user, a neighbouring input changes at most 2 slots "
@@ -541,6 +516,177 @@ class _MultiBase(_GLMBase):
                "psi(0, 0) otherwise, with independent noise per slot, so two inputs differ in at most 2 slots "
                "(their two pulled arms; 1 when K = 1) and the other slots have the same law under both")
         return [{**row, "scope": note, "per_user": min(2, self.K), "composition": why} for row in super().ledger()]
+
+
+UNCLIPPED = ("unclipped_context_over_bound", "unclipped_reward_over_bound")
+# consts of the multi-parameter steps: _MultiBase.multi_consts, then each class's own
+C_B_, C_R_, CLIP_, K_, D_, S0_, WARM_, H_, PROJECT_ = range(9)
+SHIFT_MODE_, SHIFT_SCALE_ = 9, 10                        # LdpOlsMulti
+LINK_, RADIUS_, STEP_, STEP_OFFSET_, AUTHORS_, PREDICT_CLIP_, B_SCALE_, DECAY_, C_SHIFT_ = range(9, 18)  # LdpSgdMulti
+SHIFT_PER_ARM, SHIFT_ROOT_T, SHIFT_CONSTANT = range(3)   # c~ sqrt(max(n_a, 1)), c~ sqrt(t), a constant ridge
+
+
+@njit(cache=True)
+def _multi_act(model, consts, contexts, i, user, draws, actions):
+    """_MultiBase: round-robin (user % K) during the warm-up, then eq. (7): the arms whose warm-up score
+    x^T theta_warm_a is within h/2 of the best survive, and the survivor of the largest x^T theta_a is pulled (the
+    first of equals)."""
+    theta, theta_warm = model[0], model[1]
+    K = consts[K_]
+    if user < consts[WARM_]:
+        actions[i] = user % K
+        return
+    x = contexts[i]
+    top = -np.inf
+    for k in range(K):
+        top = max(top, _dot(x, theta_warm[k]))
+    floor = top - consts[H_] / 2
+    best, arm = -np.inf, 0
+    for k in range(K):
+        score = _dot(x, theta[k]) if _dot(x, theta_warm[k]) > floor else -np.inf
+        if score > best or k == 0:
+            best, arm = score, k
+    actions[i] = arm
+
+
+@njit(cache=True)
+def _multi_inputs(consts, contexts, i, reward, x, counts_i):
+    """x = the user's context, clipped to C_B, and the reward clipped to c_r (returned), counted in counts_i[0:2];
+    without clipping (the authors' multi-parameter code) as they are, counted where they exceed the bounds (the
+    rules of ldpfed.clip.rows_over and values_over)."""
+    C_B, c_r = consts[C_B_], consts[C_R_]
+    for j in range(x.shape[0]):
+        x[j] = contexts[i, j]
+    if consts[CLIP_]:
+        counts_i[0] = clip_row(x, C_B, CLIP_RTOL)
+        r, counts_i[1] = clip_value(reward, c_r)
+        return r
+    counts_i[0] = 1 if _dot(x, x) > C_B ** 2 * (1.0 + 2.0 * CLIP_RTOL) else 0
+    counts_i[1] = 1 if abs(reward) > c_r else 0
+    return reward
+
+
+@njit(cache=True)
+def _sent(consts, user, k):
+    """1.0 when slot k of this user's message is sent (every slot after the warm-up, the public arm's during it)."""
+    if user >= consts[WARM_] or k == user % consts[K_]:
+        return 1.0
+    return 0.0
+
+
+@njit(cache=True)
+def _write_sent(consts, user, row, offset):
+    for k in range(consts[K_]):
+        row[offset + k] = _sent(consts, user, k)
+
+
+@njit(cache=True)
+def _zero(row, lo, hi):
+    for j in range(lo, hi):
+        row[j] = 0.0
+
+
+@njit(cache=True)
+def _zero_unsent(consts, user, row, offset, size):
+    """The slots (of `size` entries each, from `offset`) that the public schedule does not send, zeroed."""
+    for k in range(consts[K_]):
+        if _sent(consts, user, k) == 0.0:
+            _zero(row, offset + k * size, offset + (k + 1) * size)
+
+
+@njit(cache=True)
+def _write_ols_slot(row, K, d, a, x, r):
+    """M_a = x x^T and u_a = r x in arm a's slots of an OLS message (M: K d d entries, then u: K d)."""
+    base = a * d * d
+    for p in range(d):
+        for q in range(d):
+            row[base + p * d + q] = x[p] * x[q]
+    for j in range(d):
+        row[K * d * d + a * d + j] = r * x[j]
+
+
+@njit(cache=True)
+def _ols_multi_prepare(model, consts, contexts, actions, reward, user, i, inputs, counts):
+    """Row: M (K, d, d), u (K, d): x x^T and r x of the (clipped) context and reward in the pulled arm's slots,
+    zeros in the others (psi(0, 0)); then n (K,), the public count of the sent slots."""
+    K, d = consts[K_], consts[D_]
+    row = inputs[i]
+    a = actions[i]
+    _zero(row, 0, K * d * (d + 1))
+    x = row[K * d * d + a * d:K * d * d + (a + 1) * d]    # u's slot holds x until M is written
+    r = _multi_inputs(consts, contexts, i, reward, x, counts[i])
+    _write_ols_slot(row, K, d, a, x, r)
+    _write_sent(consts, user, row, K * d * (d + 1))
+
+
+@njit(cache=True)
+def _ols_multi_finish(consts, user, row):
+    """The slots of M and u that the public schedule does not send (the warm-up's other arms), zeroed."""
+    K, d = consts[K_], consts[D_]
+    _zero_unsent(consts, user, row, 0, d * d)
+    _zero_unsent(consts, user, row, K * d * d, d)
+
+
+@njit(cache=True)
+def _ols_multi_solve(V, U, theta, k, shift, A):
+    """theta_k = (V_k + shift I)^{-1} U_k."""
+    d = U.shape[1]
+    for p in range(d):
+        for q in range(d):
+            A[p, q] = V[k, p, q]
+        A[p, p] = V[k, p, p] + shift
+    theta[k] = np.linalg.solve(A, U[k])
+
+
+@njit(cache=True)
+def _add_ols_sums(V, U, sums, K, d):
+    for k in range(K):
+        for p in range(d):
+            for q in range(d):
+                V[k, p, q] += sums[k * d * d + p * d + q]
+            U[k, p] += sums[K * d * d + k * d + p]
+
+
+@njit(cache=True)
+def _ols_multi_update(state, consts, sums, start, stop, server):
+    """V_a += sum M_a, U_a += sum u_a, n_a += sum n_a, theta_a = (V_a + shift_a I)^{-1} U_a for every arm; theta_warm
+    follows theta until the warm-up ends."""
+    V, U, n, theta, theta_warm = state
+    K, d = consts[K_], consts[D_]
+    mode, scale = consts[SHIFT_MODE_], consts[SHIFT_SCALE_]
+    _add_ols_sums(V, U, sums, K, d)
+    A = np.empty((d, d))
+    for k in range(K):
+        n[k] += sums[K * d * (d + 1) + k]
+        if mode == SHIFT_PER_ARM:
+            # an arm whose slot has received nothing yet has V = 0 and U = 0: any positive shift gives theta = 0
+            shift = scale * np.sqrt(max(n[k], 1.0))
+        elif mode == SHIFT_ROOT_T:
+            shift = scale * math.sqrt(stop)
+        else:
+            shift = scale
+        _ols_multi_solve(V, U, theta, k, shift, A)
+    _follow_warm(consts, theta, theta_warm, start)
+
+
+@njit(cache=True)
+def _follow_warm(consts, theta, theta_warm, start):
+    """theta_warm = theta after every update of a round that starts in the warm-up: the last is theta_hat_{K s0}."""
+    if start < consts[WARM_]:
+        theta_warm[:, :] = theta
+
+
+@njit(cache=True)
+def _project_rows(consts, theta):
+    """Every theta_a scaled into the ball of radius `project` (post-processing; inf: nothing)."""
+    radius = consts[PROJECT_]
+    if math.isinf(radius):
+        return
+    for k in range(theta.shape[0]):
+        norm = math.sqrt(_dot(theta[k], theta[k]))
+        scale = min(1.0, radius / max(norm, 1e-300))
+        for j in range(theta.shape[1]):
+            theta[k, j] = theta[k, j] * scale
 
 
 class LdpOlsMulti(_MultiBase, LdpOls):
@@ -560,45 +706,30 @@ class LdpOlsMulti(_MultiBase, LdpOls):
     options = {"s0": S0, "h": H, "alpha": ALPHA, "calibration": CALIBRATION, "context_bound": CONTEXT_BOUND}
     profile_defaults = {"authors-code": {"s0": "authors", "h": math.inf}}
     paper_setting = {"env_params": {"d": 20, "K": 3}, "users": 10**6, "eps": 1.0, "delta": 0.1, "params": {}}
+    state_keys = ("V", "U", "n", "theta", "theta_warm")
+    metric_names = ("clipped_context", "clipped_reward")
 
     def _setup(self):
         self._setup_multi()
         self._set_noise(self.eps / 4, self.delta / 4, log_arg=2.0 * self.T * (1 if self.authors else self.K))
 
-    def shifts(self, n, t):
+    def shift_rule(self) -> tuple:
+        """(mode, scale) of the shift after an update: c~ sqrt(max(n_a, 1)) per arm (the paper), c~ sqrt(t) for
+        every arm (the authors' code), or a constant ridge (ols-multi)."""
         if self.authors and self.private:
-            return np.full(self.K, self.c_shift * math.sqrt(t))
-        return self.shift(n)
-
-    def shift(self, n):
-        # an arm whose slot has received nothing yet has V = 0 and U = 0, so any positive shift gives theta = 0
-        return self.c_shift * np.sqrt(np.maximum(n, 1.0))
+            return SHIFT_ROOT_T, float(self.c_shift)
+        return SHIFT_PER_ARM, float(self.c_shift)
 
     def initial_state(self, rng):
         K, d = self.K, self.d
-        return {"V": np.zeros((K, d, d)), "U": np.zeros((K, d)), "n": np.zeros(K), "theta": np.zeros((K, d)),
-                "theta_warm": None}
+        return {"V": np.zeros((K, d, d)), "U": np.zeros((K, d)), "n": np.zeros(K),
+                **self._initial_theta_state(np.zeros((K, d)))}
 
-    def encode(self, model, contexts, actions, rewards, users, rng):
-        x, r, metrics = self._clip(contexts, rewards)
-        sent, pulled = self.slots(users, actions)
-        # slot a: psi(x, r) for the pulled arm, psi(0, 0) for the others (their data part is zero)
-        M = pulled[:, :, None, None] * (x[:, :, None] * x[:, None, :])[:, None]
-        u = pulled[:, :, None] * (r[:, None] * x)[:, None]
-        if self.private:
-            M = self.mech_M.privatize(M, rng)
-            u = self.mech_u.privatize(u, rng)
-            M *= sent[:, :, None, None]                   # warm-up: only the public arm's slot is sent
-            u *= sent[:, :, None]
-        return {"M": M, "u": u, "n": sent}, metrics
+    def steps(self):
+        return Steps(_multi_act, _ols_multi_prepare, no_weights, _ols_multi_update, _ols_multi_finish)
 
-    def update(self, state, sums, start, stop, rng):
-        V = state["V"] + sums["M"]
-        U = state["U"] + sums["u"]
-        n = state["n"] + sums["n"]
-        A = V + self.shifts(n, stop)[:, None, None] * self._I
-        theta = np.linalg.solve(A, U[:, :, None])[:, :, 0]
-        return self._state_update(state, theta, V=V, U=U, n=n, stop=stop)
+    def consts(self):
+        return (*self.multi_consts(), *self.shift_rule())
 
 
 class OlsMulti(LdpOlsMulti):
@@ -615,8 +746,147 @@ class OlsMulti(LdpOlsMulti):
         self._setup_multi()
         self.ridge = self.params["ridge"]
 
-    def shift(self, n):
-        return np.full(np.shape(n), self.ridge)
+    def shift_rule(self):
+        return SHIFT_CONSTANT, float(self.ridge)
+
+
+@njit(cache=True)
+def _sgd_multi_gradient(model, consts, contexts, reward, i, a, g, counts_i):
+    """g = (mu(x^T theta_a) - r) x of the (clipped) context and reward, clipped to R (counted in counts_i[2]);
+    profile authors-code: x^T theta_a capped to +-predict_clip inside mu."""
+    r = _multi_inputs(consts, contexts, i, reward, g, counts_i)
+    z = _dot(g, model[0][a])
+    if consts[AUTHORS_]:
+        z = min(max(z, -consts[PREDICT_CLIP_]), consts[PREDICT_CLIP_])
+    coef = link_mean(consts[LINK_], z) - r
+    for j in range(g.shape[0]):
+        g[j] = coef * g[j]
+    counts_i[2] = clip_row(g, consts[RADIUS_], CLIP_RTOL)
+
+
+@njit(cache=True)
+def _sgd_multi_prepare(model, consts, contexts, actions, reward, user, i, inputs, counts):
+    """Row: Z (K, d): the clipped gradient in the pulled arm's slot, zeros in the others (psi(0, 0): the zero
+    gradient); then n (K,), the public count of the sent slots."""
+    K, d = consts[K_], consts[D_]
+    row = inputs[i]
+    a = actions[i]
+    _zero(row, 0, K * d)
+    _sgd_multi_gradient(model, consts, contexts, reward, i, a, row[a * d:(a + 1) * d], counts[i])
+    _write_sent(consts, user, row, K * d)
+
+
+@njit(cache=True)
+def _sgd_multi_finish(consts, user, row):
+    _zero_unsent(consts, user, row, 0, consts[D_])
+
+
+@njit(cache=True)
+def _sgd_multi_eta(consts, user):
+    """The step of the user's message in every slot: step / (j + step_offset), j its 1-based index among the
+    slot's messages (public): user // K + 1 during the warm-up (the slot of arm user % K), s0 + user - K s0 + 1
+    after."""
+    warm = consts[WARM_]
+    count = user // consts[K_] + 1 if user < warm else consts[S0_] + user - warm + 1
+    return consts[STEP_] / (count + consts[STEP_OFFSET_])
+
+
+@njit(cache=True)
+def _sgd_multi_weigh(consts, user, row):
+    eta = _sgd_multi_eta(consts, user)
+    for j in range(consts[K_] * consts[D_]):
+        row[j] = eta * row[j]
+
+
+@njit(cache=True)
+def _sgd_multi_update(state, consts, sums, start, stop, server):
+    """theta <- project(theta - sum eta Z), n += sum n; theta_warm follows theta until the warm-up ends."""
+    theta, n, theta_warm = state
+    K, d = consts[K_], consts[D_]
+    for k in range(K):
+        n[k] += sums[K * d + k]
+        for j in range(d):
+            theta[k, j] = theta[k, j] - sums[k * d + j]
+    _project_rows(consts, theta)
+    _follow_warm(consts, theta, theta_warm, start)
+
+
+# profile authors-code: the row is M (K, d, d), u (K, d), Z (K d, one l2-ball message), n (K,)
+@njit(cache=True)
+def _sgd_authors_prepare(model, consts, contexts, actions, reward, user, i, inputs, counts):
+    """Warm-up: the OLS message (x x^T, r x) in the public arm's slots of M and u, Z zero; after it: Z = the
+    gradient of the pulled arm in its d entries of the K d vector (clipped to R as a whole: the other entries are
+    zero), M and u zero. Inputs not clipped (the authors' code)."""
+    K, d = consts[K_], consts[D_]
+    row = inputs[i]
+    a = actions[i]
+    _zero(row, 0, K * d * (d + 2))
+    if user < consts[WARM_]:
+        x = row[K * d * d + a * d:K * d * d + (a + 1) * d]
+        r = _multi_inputs(consts, contexts, i, reward, x, counts[i])
+        _write_ols_slot(row, K, d, a, x, r)
+        counts[i, 2] = 0
+    else:
+        z0 = K * d * (d + 1)
+        _sgd_multi_gradient(model, consts, contexts, reward, i, a, row[z0 + a * d:z0 + (a + 1) * d], counts[i])
+    _write_sent(consts, user, row, K * d * (d + 2))
+
+
+@njit(cache=True)
+def _sgd_authors_finish(consts, user, row):
+    """Warm-up: only the public arm's slots of M and u are sent (Z zeroed); after it only Z (M and u zeroed)."""
+    K, d = consts[K_], consts[D_]
+    if user < consts[WARM_]:
+        _zero_unsent(consts, user, row, 0, d * d)
+        _zero_unsent(consts, user, row, K * d * d, d)
+        _zero(row, K * d * (d + 1), K * d * (d + 2))
+    else:
+        _zero(row, 0, K * d * (d + 1))
+
+
+@njit(cache=True)
+def _sgd_authors_eta(consts, user):
+    """The code's step 5 K / (t + 1), t the 0-based user index, after the warm-up; 0 during it (public)."""
+    if user < consts[WARM_]:
+        return 0.0
+    return consts[STEP_] * consts[K_] / (user + 1.0)
+
+
+@njit(cache=True)
+def _sgd_authors_weigh(consts, user, row):
+    K, d = consts[K_], consts[D_]
+    eta = _sgd_authors_eta(consts, user) * consts[B_SCALE_]
+    for j in range(K * d * (d + 1), K * d * (d + 2)):
+        row[j] = eta * row[j]
+
+
+@njit(cache=True)
+def _sgd_authors_update(state, consts, sums, start, stop, server):
+    """V += sum M, U += sum u, n += sum n; the arms pulled (publicly) in the round's warm-up part re-solved by OLS
+    with shift c~ sqrt(min(stop, K s0)); after the warm-up theta <- theta (1 - decay sum eta) - sum eta B_d/B_Kd Z."""
+    theta, V, U, n, theta_warm = state
+    K, d, warm = consts[K_], consts[D_], consts[WARM_]
+    _add_ols_sums(V, U, sums, K, d)
+    for k in range(K):
+        n[k] += sums[K * d * (d + 2) + k]
+    if start < warm:
+        hi = min(stop, warm)
+        shift = consts[C_SHIFT_] * math.sqrt(hi)
+        A = np.empty((d, d))
+        for k in range(K):
+            if hi - start >= K or (k - start) % K < hi - start:      # arm k = u % K for some u in [start, hi)
+                _ols_multi_solve(V, U, theta, k, shift, A)
+    if stop > warm:
+        etas = 0.0
+        for user in range(max(start, warm), stop):
+            etas += _sgd_authors_eta(consts, user)
+        keep = 1.0 - consts[DECAY_] * etas
+        z0 = K * d * (d + 1)
+        for k in range(K):
+            for j in range(d):
+                theta[k, j] = theta[k, j] * keep - sums[z0 + k * d + j]
+    _project_rows(consts, theta)
+    _follow_warm(consts, theta, theta_warm, start)
 
 
 class LdpSgdMulti(_MultiBase, LdpSgd):
@@ -639,7 +909,9 @@ class LdpSgdMulti(_MultiBase, LdpSgd):
     code's hemisphere rule) of the whole (K d) gradient, whose B is the code's, computed for dimension d instead of
     K d (the released gradient is shrunk by B_d / B_Kd, 0.57 at d = 20, K = 3); step 5 K/(t+1) with t the 0-based
     user index; weight decay theta <- theta - eta (Z + 0.05 theta); no projection; plus the _MultiBase choices
-    (unclipped N(0, I_d) contexts: claim void)."""
+    (unclipped N(0, I_d) contexts: claim void). Every user's row holds M, u and Z; each field's mechanism draws for
+    every user (the batched code drew M and u for the warm-up users only and Z for the others: the same law, other
+    draws), and `finish` zeroes the fields the public schedule does not send."""
 
     name = "ldp-sgd-multi"
     paper = f"{PAPER}, Algorithm 2 with the SGD mechanism"
@@ -648,20 +920,26 @@ class LdpSgdMulti(_MultiBase, LdpSgd):
                "context_bound": CONTEXT_BOUND, "project": PROJECT}
     profile_defaults = {"authors-code": {"s0": "authors", "h": math.inf, "project": math.inf}}
     paper_setting = {"env_params": {"d": 20, "K": 3}, "users": 10**6, "eps": 1.0, "delta": 0.1, "params": {}}
+    metric_names = ("clipped_context", "clipped_reward", "clipped")
 
     def _setup(self):
         self._setup_multi()
         self._set_step()
         self.project = self.params["project"]
         self.decay = 0.0
+        self.predict_clip = math.inf
+        self.b_scale = 1.0
+        self.c_shift = 0.0
         if self.authors:
             self._setup_authors()
             return
+        self.state_keys = ("theta", "n", "theta_warm")
         self.R = 2.0 * self.c_r * self.C_B
         self.mech = L2BallMechanism(self.R, self.eps / 2, self.d)
         self.mechanisms = {"Z": self.mech}
 
     def _setup_authors(self):
+        self.state_keys = ("theta", "V", "U", "n", "theta_warm")
         sigma = authors_sigma(self.eps, self.delta)
         sens_M, sens_u = self._ols_sensitivities()
         # a warm-up user sends one slot (the public arm's): its budget split between M and u
@@ -676,12 +954,12 @@ class LdpSgdMulti(_MultiBase, LdpSgd):
         self.mechanisms = {"M": self.mech_M, "u": self.mech_u, "Z": self.mech}
 
     def initial_state(self, rng):
+        K, d = self.K, self.d
         if self.authors:
-            K, d = self.K, self.d
             theta = np.stack([_unit_vector(rng, d) for _ in range(K)])
             return {"theta": theta, "V": np.zeros((K, d, d)), "U": np.zeros((K, d)), "n": np.zeros(K),
-                    "theta_warm": None}
-        return {"theta": np.zeros((self.K, self.d)), "n": np.zeros(self.K), "theta_warm": None}
+                    **self._initial_theta_state(theta)}
+        return {"theta": np.zeros((K, d)), "n": np.zeros(K), **self._initial_theta_state(np.zeros((K, d)))}
 
     def fields(self):
         fields = super().fields()                        # Z per arm slot, n
@@ -694,88 +972,35 @@ class LdpSgdMulti(_MultiBase, LdpSgd):
         return {"M": Field((K, d, d), mechanism=self.mechanisms["M"], schedule=schedule),
                 "u": Field((K, d), mechanism=self.mechanisms["u"], schedule=schedule), **fields}
 
-    def encode(self, model, contexts, actions, rewards, users, rng):
+    def layout(self):
+        # authors-code: Z (K, d) is ONE l2-ball message of dimension K d; its row kernel is built for the flat
+        # (K d,) shape (row_kernel wants a shape ending in the mechanism's dimension) and the message keeps (K, d)
+        if self.authors and "_layout" not in self.__dict__:
+            fields = {key: (f.shape, f.mechanism) for key, f in self._fields.items()}
+            fields["Z"] = ((self.K * self.d,), self.mech)
+            layout = FieldLayout(fields)
+            layout.shapes["Z"] = tuple(self._fields["Z"].shape)
+            self._layout = layout
+            self._consts = self.consts()
+        return super().layout()
+
+    def steps(self):
         if self.authors:
-            return self._encode_authors(model, contexts, actions, rewards, users, rng)
-        x, r, metrics = self._clip(contexts, rewards)
-        n = len(actions)
-        sent, pulled = self.slots(users, actions)
-        theta_a = model["theta"][actions]
-        g_pulled = (self.mu(np.einsum("ij,ij->i", x, theta_a)) - r)[:, None] * x
-        g_pulled, metrics["clipped"] = clip_rows(g_pulled, self.R)
-        g = np.zeros((n, self.K, self.d))              # psi(0, 0): the zero gradient for the other arms
-        g[np.arange(n), actions] = g_pulled
-        Z = self.mech.privatize(g.reshape(n * self.K, self.d), rng).reshape(n, self.K, self.d) * sent[:, :, None]
-        return {"Z": Z, "n": sent}, metrics
+            return Steps(_multi_act, _sgd_authors_prepare, _sgd_authors_weigh, _sgd_authors_update,
+                         _sgd_authors_finish)
+        return Steps(_multi_act, _sgd_multi_prepare, _sgd_multi_weigh, _sgd_multi_update, _sgd_multi_finish)
 
-    def _encode_authors(self, model, contexts, actions, rewards, users, rng):
-        x, r, metrics = self._clip(contexts, rewards)
-        n, K, d = len(actions), self.K, self.d
-        sent, pulled = self.slots(users, actions)
-        warm = np.asarray(users) < self.warm             # public: a function of the arrival index
-        M, u, Z = np.zeros((n, K, d, d)), np.zeros((n, K, d)), np.zeros((n, K, d))
-        if warm.any():                                   # OLS message in the public arm's slot only
-            w = pulled[warm]
-            M[warm] = self.mech_M.privatize(w[:, :, None, None] * (x[warm, :, None] * x[warm, None, :])[:, None],
-                                            rng) * w[:, :, None, None]
-            u[warm] = self.mech_u.privatize(w[:, :, None] * (r[warm, None] * x[warm])[:, None], rng) * w[:, :, None]
-        post = ~warm
-        metrics["clipped"] = 0                           # a counter of every round, warm-up ones included
-        if post.any():                                   # one l2-ball message of the whole (K d) gradient
-            idx = np.flatnonzero(post)
-            theta_a = model["theta"][actions[idx]]
-            z = np.clip(np.einsum("ij,ij->i", x[idx], theta_a), -self.predict_clip, self.predict_clip)
-            g = np.zeros((len(idx), K, d))
-            g[np.arange(len(idx)), actions[idx]] = (self.mu(z) - r[idx])[:, None] * x[idx]
-            g, metrics["clipped"] = clip_rows(g.reshape(len(idx), K * d), self.R)
-            Z[idx] = self.mech.privatize(g, rng).reshape(len(idx), K, d)
-        return {"M": M, "u": u, "Z": Z, "n": sent}, metrics
+    def consts(self):
+        return (*self.multi_consts(), link_code(self.link), float(self.R), float(self.step),
+                float(self.step_offset), bool(self.authors), float(self.predict_clip), float(self.b_scale),
+                float(self.decay), float(self.c_shift))
 
-    def message_counts(self, users):
-        """(n, K): the 1-based index of each user's message among those of each arm slot (public)."""
-        users = np.asarray(users)
-        warm_count = (users // self.K + 1)[:, None] * np.ones(self.K)
-        post_count = (self.s0 + users - self.warm + 1)[:, None] * np.ones(self.K)
-        return np.where((users >= self.warm)[:, None], post_count, warm_count)
-
-    def authors_eta(self, users):
-        """The code's step 5 K/(t+1) (t = 0-based user index) after warm-up, 0 during it (public)."""
-        users = np.asarray(users, dtype=float)
-        return np.where(users >= self.warm, self.step * self.K / (users + 1.0), 0.0)
-
-    def warm_shift(self, stop):
-        """The shift of the warm-up OLS solve after user stop - 1 (profile authors-code)."""
-        return self.c_shift * math.sqrt(min(stop, self.warm))
-
-    def aggregate(self, messages, users):
-        if self.authors:
-            eta = self.authors_eta(users) * self.b_scale
-            return {"M": messages["M"].sum(axis=0), "u": messages["u"].sum(axis=0),
-                    "Z": np.einsum("i,ikd->kd", eta, messages["Z"]), "n": messages["n"].sum(axis=0)}
-        eta = self.step / (self.message_counts(users) + self.step_offset)
-        return {"Z": np.einsum("ik,ikd->kd", eta, messages["Z"]), "n": messages["n"].sum(axis=0)}
-
-    def update(self, state, sums, start, stop, rng):
-        n = state["n"] + sums["n"]
-        if self.authors:
-            return self._update_authors(state, sums, start, stop, n)
-        return self._state_update(state, self._projected(state["theta"] - sums["Z"]), n=n, stop=stop)
-
-    def _update_authors(self, state, sums, start, stop, n):
-        V, U, theta = state["V"] + sums["M"], state["U"] + sums["u"], state["theta"]
-        if start < self.warm:      # OLS re-estimate of the arms pulled (publicly) in this round's warm-up part
-            arms = np.unique(np.arange(start, min(stop, self.warm)) % self.K)
-            shift = self.warm_shift(stop)
-            theta = theta.copy()
-            theta[arms] = np.linalg.solve(V[arms] + shift * self._I, U[arms][:, :, None])[:, :, 0]
-        if stop > self.warm:
-            eta_sum = float(self.authors_eta(np.arange(max(start, self.warm), stop)).sum())
-            theta = theta * (1.0 - self.decay * eta_sum) - sums["Z"]
-        return self._state_update(state, self._projected(theta), V=V, U=U, n=n, stop=stop)
-
-    def _projected(self, theta):
-        if math.isinf(self.project):
-            return theta
-        norms = np.linalg.norm(theta, axis=1, keepdims=True)
-        return theta * np.minimum(1.0, self.project / np.maximum(norms, 1e-300))
-
+    def aggregate_bounds(self, users):
+        # sum_i eta_i Z_i with public eta_i > 0 and ||Z_i|| = B per sent slot row: norm <= sum_i eta_i B; the
+        # sums of the weights are read off `aggregate` itself (rows of ones in the sent slots)
+        spec, users, domains = self.message_spec(), np.asarray(users), self.cached_domains()
+        sent = np.asarray(domains["Z"].slots(users), dtype=float)
+        ones = {"Z": np.repeat(sent[..., None], self.d, axis=-1), "n": sent}
+        eta_sums = np.asarray(self.aggregate(ones, users)["Z"])[:, 0]
+        return {"Z": weighted_sphere_bounds(eta_sums, self.mech.B, int(np.prod(spec["Z"])), self.d),
+                "n": domains["n"].sum_bounds(users)}

@@ -11,6 +11,11 @@ sqrt(2): ||x|| <= 1 for every user. Pulling the arm of the true class gives rewa
 arm (the true class) has expected reward 1, so the regret of a user is 1 - [arm == label].
 There is no parameter to estimate (estimation_error is None). With d = 16 a least-squares one-vs-rest linear
 model on these contexts classifies about 91% of the data set correctly.
+
+The compiled step (ldpfed.envs.base.EnvSteps, what the batched `step` and the sequential engine both run): the
+labels are the env's truth; a user's "noise" is the index of the data point that contexts() drew for it, kept
+between contexts() and the step (keyed by the users; the sequential engine's draw_noise takes the points of the
+users whose contexts were drawn last, as it draws a block's contexts and then its noise).
 """
 from __future__ import annotations
 
@@ -18,8 +23,9 @@ from dataclasses import replace
 from functools import lru_cache
 
 import numpy as np
+from numba import njit
 
-from ldpfed.envs.base import Env, positive_int
+from ldpfed.envs.base import Env, EnvSteps, positive_int, run_steps
 from ldpfed.errors import ConfigError
 
 N_FEATURES = 64   # 8x8 pixels
@@ -63,7 +69,7 @@ class DigitsClassification(Env):
         self.X, self.labels = digits_features(self.d)
         self.K = 10
         self.n_points = len(self.labels)
-        # The labels of the users whose contexts were drawn but not yet stepped, keyed by their global indices.
+        # The data points of the users whose contexts were drawn but not yet stepped, keyed by their global indices.
         # A population calls contexts() then step() for the same users (engine/core.py simulate_population).
         self._pending: dict[tuple, np.ndarray] = {}
 
@@ -78,15 +84,34 @@ class DigitsClassification(Env):
 
     def contexts(self, users, rng):
         idx = self.draw(users, rng)
-        self._pending[self._key(users)] = self.labels[idx]
+        self._pending[self._key(users)] = idx
         return self.X[idx]
 
-    def step(self, contexts, actions, users, rng):
-        labels = self._pending.pop(self._key(users), None)
-        if labels is None or len(labels) != len(actions):
+    def _take(self, key, n: int) -> np.ndarray:
+        """The data points drawn by contexts() for the users of `key` (None: the last drawn), removed."""
+        if key is None:
+            key = next(reversed(self._pending), None)
+        points = self._pending.pop(key, None) if key is not None else None
+        if points is None or len(points) != n:
             raise RuntimeError("classification env: step() for users whose contexts() were not drawn")
-        correct = (np.asarray(actions) == labels).astype(float)
-        return correct, 1.0 - correct
+        return points
+
+    def compiled(self):
+        return EnvSteps(_classification_step, (self.labels,))
+
+    def draw_noise(self, n, rng):
+        # the points of the users whose contexts were drawn last (nothing is drawn from rng)
+        return self._take(None, n)
+
+    def step(self, contexts, actions, users, rng):
+        # the inherited batched step, with each population's own points (keyed by its users)
+        n = len(actions)
+        points = self._take(self._key(users), n)
+        steps = self.compiled()
+        rewards, regret = np.empty(n), np.empty(n)
+        run_steps(steps.step, steps.truth, self.context_rows(contexts, n), np.asarray(users, dtype=np.int64),
+                  np.asarray(actions), points, rewards, regret)
+        return rewards, regret
 
     def public(self):
         return replace(super().public(), context_bound=1.0)   # ||x|| <= 1 by construction
@@ -94,3 +119,11 @@ class DigitsClassification(Env):
     def describe(self):
         return {**super().describe(), "data": "sklearn.datasets.load_digits", "points": self.n_points}
 
+
+@njit(cache=True)
+def _classification_step(truth, contexts, i, user, actions, noise):
+    """Reward 1 for the arm of the true class of the user's data point (noise[i]), 0 otherwise; regret 1 - reward
+    (the true class has expected reward 1)."""
+    labels = truth[0]
+    reward = 1.0 if actions[i] == labels[noise[i]] else 0.0
+    return reward, 1.0 - reward
