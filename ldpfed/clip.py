@@ -4,14 +4,15 @@ Bottom layer (numpy only). Every function returns what it clipped and how many e
 it counted as clipped; the counts go to the run's metrics, never to the server.
 
 Why there are several row rules: each call site's arithmetic is kept exactly as it was (runs must reproduce bit
-for bit, and the compiled kernels of ldpfed/engine/kernels.py mirror some of them operation by operation), and they
-differ in how the norm is measured, how a row is rescaled and what counts as clipped:
+for bit), and they differ in how the norm is measured, how a row is rescaled and what counts as clipped. The
+compiled algorithms (ldpfed.algorithms.compiled) clip one user at a time with `clip_row` / `clip_value` (bottom of
+this file):
 
-* `clip_rows` (seed 000's clients; kernels._clip_rows mirrors it): norm sqrt(x.x) by einsum, a row over the bound is
+* `clip_rows`: norm sqrt(x.x) by einsum, a row over the bound is
   multiplied by bound / norm; counted when its norm exceeds bound (1 + rtol) (contexts drawn on the unit sphere
   have norm 1 up to rounding: rescaled, not counted). With norm="linalg" and rtol=0 it is the plain rule (norm by
   np.linalg.norm, every row over the bound counted) that ldp-gloc's gradient uses.
-* `clip_rows_by_squares` (seed 002's ldp-ucb / ldp-gloc contexts; kernels.ldp_ucb mirrors it inline): compares
+* `clip_rows_by_squares`: compares
   the SQUARED norm with bound^2 (no square root unless a row is over), divides a row over by norm / bound, counts
   it when its squared norm exceeds bound^2 (1 + 2 rtol).
 * `clip_rows_in_place` (the central-model clients of seeds 001 and 003): squared norm by einsum against bound^2,
@@ -120,3 +121,18 @@ def clip_value(r, bound):
     if abs(r) > bound:
         return min(max(r, -bound), bound), 1
     return r, 0
+
+
+@njit(cache=True)
+def clip_row_by_squares(x, bound, rtol):
+    """In place, the rule of clip_rows_by_squares on one row: x / (||x|| / bound) when ||x||^2 exceeds bound^2; 1
+    if it exceeded bound^2 (1 + 2 rtol)."""
+    sq = 0.0
+    for j in range(x.shape[0]):
+        sq += x[j] * x[j]
+    limit = bound * bound
+    if sq > limit:
+        root = np.sqrt(max(sq, _TINY)) / bound
+        for j in range(x.shape[0]):
+            x[j] = x[j] / root
+    return 1 if sq > limit * (1.0 + 2.0 * rtol) else 0

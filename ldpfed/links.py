@@ -1,7 +1,7 @@
 """The link functions of the generalized linear models (seeds 000, 002): mean reward mu(x^T theta).
 
-Bottom layer (numpy and scipy only); the envs (ldpfed/envs/glm.py) and the algorithms use these, the compiled
-kernels (ldpfed/engine/kernels.py) mirror them by link code.
+Bottom layer (numpy, scipy, numba); the algorithms use these: `mean_function` vectorized, `link_mean` by link code
+in their compiled steps.
 
 * identity: mu(z) = z;  logistic: mu(z) = expit(z) = 1 / (1 + e^-z);  poisson: mu(z) = e^z.
 * The algorithms' Poisson mean is capped: e^min(z, EXP_CAP). e^50 already exceeds any public reward bound by far,

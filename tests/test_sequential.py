@@ -1,10 +1,10 @@
-"""The sequential engine (round size 1, compiled kernels): same results as the generic engine, same privacy.
+"""The sequential engine (round size 1, the algorithms' own compiled steps): same results as the round engine.
 
-* Fed the generic engine's own random draws (streams="generic"), every kernel reproduces run_local at round size 1
-  up to floating-point rounding: same arms (hence the same counters), regret and estimates within 1e-9.
+* Fed the round engine's own random draws (streams="generic"), every algorithm written once reproduces run_local at
+  round size 1 bit for bit: the same functions on the same numbers.
 * With its own chunked streams, a run is a draw from the same distribution: paired two-sample tests over seeds.
 * engine.run picks it only where it applies, and falls back to run_local for anything it does not support.
-Kernels compile on first use (numba, cached on disk), so sizes here are small.
+The loops compile on first use in each process (numba), so sizes here are small.
 """
 import numpy as np
 import pandas as pd
@@ -15,7 +15,7 @@ from ldpfed.algorithms import REGISTRY
 from ldpfed.config import RunConfig
 from ldpfed.engine import run, run_local
 from ldpfed.algorithms.compiled import CompiledAlgorithm
-from ldpfed.engine.sequential import KERNELS, run_sequential, sequential_unsupported
+from ldpfed.engine.sequential import run_sequential, sequential_unsupported
 
 # (algorithm, env, env_params): every kernel on each env kind it supports
 CASES = [
@@ -65,15 +65,15 @@ def assert_same_run(a, b, rtol=1e-9):
 
 
 @pytest.mark.parametrize("algorithm,env,env_params", CASES)
-def test_kernel_reproduces_the_generic_engine_on_its_draws(algorithm, env, env_params):
+def test_the_sequential_loop_reproduces_the_round_engine_on_its_draws(algorithm, env, env_params):
     config = RunConfig(algorithm, env=env, users=160, seed=5, env_params=env_params)
     if env_params.get("contexts") == "gaussian":
         assert run_local(config).table.filter(like="clipped").to_numpy().sum() > 0
     generic = run_local(config)
-    kernel = run_sequential(config, streams="generic")
-    assert kernel.summary["engine"] == "sequential" and generic.summary["engine"] == "single-process"
-    # an algorithm written once (ldpfed.algorithms.compiled) runs the same functions on the same draws: same bits
-    assert_same_run(generic, kernel, rtol=0 if written_once(algorithm) else 1e-9)
+    sequential = run_sequential(config, streams="generic")
+    assert sequential.summary["engine"] == "sequential" and generic.summary["engine"] == "single-process"
+    # written once (ldpfed.algorithms.compiled): the same functions on the same draws, so the same bits
+    assert_same_run(generic, sequential, rtol=0)
     assert generic.table["regret"].sum() > 0   # a run that learns something, not an all-zero table
 
 
@@ -82,10 +82,10 @@ def written_once(name):
         getattr(REGISTRY[name], m) is getattr(CompiledAlgorithm, m) for m in CompiledAlgorithm.BATCHED)
 
 
-def test_every_kernel_is_tested_here():
-    compiled = {name for name in REGISTRY if written_once(name) and REGISTRY.source(name) == "ldpfed"}  # built-ins
-    assert {"ldp-sgd", "ldp-ols", "ols"} <= compiled
-    assert {case[0] for case in CASES} == set(KERNELS) | compiled
+def test_every_builtin_is_written_once_and_tested_here():
+    builtins = {name for name in REGISTRY if REGISTRY.source(name) == "ldpfed"}
+    assert {name for name in builtins if not written_once(name)} == set()
+    assert {case[0] for case in CASES} == builtins
 
 
 def test_same_seed_same_bits_and_seeds_differ():
@@ -131,23 +131,3 @@ def test_engine_run_picks_the_sequential_engine_only_where_it_applies():
                    RunConfig("uniform", env="arm-pool", users=50)):
         assert sequential_unsupported(config) is not None
         assert run(config).summary["engine"] == "single-process"
-
-
-def test_an_option_or_env_parameter_the_kernel_does_not_know_falls_back(monkeypatch):
-    """A profile/option added to an algorithm or env later (unknown to its kernel) must not run on the kernel.
-    (An algorithm written once runs its own compiled steps, whatever its options: only a legacy kernel is checked.)"""
-    legacy = sorted(name for name in KERNELS if not written_once(name))
-    if not legacy:
-        pytest.skip("every algorithm with a kernel is written once")
-    name = legacy[0]
-    config = RunConfig(name, users=50, seed=1)
-    monkeypatch.setattr(REGISTRY[name], "defaults", {**REGISTRY[name].defaults, "profile": "paper"})
-    assert "profile" in sequential_unsupported(config)
-    assert run(config).summary["engine"] == "single-process"
-    monkeypatch.undo()
-    from ldpfed.envs import ENVS
-
-    env = REGISTRY[name].default_env
-    monkeypatch.setattr(ENVS[env], "defaults", {**ENVS[env].defaults, "noiseless": True})
-    assert "noiseless" in sequential_unsupported(config)
-    assert run(config).summary["engine"] == "single-process"

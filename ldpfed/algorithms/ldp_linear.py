@@ -45,7 +45,7 @@ Written once (ldpfed.algorithms.compiled): the UCB arm (`_ucb_act`), the clipped
 `_gloc_prepare`) and the server's update (`_ucb_update`, `_gloc_update`, both through `_ucb_refresh`, which also
 builds the initial state) are the numba functions every engine path runs; beta_t is `_beta` (LdpUcb.beta calls it).
 The contexts' clip rule (squared norm against bound^2, counted beyond bound^2 (1 + 2 rtol): ldpfed.clip's
-clip_rows_by_squares) is `_clip_row_by_squares` here, one row at a time.
+clip_rows_by_squares) is ldpfed.clip.clip_row_by_squares, one row at a time.
 """
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ from ldpfed.algorithms.compiled import CompiledAlgorithm, Steps, no_weights
 from ldpfed.algorithms.fields import Field
 from ldpfed.algorithms.glm_ldp import _dot, authors_gaussian, authors_sigma
 from ldpfed.algorithms.options import CALIBRATION, Option
-from ldpfed.clip import CLIP_RTOL, clip_row, clip_value
+from ldpfed.clip import CLIP_RTOL, clip_row, clip_row_by_squares, clip_value
 from ldpfed.errors import ConfigError
 from ldpfed.links import inf_slope, link_code, link_mean, mean_function, sup_mean
 from ldpfed.mechanisms import GaussianMechanism, SymmetricGaussianMechanism
@@ -69,7 +69,6 @@ SINGLE_GLM_ENVS = ("linear", "logistic")
 # assumptions, S = 1) come from ldpfed.links
 GLOC_LINKS = ("identity", "logistic")
 CONTEXT_BOUND = 1.0      # the public bound C_B of the contexts' norm
-_TINY = 1e-300           # guards a division by a zero norm (ldpfed.clip)
 
 # consts() of both classes, by position (the compiled functions read them so; the clip bounds C_B, c_r first)
 (C_B_, C_R_, SIGMA_, D_, LOG_T_, UPSILON_UNIT_, GLOC_, MU_, S_, Z_BOUND_, GRAD_Z_CLIP_, GRAD_BOUND_, ZETA_,
@@ -322,26 +321,11 @@ def _ucb_act(model, consts, contexts, i, user, draws, actions):
 
 
 @njit(cache=True)
-def _clip_row_by_squares(x, bound, rtol):
-    """In place, the rule of ldpfed.clip.clip_rows_by_squares on one row: x / (||x|| / bound) when ||x||^2 exceeds
-    bound^2; 1 if it exceeded bound^2 (1 + 2 rtol)."""
-    sq = 0.0
-    for j in range(x.shape[0]):
-        sq += x[j] * x[j]
-    limit = bound * bound
-    if sq > limit:
-        root = np.sqrt(max(sq, _TINY)) / bound
-        for j in range(x.shape[0]):
-            x[j] = x[j] / root
-    return 1 if sq > limit * (1.0 + 2.0 * rtol) else 0
-
-
-@njit(cache=True)
 def _take_context(consts, contexts, i, arm, reward, x):
     """x = the pulled arm's context clipped to C_B (by squares); returns (the reward clipped to c_r, clipped count)."""
     for j in range(x.shape[0]):
         x[j] = contexts[i, arm, j]
-    n_x = _clip_row_by_squares(x, consts[C_B_], CLIP_RTOL)
+    n_x = clip_row_by_squares(x, consts[C_B_], CLIP_RTOL)
     y, n_y = clip_value(reward, consts[C_R_])
     return y, n_x + n_y
 

@@ -36,7 +36,7 @@ def l2_ball_radius(radius, eps, dim) -> float:
 def privatize_row(g, radius, B, tanh_half, gauss, unif, out):
     """The mechanism on one row g (dim,) into out (dim,), from its dim standard normals `gauss` and its uniform
     `unif`; returns ||g|| (the caller counts clipping). The one implementation of the sampling: the batched
-    mechanism below and the compiled sequential kernels (ldpfed/engine/kernels.py) both call it.
+    mechanism below and the compiled rows (ldpfed.mechanisms.rows) both call it.
 
     g is clipped to the radius; v = gauss / ||gauss|| is uniform on the unit sphere; the output B v lies in the
     half-space {v.u >= 0} of u = g/||g|| (u = e_1 for g = 0) w.p. p = 1/2 + ||g|| tanh(eps/2) / (2R), else in the
