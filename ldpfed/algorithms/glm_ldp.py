@@ -49,7 +49,6 @@ from ldpfed.errors import ConfigError
 from ldpfed.links import link_code, link_mean, mean_function
 from ldpfed.mechanisms import (Domain, GaussianMechanism, L2BallMechanism, SymmetricGaussianMechanism,
                               weighted_sphere_bounds)
-from ldpfed.mechanisms.rows import FieldLayout
 
 SINGLE_ENVS = ("linear", "logistic", "poisson")
 MULTI_ENVS = ("linear-multi", "logistic-multi", "poisson-multi", "classification")
@@ -971,18 +970,6 @@ class LdpSgdMulti(_MultiBase, LdpSgd):
         K, d, schedule = self.K, self.d, self.slot_schedule
         return {"M": Field((K, d, d), mechanism=self.mechanisms["M"], schedule=schedule),
                 "u": Field((K, d), mechanism=self.mechanisms["u"], schedule=schedule), **fields}
-
-    def layout(self):
-        # authors-code: Z (K, d) is ONE l2-ball message of dimension K d; its row kernel is built for the flat
-        # (K d,) shape (row_kernel wants a shape ending in the mechanism's dimension) and the message keeps (K, d)
-        if self.authors and "_layout" not in self.__dict__:
-            fields = {key: (f.shape, f.mechanism) for key, f in self._fields.items()}
-            fields["Z"] = ((self.K * self.d,), self.mech)
-            layout = FieldLayout(fields)
-            layout.shapes["Z"] = tuple(self._fields["Z"].shape)
-            self._layout = layout
-            self._consts = self.consts()
-        return super().layout()
 
     def steps(self):
         if self.authors:

@@ -107,12 +107,12 @@ class L2BallMechanism:
         return self._sample(g, rng)
 
     def row_kernel(self, shape):
-        """One user's field of rows of `dim` entries (e.g. (dim,) or (K, dim)), compiled (ldpfed.mechanisms.rows):
-        privatize_row on each row (rows over the radius are clipped to it; the caller counts clipping)."""
-
+        """One user's field, compiled (ldpfed.mechanisms.rows): its entries read as consecutive rows of `dim` (e.g.
+        (dim,), (K, dim), or (K, d) for one message of dim = K d), privatize_row on each row (rows over the radius
+        are clipped to it; the caller counts clipping)."""
         shape = tuple(shape)
-        if not shape or shape[-1] != self.dim:
-            raise ConfigError("shape", shape, f"must end with the mechanism's dim {self.dim}")
+        if not shape or int(np.prod(shape, dtype=np.int64)) % self.dim:
+            raise ConfigError("shape", shape, f"must hold whole rows of the mechanism's dim {self.dim}")
         rows = int(np.prod(shape, dtype=np.int64)) // self.dim
         return RowKernel(L2_BALL, (self.radius, self.B, self.tanh_half, self.dim), rows * (self.dim + 1))
 
