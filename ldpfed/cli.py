@@ -1,4 +1,5 @@
-"""Command line: `python -m ldpfed run ALGORITHM ...`, `python -m ldpfed list`, `python -m ldpfed describe ALGORITHM`."""
+"""Command line: `python -m ldpfed run ALGORITHM ...`, `list`, `describe ALGORITHM`, `sweep FILE|PRESET`, `ui`,
+`sync`."""
 from __future__ import annotations
 
 import argparse
@@ -6,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from ldpfed import sweep as sweeps
 from ldpfed.config import PROFILES, TRUST_MODELS
 from ldpfed.errors import ConfigError
 from ldpfed.plugins import PluginError
@@ -52,6 +54,23 @@ class _Defaults(argparse.ArgumentDefaultsHelpFormatter):
         if action.default is None or action.default is False or action.default == []:
             return action.help
         return super()._get_help_string(action)
+
+
+class ExamplesHelp(argparse.RawDescriptionHelpFormatter, _Defaults):
+    """_Defaults, with the description and the examples (epilog) as written."""
+
+
+SWEEP_EXAMPLES = """examples:
+  python -m ldpfed sweep quick --users 2000                 # the quick preset, 2,000 users per run
+  python -m ldpfed sweep example --workers 2                # a preset on the local engine, 2 processes
+  python -m ldpfed sweep my-sweep.toml --eps 0.5,1 --seeds 0-4 --name my-sweep
+  python -m ldpfed sweep --resume results/run_all/quick     # continue a sweep stopped with Ctrl-C
+"""
+UI_EXAMPLES = """examples:
+  python -m ldpfed ui                                # ./mlflow.db (where sweeps log), its latest sweep
+  python -m ldpfed ui results/run_all/quick          # the store of that sweep, and a link to it
+  python -m ldpfed ui other.db --port 5001
+"""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -109,6 +128,23 @@ def build_parser() -> argparse.ArgumentParser:
     describe = sub.add_parser("describe", help="an algorithm's options, envs, privacy model and paper",
                               formatter_class=defaults)
     describe.add_argument("algorithm", help="a name from `python -m ldpfed list`")
+    sweep = sub.add_parser("sweep", help="run a sweep (a preset or a sweep file) and log it to MLflow",
+                           formatter_class=ExamplesHelp, epilog=SWEEP_EXAMPLES,
+                           description="Run a sweep: algorithms x envs x eps x seeds, from a sweep file (TOML; the "
+                                       "keys: ldpfed/sweep.py)\nor a preset shipped with ldpfed; options override "
+                                       "the file's keys. Results go to --out/<name> and MLflow.")
+    sweep.add_argument("sweep", nargs="?", default="quick", metavar="FILE|PRESET",
+                       help=f"a sweep file, or a preset: {', '.join(sweeps.presets())}")
+    sweeps.add_arguments(sweep)
+    ui = sub.add_parser("ui", help="start the MLflow UI on 127.0.0.1 and print the link to the latest sweep",
+                        formatter_class=ExamplesHelp, epilog=UI_EXAMPLES,
+                        description="Start the MLflow UI on 127.0.0.1 (loopback only) for a local store and print "
+                                    "the link to its latest sweep\n(or to the sweep of the results folder given). "
+                                    "Ctrl-C stops it.")
+    ui.add_argument("store", nargs="?", default=None, metavar="RESULTS_OR_DB",
+                    help="a sweep's results folder (its sweep.json names its store), a folder of them (the newest), "
+                         "an MLflow SQLite file or a tracking URI (default: MLFLOW_TRACKING_URI, else ./mlflow.db)")
+    ui.add_argument("--port", type=_positive_int, default=5000, help="port on 127.0.0.1")
     sync = sub.add_parser("sync", help="upload to MLflow what a sweep's local results hold and MLflow lacks "
                                        "(runs, metrics, artifacts, statuses); idempotent", formatter_class=defaults)
     sync.add_argument("results", type=Path, help="a sweep folder (with sweep.json), or a folder of them")
@@ -297,6 +333,16 @@ def main(argv=None) -> int:
             return cmd_list(args.markdown)
         if args.command == "describe":
             return cmd_describe(args.algorithm)
+        if args.command == "sweep":
+            from ldpfed.sweep_runner import Job, main as run_sweep
+
+            job = Job(name="ldpfed sweep", command="python -m ldpfed sweep",
+                      rerun="python -m ldpfed sweep sweep.toml")
+            return run_sweep(parser, args, sweeps.locate(args.sweep), job)
+        if args.command == "ui":
+            from ldpfed.tracking.ui import serve
+
+            return serve(args.store, args.port)
         if args.command == "sync":
             from ldpfed.tracking.sync import sync
 

@@ -1,4 +1,6 @@
-"""A sweep: which runs a job makes, read from a TOML file (jobs/sweeps/*.toml) and command-line overrides.
+"""A sweep: which runs a job makes, read from a TOML file and command-line overrides. The presets quick, paper and
+example ship with the package (ldpfed/presets/*.toml, package data). `add_arguments` / `from_args`: the command
+line of `python -m ldpfed sweep FILE|PRESET` and jobs/run_all.py; ldpfed/sweep_runner.py runs the sweep. The keys:
 
     name = "quick"                      # the sweep's name (MLflow parent run, results folder); default: file stem
     description = "..."                 # one line, shown on the MLflow parent run
@@ -30,12 +32,13 @@ import math
 import re
 import tomllib
 from dataclasses import dataclass, field, fields, replace
+from importlib import resources
 from pathlib import Path
 
 from ldpfed.errors import ConfigError
 
-SWEEPS_DIR = Path(__file__).resolve().parents[1] / "jobs" / "sweeps"
 ENGINES = ("local", "ray")
+EXPERIMENT, OUT = "run_all", "results/run_all"     # where sweeps go unless told (`ldpfed sync` assumes the same)
 
 
 @dataclass(frozen=True)
@@ -182,17 +185,35 @@ def build(data: dict, source: str = "sweep") -> Sweep:
     return sweep
 
 
+def presets() -> dict:
+    """The sweep presets shipped with ldpfed (package data ldpfed/presets/*.toml), by name: {name: file}."""
+    folder = resources.files("ldpfed") / "presets"
+    return {item.name[:-len(".toml")]: item for item in sorted(folder.iterdir(), key=lambda item: item.name)
+            if item.name.endswith(".toml")}
+
+
+def locate(spec, where: str = "FILE|PRESET"):
+    """The sweep file `spec` names: a path to a TOML file, else the preset of that name."""
+    path = Path(spec)
+    if path.is_file():
+        return path
+    shipped = presets()
+    if str(spec) in shipped:
+        return shipped[str(spec)]
+    raise ConfigError(where, str(spec), f"no such file, and not a preset ({', '.join(shipped)})")
+
+
 def read(path) -> dict:
-    """The raw mapping of a sweep file; `name` defaults to the file's stem."""
-    path = Path(path)
+    """The raw mapping of a sweep file (a path, or a preset from `presets()`); `name` defaults to the file's stem."""
+    path = path if hasattr(path, "open") and hasattr(path, "name") else Path(path)
     try:
-        with open(path, "rb") as handle:
+        with path.open("rb") as handle:
             data = tomllib.load(handle)
     except FileNotFoundError:
         raise ConfigError("--sweep", str(path), "no such file") from None
     except tomllib.TOMLDecodeError as error:
         raise ConfigError("--sweep", str(path), f"not valid TOML: {error}") from None
-    data.setdefault("name", path.stem)
+    data.setdefault("name", Path(path.name).stem)
     return data
 
 
@@ -272,3 +293,90 @@ def to_toml(sweep: Sweep) -> str:
         for owner, options in data[table].items():
             lines += ["", f'[{table}."{owner}"]'] + [f'"{k}" = {_toml_value(v)}' for k, v in options.items()]
     return "\n".join(lines) + "\n"
+
+
+# Command-line options that override a key of the sweep file: (option dest, sweep key, parser of the text).
+OVERRIDES = [("algorithms", "algorithms", None), ("envs", "envs", None), ("eps", "eps", parse_eps),
+             ("seeds", "seeds", parse_seeds), ("users", "users", int), ("round_size", "round_size", int),
+             ("populations", "populations", int), ("delta", "delta", float), ("engine", "engine", None),
+             ("profile", "profile", None)]
+
+
+def add_arguments(parser) -> None:
+    """The command-line options of a sweep job (besides the choice of the sweep file): name, overrides of the file's
+    keys, engine, tracking, resume. `python -m ldpfed sweep` and jobs/run_all.py share them."""
+    from ldpfed.config import PROFILES
+
+    parser.add_argument("--name", default=None,
+                        help="the sweep's name (MLflow parent run, results folder); default: the file's, or "
+                             "'custom' when options override the file")
+    over = parser.add_argument_group("overrides of the sweep file's keys (default: the file's value)")
+    over.add_argument("--algorithms", default=None, help="comma-separated names, or 'all'")
+    over.add_argument("--envs", default=None, help="comma-separated envs, or 'paper' (each algorithm's own)")
+    over.add_argument("--eps", default=None, help="comma-separated eps values (private algorithms)")
+    over.add_argument("--seeds", default=None, help="comma-separated seeds, or an inclusive range such as 0-9")
+    over.add_argument("--users", default=None, help="users per run (default of the file: the paper setting)")
+    over.add_argument("--round-size", default=None, help="users per round")
+    over.add_argument("--populations", default=None, help="populations per run")
+    over.add_argument("--delta", default=None, help="delta of every run (default of the file: the paper setting)")
+    over.add_argument("--engine", choices=ENGINES, default=None, help="engine")
+    over.add_argument("--profile", choices=PROFILES, default=None,
+                      help="paper: the papers' text; authors-code: the public reference code's choices")
+    parser.add_argument("--actors", type=int, default=None, help="population actors per run (ray; file: [ray])")
+    parser.add_argument("--shards", type=int, default=None, help="server shard actors per run (ray; file: [ray])")
+    parser.add_argument("--address", default=None, help="Ray cluster address (default: a new local Ray instance)")
+    parser.add_argument("--workers", type=int, default=1, help="parallel processes for the local engine")
+    parser.add_argument("--tracking-uri", default=None,
+                        help="MLflow store (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here)")
+    parser.add_argument("--experiment", default=EXPERIMENT, help="MLflow experiment")
+    parser.add_argument("--out", default=OUT, help="local copy of every result")
+    parser.add_argument("--no-tracking", action="store_true", help="local results only, no MLflow")
+    parser.add_argument("--resume", nargs="?", const="", default=None, metavar="DIR",
+                        help="continue an interrupted sweep in its folder DIR (default: --out/<name>): its finished "
+                             "runs are kept, an interrupted run continues from its checkpoint, the rest run; the "
+                             "sweep is DIR/sweep.toml (no other option needed)")
+    parser.add_argument("--checkpoint-every-s", type=float, default=20.0,
+                        help="each run writes a checkpoint at least this often (seconds)")
+
+
+def resume_folder(args, path) -> Path | None:
+    """The folder of the sweep to continue (--resume DIR, or --out/<name> for a bare --resume), or None."""
+    if args.resume is None:
+        return None
+    if args.resume:
+        return Path(args.resume)
+    sweep, _ = from_args(args, path, resuming=False)
+    from ldpfed.tracking.tracker import _slug
+
+    return Path(args.out) / _slug(sweep.name)
+
+
+def from_args(args, path, resuming: bool = True) -> tuple[Sweep, Path]:
+    """The sweep file `path` with the command line's overrides applied, validated; and the file it came from. When
+    resuming, the sweep as it was run (its folder's sweep.toml)."""
+    if resuming and args.resume is not None:
+        path = resume_folder(args, path) / "sweep.toml"
+        if not path.exists():
+            raise ValueError(f"--resume: {path} not found (not the folder of a sweep)")
+    data = read(path)
+    overridden = False
+    for dest, key, convert in OVERRIDES:
+        text = getattr(args, dest)
+        if text is None:
+            continue
+        option = "--" + dest.replace("_", "-")
+        try:
+            data[key] = convert(text) if convert is not None else text
+        except ValueError:
+            raise ConfigError(option, text, "not a valid value") from None
+        overridden = True
+    ray = dict(data.get("ray", {}))
+    for key in ("actors", "shards"):
+        if getattr(args, key) is not None:
+            ray[key] = getattr(args, key)
+    data["ray"] = ray
+    if args.name is not None:
+        data["name"] = args.name
+    elif overridden:
+        data["name"] = "custom"
+    return build(data, source=str(path)), path

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from ldpfed import sweep as sweeps
+from ldpfed import sweep_runner
 from ldpfed.errors import ConfigError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "jobs"))
@@ -62,14 +63,14 @@ def test_sweep_file_runs_each_private_algorithm_per_eps_and_the_others_once_per_
 
 def test_a_failing_run_is_reported_and_the_sweep_goes_on(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    real_run = run_all.run
+    real_run = sweep_runner.run
 
     def flaky(config, **options):
         if config.algorithm == "ldp-sgd" and config.seed == 1:
             raise RuntimeError("injected failure")
         return real_run(config, **options)
 
-    monkeypatch.setattr(run_all, "run", flaky)
+    monkeypatch.setattr(sweep_runner, "run", flaky)
     code = run_all.main(["--engine", "local", "--algorithms", "ldp-sgd", "--users", "200", "--round-size", "20",
                          "--seeds", "0,1", "--eps", "1", "--out", "out", "--no-tracking"])
     assert code == 1
@@ -102,7 +103,8 @@ def test_sweep_files_are_validated_key_by_key():
     with pytest.raises(ConfigError, match="engine"):
         sweeps.build({"name": "x", "engine": "spark"}, "f.toml")
     # every shipped sweep file is valid and round-trips through the TOML the job writes
-    for path in sweeps.SWEEPS_DIR.glob("*.toml"):
+    assert sorted(sweeps.presets()) == ["example", "paper", "quick"]
+    for path in sweeps.presets().values():
         sweep = sweeps.build(sweeps.read(path), str(path))
         assert sweeps.build(tomllib.loads(sweeps.to_toml(sweep)), "again") == sweep
         assert sweeps.configs(sweep)
@@ -165,7 +167,7 @@ def test_an_interrupted_sweep_resumes_to_the_same_results(tmp_path, monkeypatch,
     args = ["--engine", "local", "--algorithms", "ldp-sgd", "--users", "400", "--round-size", "20",
             "--seeds", "0-2", "--eps", "1", "--no-tracking", "--checkpoint-every-s", "1000"]
     assert run_all.main(args + ["--out", "whole"]) == 0
-    real_run, calls = run_all.run, []
+    real_run, calls = sweep_runner.run, []
 
     def interrupted(config, **options):
         calls.append(config)
@@ -176,14 +178,14 @@ def test_an_interrupted_sweep_resumes_to_the_same_results(tmp_path, monkeypatch,
             return real_run(config, progress=progress, **options)
         return real_run(config, **options)
 
-    monkeypatch.setattr(run_all, "run", interrupted)
+    monkeypatch.setattr(sweep_runner, "run", interrupted)
     assert run_all.main(args + ["--out", "out"]) == 130
     folder = tmp_path / "out" / "custom"
     err = capsys.readouterr().err
     assert "1 of 3 runs finished" in err and f"--resume {folder}" in err
     assert sweeps_status(folder) == "KILLED"
     assert len(list((folder / "checkpoints").glob("*/checkpoint.npz"))) == 1
-    monkeypatch.setattr(run_all, "run", real_run)
+    monkeypatch.setattr(sweep_runner, "run", real_run)
     assert run_all.main(["--resume", str(folder), "--no-tracking"]) == 0
     assert "1 of 3 runs finished earlier, 2 to run" in capsys.readouterr().out
     assert sweeps_status(folder) == "FINISHED" and not list((folder / "checkpoints").glob("*/checkpoint.npz"))

@@ -26,7 +26,7 @@ SUMMARY_FIRST = ["key", "algorithm", "env", "eps", "delta", "seed", "status", "u
 # The experiment tag that makes MLflow 3's UI open an experiment in its "Model training" view (runs table),
 # not its GenAI overview (traces); see mlflow/server/js (ExperimentKind.CUSTOM_MODEL_DEVELOPMENT).
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
-UI_ADDRESS = "http://127.0.0.1:5000"
+UI_PORT = 5000      # where the UI of an embedded store is served (loopback), unless a Tracker's ui_port says
 
 
 def _slug(text: str) -> str:
@@ -67,6 +67,7 @@ class Tracker(_DriverOnly):
         self.request_retries, self.request_timeout = int(request_retries), float(request_timeout)
         self.strict, self.fallback_local = strict, fallback_local
         self.client = None
+        self.ui_port = UI_PORT                 # `python -m ldpfed ui --port` serves elsewhere
         self.experiment_id: str | None = None
         self.unavailable: TrackingUnavailable | None = None
         self.tracking_uri = resolve_tracking_uri(tracking_uri) if enabled else None
@@ -133,13 +134,13 @@ class Tracker(_DriverOnly):
         own address is the UI) or when tracking is off."""
         if not self.enabled or is_http(self.tracking_uri):
             return None
-        return (f"mlflow ui --backend-store-uri {self.display_uri} --host 127.0.0.1 --port 5000 --workers 1")
+        return (f"mlflow ui --backend-store-uri {self.display_uri} --host 127.0.0.1 --port {self.ui_port} --workers 1")
 
     def ui_address(self) -> str | None:
         """Where the UI answers: the tracking server itself, or the address of `ui_command()`."""
         if not self.enabled:
             return None
-        return self.display_uri.rstrip("/") if is_http(self.tracking_uri) else UI_ADDRESS
+        return self.display_uri.rstrip("/") if is_http(self.tracking_uri) else f"http://127.0.0.1:{self.ui_port}"
 
     def runs_url(self, parent_run_id: str | None = None) -> str | None:
         """A link that opens the experiment's runs table in the "Model training" view; with `parent_run_id`, only
