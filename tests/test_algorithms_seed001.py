@@ -7,6 +7,7 @@ import pytest
 from ldpfed.algorithms import make_algorithm
 from ldpfed.config import RunConfig
 from ldpfed.engine import run_local
+from ldpfed.engine.sequential import run_sequential
 from ldpfed.envs import make_env
 from ldpfed.errors import ConfigError
 from ldpfed.mechanisms import tree_depth
@@ -183,12 +184,25 @@ def test_round_size_one_is_the_sequential_algorithm(name):
     np.testing.assert_allclose(engine, _sequential(name, 300, seed=5), rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.parametrize("params", [{"noise": "laplace"}, {"noise": "laplace", "l1_sensitivity": False}])
+def test_sequential_engine_reproduces_the_rounds(params):
+    """Written once: at B = 1 the compiled sequential loop, fed the round engine's draws, equals run_local bit for
+    bit (the Laplace tree's draws too; tests/test_sequential.py covers the defaults)."""
+    config = RunConfig("linucb-dgs", env="arm-pool", users=300, round_size=1, delta=0.1, seed=5, params=params)
+    local, seq = run_local(config), run_sequential(config, streams="generic")
+    assert seq.summary["engine"] == "sequential"
+    for column in local.table.columns:
+        np.testing.assert_array_equal(local.table[column].to_numpy(), seq.table[column].to_numpy(), err_msg=column)
+    for key, value in local.state.items():
+        np.testing.assert_array_equal(value, seq.state[key], err_msg=key)
+
+
 def test_batched_rounds_use_round_sums():
     """B > 1: one tree element per round; the stream has `rounds` elements."""
     result = run("linucb-dgs", 1000, 50)
-    assert result.state["tree"].t == 20 and len(result.state["node_scale"]) == 20
+    assert result.state["tree_t"][0] == 20 and len(result.state["node_scale"]) == 20
     private = run("private-linucb", 1000, 50)
-    assert private.state["tree"].t == 20
+    assert private.state["tree_t"][0] == 20
 
 
 # ---- options and ledger -----------------------------------------------------------------------------------

@@ -6,9 +6,10 @@ import pytest
 from sklearn.linear_model import Lasso
 
 from ldpfed.algorithms import make_algorithm
-from ldpfed.algorithms.private_lasso import lasso_gram, wishart_bartlett
+from ldpfed.algorithms.private_lasso import episodes, lasso_gram, wishart_bartlett
 from ldpfed.config import RunConfig
 from ldpfed.engine import run_local
+from ldpfed.engine.sequential import run_sequential
 from ldpfed.envs import make_env
 from ldpfed.errors import ConfigError
 from ldpfed.mechanisms import WishartMechanism
@@ -125,10 +126,10 @@ def test_bad_options_name_the_field(name, params, field):
 # ---- the protocol ----------------------------------------------------------------------------------------
 def test_episodes_start_at_two_to_the_k_minus_one():
     result = run_local(config("lasso-bandit", 100, round_size=1, env_params={"d": 50}))
-    assert [e["users"] for e in result.state["episodes"]] == [2, 6, 14, 30, 62]
+    assert [e["users"] for e in episodes(result.state)] == [2, 6, 14, 30, 62]
     batched = run_local(config("lasso-bandit", 100, round_size=10, env_params={"d": 50}))
     # with rounds of 10 an episode starts at the first round boundary at or before t = 2^k - 1
-    assert [e["users"] for e in batched.state["episodes"]] == [10, 30, 60]
+    assert [e["users"] for e in episodes(batched.state)] == [10, 30, 60]
 
 
 @pytest.mark.parametrize("name", ["lasso-bandit", "private-lasso"])
@@ -139,19 +140,32 @@ def test_support_statistics_are_the_history_plus_tree_noise(name):
     result = run_local(cfg)
     algo = make_algorithm(make_env(cfg), cfg)
     state = result.state
-    ep = state["episode"]
-    assert ep is not None and len(state["support"]) > 0
+    cols = state["cols"]
+    assert len(cols) > 0 and len(state["support"]) > 0
     algo._flush(state)
-    clean = state["gram"][np.ix_(ep["cols"], ep["cols"])]
-    noise = ep["prefix"] - clean
+    clean = state["gram"][np.ix_(cols, cols)]
+    noise = state["tree_prefix"] - clean
     if name == "lasso-bandit":
         np.testing.assert_allclose(noise, 0, atol=1e-8 * np.abs(clean).max())
     else:
-        p, mech, nodes = len(ep["cols"]), ep["mech"], bin(ep["j"]).count("1")
+        p, mech, nodes = len(cols), algo._wishart(len(state["support"])), bin(int(state["tree_j"][0])).count("1")
         assert np.linalg.eigvalsh(noise)[0] > 0
         # trace of a sum of `nodes` Wishart(k, s^2 I_p) = s^2 chi^2(nodes k p): relative sd sqrt(2 / (nodes k p))
         expected = nodes * mech.k * mech.sensitivity ** 2 * p
         assert abs(np.trace(noise) / expected - 1) < 6 * math.sqrt(2 / (nodes * mech.k * p))
+
+
+@pytest.mark.parametrize("eps, debias", [(1e4, False), (1e5, True)])
+def test_sequential_engine_reproduces_the_rounds_with_a_support(eps, debias):
+    """Written once: at B = 1 the compiled sequential loop, fed the round engine's draws, equals run_local bit for
+    bit while supports are released (the episode trees' Wishart nodes drawn, the buffer flushed into the Gram)."""
+    cfg = config("private-lasso", 1500, round_size=1, eps=eps, env_params={"d": 50, "s0": 3}, debias=debias)
+    local, seq = run_local(cfg), run_sequential(cfg, streams="generic")
+    assert len(local.state["support"]) > 0 and seq.summary["engine"] == "sequential"
+    for column in local.table.columns:
+        np.testing.assert_array_equal(local.table[column].to_numpy(), seq.table[column].to_numpy(), err_msg=column)
+    for key, value in local.state.items():
+        np.testing.assert_array_equal(value, seq.state[key], err_msg=key)
 
 
 # ---- learning --------------------------------------------------------------------------------------------
@@ -176,7 +190,7 @@ def test_private_lasso_recovers_the_support(uniform_regret):
     cfg = config("private-lasso", 8192, eps=1e4)
     result = run_local(cfg)
     env = make_env(cfg)
-    last = result.state["episodes"][-1]
+    last = episodes(result.state)[-1]
     assert set(env.support) <= set(last["S0"])
     assert np.array_equal(np.sort(last["S1"]), env.support)
     assert result.summary["final_regret"] < 0.7 * uniform_regret[8192]
@@ -190,6 +204,6 @@ def test_private_lasso_at_eps_one_releases_no_support():
     result = run_local(cfg)
     env = make_env(cfg)
     algo = make_algorithm(env, cfg)
-    assert set(env.support) <= set(result.state["episodes"][-1]["S0"])
+    assert set(env.support) <= set(episodes(result.state)[-1]["S0"])
     assert algo.threshold_at(4080) > 100 * np.abs(env.theta).max()
-    assert all(len(e["S1"]) == 0 for e in result.state["episodes"])
+    assert all(len(e["S1"]) == 0 for e in episodes(result.state))

@@ -40,6 +40,10 @@ CASES = [
     ("klucb-cf", "piecewise-bernoulli", {}), ("sw-klucb", "piecewise-bernoulli", {}), ("klucb", "bernoulli", {}),
     ("klucb-cf", "bernoulli", {"K": 4}), ("sw-klucb", "bernoulli", {}), ("klucb", "piecewise-bernoulli", {}),
     ("sw-klucb-cf", "piecewise-bernoulli", {"K": 2, "breakpoints": 1, "means": [[0.9, 0.1], [0.2, 0.8]]}),
+    ("linucb", "arm-pool", {}), ("linucb", "linear", {"d": 3, "K": 4}),
+    ("private-linucb", "arm-pool", {}), ("private-linucb", "linear", {}),
+    ("linucb-dgs", "arm-pool", {}), ("linucb-dgs", "linear", {"d": 3}),
+    ("private-lasso", "sparse-linear", {}), ("lasso-bandit", "sparse-linear", {"d": 50, "s0": 3}),
 ]
 
 

@@ -6,10 +6,15 @@ tree (binary) mechanism, in `update`, from the round's "server" generator.
 
 Client half (shared): the user pulls argmax_a theta^T x_a + alpha ||x_a||_{A^{-1}} with the published
 (theta, A^{-1}) and sends z = [x; r] (x clipped to the public context bound L, r to the env's reward bound R;
-clipped users are counted). `aggregate` places each user's row at slot (user index mod B) of a (B, d+1) array:
-a sum of one-hot-placed messages, so population/shard sums are exact, and the server gets the round's rows
-(Z^T Z is then the round's augmented Gram matrix, the stream element of the tree: with B > 1 one element is a
-round sum, and one user is in exactly one element).
+clipped users are counted). The round's aggregate Z places each user's row at slot (user index mod B) of a
+(B, d+1) array: a sum of one-hot-placed messages, so population/shard sums are exact, and the server gets the
+round's rows (Z^T Z is then the round's augmented Gram matrix, the stream element of the tree: with B > 1 one
+element is a round sum, and one user is in exactly one element).
+
+Written once (ldpfed.algorithms.compiled): act (the UCB index), prepare (the clipped row z, shared with seed 003's
+algorithms: `central_prepare`), fold (the row into its slot of Z: `slot_fold`, shared too) and update (the
+server's step on the round's rows, its tree noise included) are compiled functions that every engine path runs. The tree's node noise is the server's randomness: `draw_server`
+draws it (one node per round, in the order the tree mechanism draws it) and the compiled update scales it.
 
 The seed lost its formulas; the reconstruction of /work/shared/ALGORITHMS.md ("Seed 001") is the spec. Options
 marked "reconstruction" are ours, not the paper's text.
@@ -19,11 +24,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numba import njit
 
-from ldpfed.algorithms.base import Algorithm
+from ldpfed.algorithms.compiled import CompiledAlgorithm, Steps, no_weights
 from ldpfed.algorithms.fields import Field
 from ldpfed.algorithms.options import CALIBRATION, Option
-from ldpfed.clip import clip_coords_in_place, clip_rows_in_place, clip_values
+from ldpfed.clip import clip_value
 from ldpfed.mechanisms import (Domain, DynamicTreeMechanism, Guarantee, SumBounds, TreeMechanism, gaussian_sigma,
                               tree_depth)
 
@@ -33,33 +39,70 @@ PAPER_001 = "seed 001 Wang, Zhao, Wang 2022"
 SETTING_001 = {"env_params": {}, "users": 100_000, "eps": 1.0, "delta": 0.1, "params": {}}
 
 
+# ---- the client half and the aggregate, shared with seed 003 (consts start with (L, R, linf, B)) -------------
+@njit(cache=True)
+def central_prepare(model, consts, contexts, actions, reward, user, i, inputs, counts):
+    """Row i: z = [x; r] of the pulled arm, x clipped to L (l2: a row of squared norm over L^2 scaled by
+    L / ||x||; linf: every coordinate clipped to [-L, L], the row counted once), r clipped to R; counts[i, 0]:
+    clipped x plus clipped r (the rules of clip.clip_rows_in_place / clip_coords_in_place / clip_values)."""
+    L, R, linf = consts[0], consts[1], consts[2]
+    arm = actions[i]
+    row = inputs[i]
+    d = row.shape[0] - 1
+    for j in range(d):
+        row[j] = contexts[i, arm, j]
+    clipped = 0
+    if linf:
+        for j in range(d):
+            if abs(row[j]) > L:
+                clipped = 1
+        if clipped:
+            for j in range(d):
+                row[j] = min(max(row[j], -L), L)
+    else:
+        sq = 0.0
+        for j in range(d):
+            sq += row[j] * row[j]
+        if sq > L * L:
+            scale = L / math.sqrt(sq)
+            for j in range(d):
+                row[j] *= scale
+            clipped = 1
+    r, clipped_r = clip_value(reward, R)
+    row[d] = r
+    counts[i, 0] = clipped + clipped_r
+
+
+@njit(cache=True)
+def slot_fold(consts, user, row, out):
+    """The aggregate Z: the user's row at slot (user mod B) of the (B, d+1) rows (B = consts[3]; 1 at B = 1)."""
+    w = row.shape[0]
+    base = (user % consts[3]) * w
+    for j in range(w):
+        out[base + j] += row[j]
+
+
 class CentralRows:
     """Client half of the central-model linear algorithms (seeds 001 and 003): raw z = [x; r] of the pulled arm.
 
     Subclasses set `context_norm` ("l2": clip ||x|| to L; "linf": clip every coordinate to L)."""
 
     context_norm = "l2"
+    metric_names = ("clipped",)
 
     def client_bounds(self):
         bound = self.world.context_bound
         self.L = 1.0 if bound is None else float(bound)
         self.R = float(self.world.reward_bound)
 
-    def encode(self, model, contexts, actions, rewards, users, rng):
-        n = len(users)
-        z = np.empty((n, self.d + 1))
-        x = z[:, :self.d]
-        x[...] = contexts[np.arange(n), actions]
-        if self.context_norm == "l2":
-            clipped_x = clip_rows_in_place(x, self.L)
-        else:
-            clipped_x = clip_coords_in_place(x, self.L)     # users with a coordinate out of bounds
-        z[:, self.d] = rewards
-        r = z[:, self.d]
-        r_clipped, clipped_r = clip_values(r, self.R)
-        if clipped_r:
-            r[...] = r_clipped
-        return {"z": z}, {"clipped": clipped_x + clipped_r}
+    def row_consts(self) -> tuple:
+        """(L, R, linf, B): the first consts of every central-rows algorithm (central_prepare and slot_fold read
+        them; B the rows of the aggregate)."""
+        return float(self.L), float(self.R), self.context_norm == "linf", int(self.config.round_size)
+
+    def sum_fields(self):
+        # the round's rows (slot_fold): one at B = 1
+        return {"Z": (self.config.round_size, self.d + 1)}
 
     def fields(self):
         # z = [x; r], raw (no mechanism makes it: the server is trusted; the private algorithms' mechanisms are the
@@ -82,19 +125,111 @@ class CentralRows:
         return {"Z": SumBounds(-high.reshape(-1), high.reshape(-1), groups=groups,
                                group_max=np.concatenate([row_max * (1 + 1e-9), np.full(rows, np.inf)]))}
 
-    def aggregate(self, messages, users):
-        """Rows placed at slot (user mod B): summing these over populations or shards gives the round's rows."""
-        if "z" not in messages:
-            return {}
-        B = self.config.round_size
-        if B == 1:
-            return {"Z": messages["z"]}
-        rows = np.zeros((B, self.d + 1))
-        rows[np.asarray(users) % B] = messages["z"]
-        return {"Z": rows}
+    def server_rows(self, n: int) -> int:
+        """How many of n users' rows of server draws are drawn: each user's at B = 1 (a user is a round), the
+        round's first only otherwise (one stream element, one node, per round)."""
+        return n if self.config.round_size == 1 else min(n, 1)
 
 
-class LinUCB(CentralRows, Algorithm):
+# ---- LinUCB's compiled steps ----------------------------------------------------------------------------------
+@njit(cache=True)
+def ucb_act(model, consts, contexts, i, user, draws, actions):
+    """argmax_k x_k^T theta + alpha sqrt(max(x_k^T Ainv x_k, 0)) (the first of equals); alpha = consts[4]."""
+    theta, Ainv = model[0], model[1]
+    alpha = consts[4]
+    K, d = contexts.shape[1], contexts.shape[2]
+    v = np.empty(d)
+    best, arm = -np.inf, 0
+    for k in range(K):
+        x = contexts[i, k]
+        score = 0.0
+        for a in range(d):
+            score += x[a] * theta[a]
+        if alpha > 0:
+            for a in range(d):          # v = x^T Ainv, then x^T Ainv x
+                v[a] = 0.0
+            for b in range(d):
+                xb = x[b]
+                for a in range(d):
+                    v[a] += xb * Ainv[b, a]
+            width = 0.0
+            for a in range(d):
+                width += v[a] * x[a]
+            score = score + alpha * math.sqrt(max(width, 0.0))
+        if k == 0 or score > best:
+            best, arm = score, k
+    actions[i] = arm
+
+
+@njit(cache=True)
+def _round_gram(sums, d):
+    """(X^T X, X^T r) of the round's rows (flat, rows of d + 1)."""
+    w = d + 1
+    G = np.zeros((d, d))
+    u = np.zeros(d)
+    for m in range(sums.shape[0] // w):
+        z = sums[m * w:(m + 1) * w]
+        r = z[d]
+        for a in range(d):
+            za = z[a]
+            if za != 0.0:
+                for b in range(d):
+                    G[a, b] += za * z[b]
+            u[a] += za * r
+    return G, u
+
+
+@njit(cache=True)
+def _matvec(M, x, out):
+    for a in range(M.shape[0]):
+        s = 0.0
+        for b in range(M.shape[1]):
+            s += M[a, b] * x[b]
+        out[a] = s
+
+
+@njit(cache=True)
+def clean_update(A, Ainv, b, theta, rounds, sums, refresh):
+    """LinUCB's server step: A += X^T X, b += X^T r, theta = A^{-1} b. A^{-1} by Sherman-Morrison for a one-user
+    round (O(d^2)), by an exact inverse for larger rounds and every `refresh` rounds."""
+    d = A.shape[0]
+    w = d + 1
+    if sums.shape[0] == w and rounds[0] % refresh != 0:
+        x = sums[:d]
+        r = sums[d]
+        Ax = np.empty(d)
+        _matvec(Ainv, x, Ax)
+        xAx = 0.0
+        for a in range(d):
+            xAx += x[a] * Ax[a]
+        denom = 1.0 + xAx
+        for a in range(d):
+            xa = x[a]
+            for c in range(d):
+                A[a, c] += xa * x[c]
+        for c in range(d):              # Ainv -= outer(Ax, Ax / denom)
+            Ax_c = Ax[c] / denom
+            for a in range(d):
+                Ainv[a, c] -= Ax[a] * Ax_c
+        for a in range(d):
+            b[a] += x[a] * r
+    else:
+        G, u = _round_gram(sums, d)
+        A += G
+        Ainv[:, :] = np.linalg.inv(A)
+        b += u
+    _matvec(Ainv, b, theta)
+
+
+@njit(cache=True)
+def linucb_update(state, consts, sums, start, stop, server):
+    A, Ainv, b, theta, rounds, users = state
+    clean_update(A, Ainv, b, theta, rounds, sums, consts[5])
+    rounds[0] += 1
+    users[0] = stop
+
+
+class LinUCB(CentralRows, CompiledAlgorithm):
     """Non-private LinUCB: A = lam I + sum x x^T, b = sum r x, theta = A^{-1} b, index theta^T x + alpha ||x||_{A^{-1}}.
 
     The server keeps A, A^{-1} (Sherman-Morrison for one-user rounds, exact inverse otherwise and every
@@ -114,51 +249,97 @@ class LinUCB(CentralRows, Algorithm):
     }
     paper_setting = SETTING_001
     REFRESH = 4096
+    state_keys = ("A", "Ainv", "b", "theta", "rounds", "users")
+    model_keys = ("theta", "Ainv")
 
     def setup(self):
         self.alpha, self.lam = self.params["alpha"], self.params["lam"]
         self.client_bounds()
 
+    def steps(self):
+        return Steps(ucb_act, central_prepare, no_weights, linucb_update, fold=slot_fold)
+
+    def consts(self):
+        return (*self.row_consts(), float(self.alpha), int(self.REFRESH))
+
     # ---- server half -------------------------------------------------------------------------
     def initial_state(self, rng):
         d = self.d
         return {"A": self.lam * np.eye(d), "Ainv": np.eye(d) / self.lam, "b": np.zeros(d), "theta": np.zeros(d),
-                "rounds": 0, "users": 0}
-
-    def _clean_update(self, state, Z):
-        X, r = Z[:, :self.d], Z[:, self.d]
-        A, Ainv = state["A"], state["Ainv"]
-        if X.shape[0] == 1 and state["rounds"] % self.REFRESH:
-            x = X[0]
-            Ax = Ainv @ x
-            A += np.outer(x, x)
-            Ainv -= np.outer(Ax, Ax / (1.0 + x @ Ax))
-        else:
-            A += X.T @ X
-            state["Ainv"] = np.linalg.inv(A)
-        state["b"] += X.T @ r
-        state["theta"] = state["Ainv"] @ state["b"]
-
-    def update(self, state, sums, start, stop, rng):
-        if "Z" in sums:
-            self._clean_update(state, sums["Z"])
-        state["rounds"] += 1
-        state["users"] = stop
-        return state
-
-    def publish(self, state):
-        return {"theta": state["theta"], "Ainv": state["Ainv"], "alpha": self.alpha}
+                "rounds": np.zeros(1, dtype=np.int64), "users": np.zeros(1, dtype=np.int64)}
 
     def estimate(self, state):
         return state["theta"]
 
-    # ---- client half -------------------------------------------------------------------------
-    def act(self, model, contexts, users, rng):
-        scores = contexts @ model["theta"]
-        if model["alpha"] > 0:
-            width = np.einsum("nkd,nkd->nk", contexts @ model["Ainv"], contexts)
-            scores = scores + model["alpha"] * np.sqrt(np.maximum(width, 0.0))
-        return scores.argmax(axis=1)
+
+# ---- Private LinUCB ---------------------------------------------------------------------------------------------
+@njit(cache=True)
+def tree_noise(nodes, t):
+    """The noise of prefix t: the sum of the nodes of the set bits of t (ascending levels, from zeros)."""
+    out = np.zeros(nodes.shape[1:])
+    j, rest = 0, t
+    while rest:
+        if rest & 1:
+            out += nodes[j]
+        rest >>= 1
+        j += 1
+    return out
+
+
+@njit(cache=True)
+def tree_level(t):
+    """The level of the node closing at step t: its lowest set bit."""
+    level = 0
+    while not (t >> level) & 1:
+        level += 1
+    return level
+
+
+@njit(cache=True)
+def private_linucb_update(state, consts, sums, start, stop, server):
+    """One stream element G = Z^T Z of the round into the Gaussian tree (its node noise: server[0], the upper
+    triangle row by row, times the node std, mirrored), then A~ = M[:d, :d] + shift I, A~^{-1} symmetrized and
+    theta~ = A~^{-1} M[:d, d] from the noisy prefix sum M."""
+    nodes, total, tree_t, Ainv, theta, rounds, users = state
+    node_scale, shift = consts[5], consts[6]
+    w = nodes.shape[1]
+    d = w - 1
+    G = np.zeros((w, w))                # the round's element Z^T Z, then added to the clean prefix sum
+    for m in range(sums.shape[0] // w):
+        z = sums[m * w:(m + 1) * w]
+        for a in range(w):
+            za = z[a]
+            if za != 0.0:
+                for c in range(w):
+                    G[a, c] += za * z[c]
+    total += G
+    t = tree_t[0] + 1
+    tree_t[0] = t
+    node = nodes[tree_level(t)]
+    k = 0
+    noise = server[0]
+    for a in range(w):
+        for c in range(a, w):
+            value = noise[k] * node_scale
+            k += 1
+            node[a, c] = value
+            node[c, a] = value
+    M = total + tree_noise(nodes, t)
+    A = np.empty((d, d))
+    for a in range(d):
+        for c in range(d):
+            A[a, c] = M[a, c]
+        A[a, a] += shift
+    inverse = np.linalg.inv(A)
+    for a in range(d):
+        for c in range(d):
+            Ainv[a, c] = (inverse[a, c] + inverse[c, a]) * 0.5
+    u = np.empty(d)
+    for a in range(d):
+        u[a] = M[a, d]
+    _matvec(Ainv, u, theta)
+    rounds[0] += 1
+    users[0] = stop
 
 
 class PrivateLinUCB(LinUCB):
@@ -174,6 +355,10 @@ class PrivateLinUCB(LinUCB):
     Privacy: the whole (eps, delta) goes to the tree: one user changes one element by at most
     ||z z^T - z' z'^T||_F <= sqrt(2) (L^2 + R^2) (neighbouring = one user's (x, r) replaced), which bounds the
     L2 norm of the upper triangle; node std = sqrt(depth) sigma(sensitivity, eps, delta) (TreeMechanism).
+
+    The tree's state is arrays: `tree_nodes` (depth, d+1, d+1), the clean prefix sum `tree_sum` and the step
+    `tree_t`; a node's noise is drawn by draw_server (standard normals of its upper triangle, as TreeMechanism
+    draws them) and scaled by the node std in the compiled update.
     """
 
     name = "private-linucb"
@@ -186,6 +371,7 @@ class PrivateLinUCB(LinUCB):
                                     "(Shariff & Sheffet; a reconstruction)"),
         "calibration": CALIBRATION,  # of the tree's Gaussian nodes
     }
+    state_keys = ("tree_nodes", "tree_sum", "tree_t", "Ainv", "theta", "rounds", "users")
 
     def setup(self):
         super().setup()
@@ -203,23 +389,63 @@ class PrivateLinUCB(LinUCB):
                              sensitivity=self.sensitivity, noise="gaussian", symmetric=True,
                              calibration=self.calibration, model="central")
 
-    def initial_state(self, rng):
-        d = self.d
-        return {"tree": self._tree(), "Ainv": np.eye(d) / self.shift, "theta": np.zeros(d), "rounds": 0, "users": 0}
+    def steps(self):
+        return Steps(ucb_act, central_prepare, no_weights, private_linucb_update, fold=slot_fold)
 
-    def update(self, state, sums, start, stop, rng):
-        Z = sums.get("Z")
-        G = Z.T @ Z if Z is not None else np.zeros((self.d + 1, self.d + 1))
-        M = state["tree"].add(G, rng)          # noisy prefix sum: every round releases, data or not
-        d = self.d
-        A = M[:d, :d]
-        A[np.diag_indices(d)] += self.shift
-        Ainv = np.linalg.inv(A)
-        state["Ainv"] = (Ainv + Ainv.T) * 0.5
-        state["theta"] = state["Ainv"] @ M[:d, d]
-        state["rounds"] += 1
-        state["users"] = stop
-        return state
+    def consts(self):
+        return (*self.row_consts(), float(self.alpha), float(self.mechanisms["gram"].node_scale), float(self.shift))
+
+    def draw_server(self, n, rng):
+        # the node closing at each round: (d+1)(d+2)/2 standard normals (TreeNoise._fresh's draws)
+        w = self.d + 1
+        q = w * (w + 1) // 2
+        rows = self.server_rows(n)
+        if rows == n:
+            return rng.standard_normal((n, q))
+        out = np.zeros((n, q))
+        out[:rows] = rng.standard_normal((rows, q))
+        return out
+
+    def initial_state(self, rng):
+        d, w = self.d, self.d + 1
+        return {"tree_nodes": np.zeros((self.mechanisms["gram"].depth, w, w)), "tree_sum": np.zeros((w, w)),
+                "tree_t": np.zeros(1, dtype=np.int64), "Ainv": np.eye(d) / self.shift, "theta": np.zeros(d),
+                "rounds": np.zeros(1, dtype=np.int64), "users": np.zeros(1, dtype=np.int64)}
+
+
+# ---- LinUCB-DGS -------------------------------------------------------------------------------------------------
+@njit(cache=True)
+def dgs_update(state, consts, sums, start, stop, server):
+    """The clean LinUCB step, then the tree's noise of this round: the node closing now scaled to
+    unit_scale * Delta_stop (its draws: server[0], standard normal or standard Laplace), released = theta + the
+    noise of the nodes covering the round; the node scales and the noise actually drawn are recorded."""
+    (A, Ainv, b, theta, nodes, tree_t, level_scale, released, node_scale, noise_std, noise_norm, rounds,
+     users) = state
+    refresh, unit_scale, numerator, lam, lambda_0, var_per_scale2 = consts[5:11]
+    clean_update(A, Ainv, b, theta, rounds, sums, refresh)
+    r = rounds[0]
+    scale = unit_scale * (numerator / (lam + lambda_0 * stop))
+    t = tree_t[0] + 1
+    tree_t[0] = t
+    level = tree_level(t)
+    draws = server[0]
+    for a in range(nodes.shape[1]):
+        nodes[level, a] = draws[a] * scale
+    noise = tree_noise(nodes, t)
+    level_scale[level] = scale
+    var = 0.0
+    for j in range(level_scale.shape[0]):
+        if (t >> j) & 1:
+            var += level_scale[j] ** 2
+    node_scale[r] = scale
+    noise_std[r] = math.sqrt(var_per_scale2 * var)
+    sq = 0.0
+    for a in range(noise.shape[0]):
+        sq += noise[a] * noise[a]
+        released[a] = theta[a] + noise[a]
+    noise_norm[r] = math.sqrt(sq)
+    rounds[0] = r + 1
+    users[0] = stop
 
 
 class LinUCBDGS(LinUCB):
@@ -248,7 +474,8 @@ class LinUCBDGS(LinUCB):
 
     The node scales are kept: state["node_scale"][r] (scale of the node closing at round r),
     state["noise_std"][r] (per-coordinate std of n_t, from the scales of the nodes covering t) and
-    state["noise_norm"][r] (||n_t|| actually drawn).
+    state["noise_norm"][r] (||n_t|| actually drawn). The tree is arrays: `tree_nodes` (depth, d), the step
+    `tree_t`; a node's standard draws come from draw_server (as TreeNoise draws them), scaled in the update.
     """
 
     name = "linucb-dgs"
@@ -269,6 +496,9 @@ class LinUCBDGS(LinUCB):
                                  doc="scale the Laplace nodes by sqrt(d), a true L1 bound (the paper's is not; "
                                      "false reproduces its calibration, for comparison only)"),
     }
+    state_keys = ("A", "Ainv", "b", "theta", "tree_nodes", "tree_t", "level_scale", "released", "node_scale",
+                  "noise_std", "noise_norm", "rounds", "users")
+    model_keys = ("released", "Ainv")
 
     def setup(self):
         super().setup()
@@ -304,39 +534,35 @@ class LinUCBDGS(LinUCB):
         """Delta_e = 2 L (R + L S) / (lam + lambda_0 e): dynamic global sensitivity after e users."""
         return self.numerator / (self.lam + self.lambda_0 * e)
 
+    def steps(self):
+        return Steps(ucb_act, central_prepare, no_weights, dgs_update, fold=slot_fold)
+
+    def consts(self):
+        return (*self.row_consts(), float(self.alpha), int(self.REFRESH), float(self.unit_scale),
+                float(self.numerator), float(self.lam), float(self.lambda_0), float(self.var_per_scale2))
+
+    def draw_server(self, n, rng):
+        # the node closing at each round: d standard normals, or d standard Laplace draws (TreeNoise._fresh draws
+        # rng.laplace(0, b) = b * rng.laplace(0, 1), the same bits)
+        rows = self.server_rows(n)
+        draws = (rng.standard_normal((rows, self.d)) if self.noise == "gaussian"
+                 else rng.laplace(0.0, 1.0, (rows, self.d)))
+        if rows == n:
+            return draws
+        out = np.zeros((n, self.d))
+        out[:rows] = draws
+        return out
+
     def initial_state(self, rng):
         state = super().initial_state(rng)
         rounds = self.config.rounds
         state.update({
-            "tree": self.mechanisms["theta"].noise_stream(),
+            "tree_nodes": np.zeros((self.depth, self.d)), "tree_t": np.zeros(1, dtype=np.int64),
             "level_scale": np.zeros(self.depth),
             "released": np.zeros(self.d),   # nothing released yet: the data-independent zero model
             "node_scale": np.zeros(rounds), "noise_std": np.zeros(rounds), "noise_norm": np.zeros(rounds),
         })
         return state
 
-    def update(self, state, sums, start, stop, rng):
-        if "Z" in sums:
-            self._clean_update(state, sums["Z"])
-        r = state["rounds"]
-        tree = state["tree"]
-        scale = self.mechanisms["theta"].node_scale(self.sensitivity_at(stop))
-        noise = tree.step(rng, node_scale=scale)
-        t = tree.t
-        level_scale = state["level_scale"]
-        level_scale[(t & -t).bit_length() - 1] = scale
-        bits = [j for j in range(self.depth) if (t >> j) & 1]
-        state["node_scale"][r] = scale
-        state["noise_std"][r] = math.sqrt(self.var_per_scale2 * float(np.sum(level_scale[bits] ** 2)))
-        state["noise_norm"][r] = float(np.linalg.norm(noise))
-        state["released"] = state["theta"] + noise
-        state["rounds"] = r + 1
-        state["users"] = stop
-        return state
-
-    def publish(self, state):
-        return {"theta": state["released"], "Ainv": state["Ainv"], "alpha": self.alpha}
-
     def estimate(self, state):
         return state["released"]
-

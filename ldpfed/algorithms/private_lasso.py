@@ -35,6 +35,19 @@ Reconstructions (the seed's Algorithm 2 is partly garbled; marked in `defaults`)
   mean k s^2 I of every Wishart node (off, as in the seed).
 * Wishart draws use the Bartlett decomposition with WishartMechanism's calibration (k, sensitivity): the same
   distribution as WishartMechanism.sample, in O(dim^2) instead of O(k dim) (k reaches 1e9 and more here).
+
+Written once (ldpfed.algorithms.compiled): act (greedy on the published support), prepare (the clipped row z) and
+fold (the row into its slot of the round's rows Z), both shared with seed 001 (central_linucb), and update (the round's rows into the history buffer, the
+round's element into the episode's tree, theta_S) are compiled; what is not per user runs in plain Python through
+the protocol's breaks()/between(): at an episode start, SparseEstimation (the LASSO and the sparse vector pass)
+and the new episode's tree with its history element; when the buffer is full, its rows folded into the Gram (a
+symmetric rank-k BLAS update: `rows.T @ rows`). The server's randomness: a round's Wishart node is drawn by
+draw_server before the support it lands on is known, so it is drawn for the largest support (max_support + 1
+chi-squares, then the normals below the diagonal of the largest node; a node of a smaller support takes the
+chi-squares of its own degrees of freedom and the first normals): the same Wishart law for every support, and
+the same draws as WishartMechanism.sample_bartlett when the support is the largest; on a smaller (or empty)
+support the unused draws shift the server stream (the history element and the sparse vector pass in between()
+draw as before, from the same Generator after them).
 """
 from __future__ import annotations
 
@@ -42,12 +55,13 @@ import math
 
 import numpy as np
 
-from ldpfed.algorithms.base import Algorithm
-from ldpfed.algorithms.central_linucb import CentralRows
+from numba import njit
+
+from ldpfed.algorithms.central_linucb import CentralRows, central_prepare, slot_fold
+from ldpfed.algorithms.compiled import CompiledAlgorithm, Steps, no_weights
 from ldpfed.algorithms.options import Option
 from ldpfed.errors import ConfigError
 from ldpfed.mechanisms import AboveNoisyThreshold, WishartMechanism, WishartTree, tree_depth
-from ldpfed.mechanisms.wishart import new_stream, tree_add
 
 PAPER_003 = "seed 003 Shukla 2024"
 
@@ -104,7 +118,132 @@ def wishart_bartlett(mech: WishartMechanism, rng: np.random.Generator) -> np.nda
     return mech.sample_bartlett(rng)
 
 
-class PrivateThresholdLasso(CentralRows, Algorithm):
+# ---- the compiled steps -------------------------------------------------------------------------------------------
+@njit(cache=True)
+def support_act(model, consts, contexts, i, user, draws, actions):
+    """argmax_k x_{k,S}^T theta_S (the first of equals); arm 0 while the support is empty (every arm ties)."""
+    support, theta_S = model
+    best, arm = -np.inf, 0
+    if support.shape[0] > 0:
+        for k in range(contexts.shape[1]):
+            score = 0.0
+            for j in range(support.shape[0]):
+                score += contexts[i, k, support[j]] * theta_S[j]
+            if k == 0 or score > best:
+                best, arm = score, k
+    actions[i] = arm
+
+
+@njit(cache=True)
+def flush_rows(gram, buffer, buffered):
+    """gram += B^T B of the buffered rows (the compiled fallback of `_flush`, for rounds larger than FLUSH)."""
+    k = buffered[0]
+    if k:
+        rows = buffer[:k]
+        gram += np.dot(rows.T, rows)
+        buffered[0] = 0
+
+
+@njit(cache=True)
+def wishart_tree_add(clean, noisy, prefix, tree_j, element, chi, normals, s2, k, debias, noise):
+    """The binary mechanism with Wishart nodes (ldpfed.mechanisms.wishart.tree_add), on arrays: append `element`
+    (used in place), close the node of level lowbit(j) -- the element plus the clean nodes below it, plus (noise)
+    the Bartlett draw s2 A A^T, A lower triangular with sqrt(chi) on the diagonal and `normals` below it (row by
+    row), symmetrized; debias: minus its mean k s2 I -- and update the released prefix (in place)."""
+    p = element.shape[0]
+    j = tree_j[0] + 1
+    tree_j[0] = j
+    level = 0
+    while not (j >> level) & 1:
+        level += 1
+    for i in range(level):          # the node of `level` covers the element and the nodes below it, which close
+        element += clean[i]
+        prefix -= noisy[i]
+    released = element.copy()
+    if noise:
+        a = np.zeros((p, p))
+        m = 0
+        for r in range(p):
+            a[r, r] = math.sqrt(chi[r])
+            for c in range(r):
+                a[r, c] = normals[m]
+                m += 1
+        w = np.zeros((p, p))
+        for r in range(p):
+            for c in range(p):
+                s = 0.0
+                for l in range(min(r, c) + 1):
+                    s += a[r, l] * a[c, l]
+                w[r, c] = s * s2
+        for r in range(p):
+            for c in range(p):
+                released[r, c] += (w[r, c] + w[c, r]) * 0.5
+        if debias:
+            for r in range(p):
+                released[r, r] -= k * s2
+    clean[level] = element
+    noisy[level] = released
+    prefix += released
+
+
+@njit(cache=True)
+def support_solve(prefix, theta_S, ridge):
+    """theta_S = (G_SS + ridge I)^{-1} G_Sr from the released prefix (least squares when singular)."""
+    s = theta_S.shape[0]
+    A = np.empty((s, s))
+    u = np.empty(s)
+    for r in range(s):
+        for c in range(s):
+            A[r, c] = prefix[r, c]
+        A[r, r] += ridge
+        u[r] = prefix[r, s]
+    try:
+        theta_S[:] = np.linalg.solve(A, u)
+    except Exception:                # singular without ridge: minimum-norm least squares
+        theta_S[:] = np.linalg.lstsq(A, u)[0]
+
+
+@njit(cache=True)
+def lasso_update(state, consts, sums, start, stop, server):
+    """The round's rows into the history buffer (flushed into the Gram when full), and, during an episode, their
+    Gram on the support columns into the episode's tree (its node's Wishart draws: server[0], laid out for the
+    largest support; chi_index picks the chi-square draws of this support's degrees of freedom), then theta_S."""
+    gram, buffer, buffered, support, theta_S, cols, tree_j, clean, noisy, prefix, users, rounds = state
+    ridge, debias, noise, chi_index, kk, sens2, n_chi = consts[4:11]
+    w = buffer.shape[1]
+    flush = buffer.shape[0]
+    n_rows = sums.shape[0] // w
+    for c0 in range(0, n_rows, flush):
+        m = min(flush, n_rows - c0)
+        if buffered[0] + m > flush:
+            flush_rows(gram, buffer, buffered)
+        k = buffered[0]
+        for r in range(m):
+            for c in range(w):
+                buffer[k + r, c] = sums[(c0 + r) * w + c]
+        buffered[0] = k + m
+    p = cols.shape[0]
+    if p > 0:
+        element = np.zeros((p, p))
+        for r in range(n_rows):
+            z = sums[r * w:(r + 1) * w]
+            for a in range(p):
+                za = z[cols[a]]
+                if za != 0.0:
+                    for c in range(p):
+                        element[a, c] += za * z[cols[c]]
+        chi = np.empty(p)
+        normals = server[0, n_chi:]
+        if noise:
+            for i in range(p):
+                chi[i] = server[0, chi_index[p, i]]
+        wishart_tree_add(clean, noisy, prefix, tree_j, element, chi, normals, sens2[p], kk[p], debias, noise)
+        support_solve(prefix, theta_S, ridge)
+    users[0] = stop
+    rounds[0] += 1
+
+
+class PrivateThresholdLasso(CentralRows, CompiledAlgorithm):
     """PrivateThresholdLASSO (seed 003, Algorithms 1-2); see the module docstring for the protocol, the budget
     split and what is reconstructed. `private = False` (subclass `lasso-bandit`) turns every noise off."""
 
@@ -143,6 +282,9 @@ class PrivateThresholdLasso(CentralRows, Algorithm):
     paper_setting = {"env_params": {"d": 1000, "s0": 5, "K": 10}, "users": 100_000, "eps": 1.0, "delta": 0.1,
                      "params": {}}
     FLUSH = 256
+    state_keys = ("gram", "buffer", "buffered", "support", "theta_S", "cols", "tree_j", "tree_clean", "tree_noisy",
+                  "tree_prefix", "users", "rounds")
+    model_keys = ("support", "theta_S")
 
     def setup(self):
         self.client_bounds()   # self.L: coordinate bound C_X, self.R: reward bound C_r
@@ -172,6 +314,35 @@ class PrivateThresholdLasso(CentralRows, Algorithm):
             # the episodes' releases: one sparse vector pass (its guarantee does not depend on n) and one tree
             self.mechanisms["support"] = self._svt(threshold=0.0, n=1)
             self.mechanisms["gram"] = self._wishart_tree(self.max_support)
+        self._node_draws()
+
+    def _node_draws(self):
+        """How a round's Wishart node is drawn ahead of the support it lands on (draw_server): the chi-square
+        draws of every degree of freedom a node on a support of 1..max_support coordinates needs (a node of
+        dimension p = |S| + 1 draws chi2(k_p - i), i < p; k_p - p does not depend on p, so these are the
+        max_support + 1 degrees of freedom of the largest node, in its order), then the standard normals below
+        the diagonal of the largest node (a smaller node uses the first p (p - 1) / 2, its rows of the lower
+        triangle). chi_index[p, i]: where chi2(k_p - i) is; kk[p], sens2[p]: k and s^2 of the node's mechanism."""
+        pmax = self.max_support + 1
+        self.node_k = np.zeros(pmax + 1)
+        self.node_s2 = np.zeros(pmax + 1)
+        if not self.private:
+            self.chi_dfs = np.zeros(0)
+            self.chi_index = np.zeros((pmax + 1, pmax), dtype=np.int64)
+            self.n_normals = 0
+            return
+        dfs = {}
+        for p in range(2, pmax + 1):
+            mech = self._wishart(p - 1)
+            self.node_k[p], self.node_s2[p] = mech.k, mech.sensitivity ** 2
+            for i in range(p):
+                dfs[(p, i)] = mech.k - i
+        self.chi_dfs = np.array(sorted(set(dfs.values()), reverse=True), dtype=float)
+        where = {df: j for j, df in enumerate(self.chi_dfs.tolist())}
+        self.chi_index = np.zeros((pmax + 1, pmax), dtype=np.int64)
+        for (p, i), df in dfs.items():
+            self.chi_index[p, i] = where[float(df)]
+        self.n_normals = pmax * (pmax - 1) // 2
 
     # ---- helpers -----------------------------------------------------------------------------
     def resolved(self, name: str, fallback):
@@ -220,39 +391,98 @@ class PrivateThresholdLasso(CentralRows, Algorithm):
         return [{**row, "releases": self.episodes, "per": "episode", "per_user": self.episodes, "composition": why}
                 for row in super().ledger()]
 
+    # ---- the compiled protocol ---------------------------------------------------------------------------------
+    def steps(self):
+        return Steps(support_act, central_prepare, no_weights, lasso_update, fold=slot_fold)
+
+    def consts(self):
+        return (*self.row_consts(), float(self.ridge), bool(self.debias), bool(self.private), self.chi_index,
+                self.node_k, self.node_s2, int(len(self.chi_dfs)))
+
+    def draw_server(self, n, rng):
+        # the node of each round (one per round; each user's at B = 1): chi-squares, then normals (module doc of
+        # _node_draws); none without noise
+        if not self.private:
+            return np.zeros((n, 0))
+        m = len(self.chi_dfs)
+        out = np.zeros((n, m + self.n_normals))
+        rows = self.server_rows(n)
+        if rows:
+            out[:rows, :m] = rng.chisquare(np.broadcast_to(self.chi_dfs, (rows, m)))
+            out[:rows, m:] = rng.standard_normal((rows, self.n_normals))
+        return out
+
+    def episode_starts(self, hi: int) -> list:
+        """The round ends u <= hi (u < T) after which an episode starts: the first user of the next round is at or
+        after the next t = 2^k - 1 (1-based; k >= 2, t = 3, 7, 15, ...), i.e. some t in (u, u + B] (in the first
+        round, some t <= 2B)."""
+        B = self.config.round_size
+        out, k = [], 2
+        while (1 << k) - 1 <= hi + B:
+            u = max(B, B * (((1 << k) - 2) // B))
+            if u <= hi and u < self.T and (not out or out[-1] != u):
+                out.append(u)
+            k += 1
+        return out
+
+    def breaks(self, start, stop):
+        """Episode starts, and the round ends after which the history buffer is full (the next round's rows would
+        not fit: flushed then, by BLAS's symmetric rank-k update); in (start, stop]."""
+        B = self.config.round_size
+        hi = min(stop, self.T - 1)
+        if hi <= start:
+            return []
+        starts = self.episode_starts(hi)
+        out = {u for u in starts if u > start}
+        step = (self.FLUSH // B) * B         # a flush every FLUSH // B rounds after the last episode start
+        if step:
+            bounds = [0] + starts
+            for i, e in enumerate(bounds):
+                end = bounds[i + 1] if i + 1 < len(bounds) else hi + 1
+                first = e + step * max(1, -(-(start + 1 - e) // step))
+                out.update(range(first, min(end, hi + 1), step))
+        return sorted(out)
+
+    def between(self, state, stop, rng):
+        """At an episode start: SparseEstimation on the history, then the episode's tree (its first element the
+        history's Gram on the new support); else the buffer is full: flush it."""
+        B = self.config.round_size
+        if stop in self.episode_starts(stop):
+            self._start_episode(state, self._sparse_estimation(state, stop, rng), rng)
+            state["next_start"][0] = (1 << (stop + B + 1).bit_length()) - 1
+        elif state["buffered"][0] + B > self.FLUSH:
+            self._flush(state)
+
     # ---- server half -------------------------------------------------------------------------
     def initial_state(self, rng):
         d1 = self.d + 1
+        E = (self.T + self.config.round_size).bit_length() + 1    # more than the episode starts
         return {
             "gram": np.zeros((d1, d1)),              # clean [X y]^T [X y] of the flushed rows
-            "buffer": np.zeros((self.FLUSH, d1)), "buffered": 0,
-            "users": 0, "rounds": 0,
+            "buffer": np.zeros((self.FLUSH, d1)), "buffered": np.zeros(1, dtype=np.int64),
+            "users": np.zeros(1, dtype=np.int64), "rounds": np.zeros(1, dtype=np.int64),
             "lasso": np.zeros(self.d),               # last LASSO estimate (warm start)
             "support": np.zeros(0, dtype=np.int64),
             "theta_S": np.zeros(0),
-            "episode": None,                         # per-episode tree
+            # the episode's tree on the columns [S; r] (none while the support is empty): its step j, the clean and
+            # released (noisy) node of every level, the released prefix sum
+            "cols": np.zeros(0, dtype=np.int64), "tree_j": np.zeros(1, dtype=np.int64),
+            "tree_clean": np.zeros((self.tree_depth, 0, 0)), "tree_noisy": np.zeros((self.tree_depth, 0, 0)),
+            "tree_prefix": np.zeros((0, 0)),
             # the episode of t = 1 has no history: empty support, nothing released; the next starts at t = 3
-            "next_start": 3,                         # next episode start t = 2^k - 1 (1-based user index)
-            "episodes": [],                          # (n, lambda, S0, S1) of every episode
+            "next_start": np.array([3], dtype=np.int64),   # next episode start t = 2^k - 1 (1-based user index)
+            # every episode (see `episodes`): users n, lambda, S0 and S1 as masks over the d coordinates
+            "n_episodes": np.zeros(1, dtype=np.int64), "episode_users": np.zeros(E, dtype=np.int64),
+            "episode_lambda": np.zeros(E), "episode_S0": np.zeros((E, self.d), dtype=bool),
+            "episode_S1": np.zeros((E, self.d), dtype=bool),
         }
 
     def _flush(self, state):
-        k = state["buffered"]
+        k = int(state["buffered"][0])
         if k:
             rows = state["buffer"][:k]
             state["gram"] += rows.T @ rows
-            state["buffered"] = 0
-
-    def _store_rows(self, state, Z):
-        buf = state["buffer"]
-        for start in range(0, Z.shape[0], self.FLUSH):
-            chunk = Z[start:start + self.FLUSH]
-            k = state["buffered"]
-            if k + chunk.shape[0] > self.FLUSH:
-                self._flush(state)
-                k = 0
-            buf[k:k + chunk.shape[0]] = chunk
-            state["buffered"] = k + chunk.shape[0]
+            state["buffered"][0] = 0
 
     def _sparse_estimation(self, state, n, rng):
         """Algorithm 2 on the history of n users: the new support."""
@@ -270,67 +500,50 @@ class PrivateThresholdLasso(CentralRows, Algorithm):
             S1 = S0[self.support_svt(n).select(values, rng)] if len(S0) else S0
         else:
             S1 = S0[values >= self.threshold_at(n)][:self.max_support]
-        state["episodes"].append({"users": n, "lambda": lam, "S0": S0, "S1": S1})
+        e = int(state["n_episodes"][0])
+        state["episode_users"][e], state["episode_lambda"][e] = n, lam
+        state["episode_S0"][e, S0] = True
+        state["episode_S1"][e, S1] = True
+        state["n_episodes"][0] = e + 1
         return np.sort(S1).astype(np.int64)
 
     def _start_episode(self, state, support, rng):
+        s = len(support)
+        p = s + 1 if s else 0                        # nothing to estimate, nothing released on an empty support
         state["support"] = support
-        if len(support) == 0:      # nothing to estimate, nothing released
-            state["episode"], state["theta_S"] = None, np.zeros(0)
+        state["theta_S"] = np.zeros(s)
+        state["cols"] = np.append(support, self.d).astype(np.int64) if s else np.zeros(0, dtype=np.int64)
+        state["tree_j"] = np.zeros(1, dtype=np.int64)
+        state["tree_clean"] = np.zeros((self.tree_depth, p, p))
+        state["tree_noisy"] = np.zeros((self.tree_depth, p, p))
+        state["tree_prefix"] = np.zeros((p, p))
+        if not s:
             return
-        cols = np.append(support, self.d)
-        ep = {"cols": cols, **new_stream(len(cols)), "mech": self._wishart(len(support)) if self.private else None}
-        state["episode"] = ep
-        self._tree_add(state, state["gram"][np.ix_(cols, cols)], rng)   # the history element
-
-    def _tree_add(self, state, element, rng):
-        """Binary mechanism with Wishart nodes (ldpfed.mechanisms.wishart.tree_add; no noise when not private):
-        append one element (a fresh array, used in place), update the released prefix and the support least
-        squares."""
-        ep = state["episode"]
-        prefix = tree_add(ep, element, rng, ep["mech"], self.debias)
-        s = len(ep["cols"]) - 1
-        A = prefix[:s, :s].copy()
-        A[np.diag_indices(s)] += self.ridge
-        try:
-            state["theta_S"] = np.linalg.solve(A, prefix[:s, s])
-        except np.linalg.LinAlgError:      # singular without ridge: minimum-norm least squares
-            state["theta_S"] = np.linalg.lstsq(A, prefix[:s, s], rcond=None)[0]
-
-    def update(self, state, sums, start, stop, rng):
-        Z = sums.get("Z")
-        if Z is not None:
-            self._store_rows(state, Z)
-        if state["episode"] is not None and Z is not None:
-            cols = state["episode"]["cols"]
-            Zs = Z[:, cols]
-            self._tree_add(state, Zs.T @ Zs, rng)
-        elif state["episode"] is not None:
-            self._tree_add(state, np.zeros((len(state["episode"]["cols"]),) * 2), rng)
-        state["users"] = stop
-        state["rounds"] += 1
-        # Does the next round [stop + 1, stop + B] (1-based) contain an episode start t = 2^k - 1?
-        B = self.config.round_size
-        if stop < self.T and state["next_start"] <= stop + B:
-            while state["next_start"] <= stop + B:
-                state["next_start"] = 2 * state["next_start"] + 1
-            self._start_episode(state, self._sparse_estimation(state, stop, rng), rng)
-        return state
-
-    def publish(self, state):
-        return {"support": state["support"], "theta_S": state["theta_S"]}
+        cols = state["cols"]
+        element = state["gram"][np.ix_(cols, cols)]           # the history element (a fresh array)
+        if self.private:                                      # WishartMechanism.sample_bartlett's draws
+            mech = self._wishart(s)
+            chi = rng.chisquare(mech.k - np.arange(p))
+            normals = rng.standard_normal(p * (p - 1) // 2)
+            k, s2 = float(mech.k), mech.sensitivity ** 2
+        else:
+            chi, normals, k, s2 = np.zeros(p), np.zeros(0), 0.0, 0.0
+        wishart_tree_add(state["tree_clean"], state["tree_noisy"], state["tree_prefix"], state["tree_j"], element,
+                         chi, normals, s2, k, bool(self.debias), bool(self.private))
+        support_solve(state["tree_prefix"], state["theta_S"], float(self.ridge))
 
     def estimate(self, state):
         theta = np.zeros(self.d)
         theta[state["support"]] = state["theta_S"]
         return theta
 
-    # ---- client half -------------------------------------------------------------------------
-    def act(self, model, contexts, users, rng):
-        S = model["support"]
-        if len(S) == 0:
-            return np.zeros(len(users), dtype=np.int64)   # theta = 0: every arm ties, take the first
-        return (contexts[..., S] @ model["theta_S"]).argmax(axis=1)
+
+def episodes(state) -> list[dict]:
+    """The episodes of a private-lasso / lasso-bandit state: users n, lambda, S0 (the screen) and S1 (the
+    support released), as index arrays."""
+    return [{"users": int(state["episode_users"][e]), "lambda": float(state["episode_lambda"][e]),
+             "S0": np.flatnonzero(state["episode_S0"][e]), "S1": np.flatnonzero(state["episode_S1"][e])}
+            for e in range(int(state["n_episodes"][0]))]
 
 
 class LassoBandit(PrivateThresholdLasso):
@@ -340,4 +553,3 @@ class LassoBandit(PrivateThresholdLasso):
     paper = f"{PAPER_003}, Algorithm 1 without noise (thresholded LASSO bandit, Ariu et al. 2020 style)"
     privacy_model = "none"
     private = False
-

@@ -18,8 +18,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+from numba import njit
 
-from ldpfed.envs.base import Env, nonneg_float, positive_int
+from ldpfed.envs.base import Env, EnvSteps, nonneg_float, positive_int
+from ldpfed.envs.glm import IDENTITY, _single_step
 from ldpfed.errors import ConfigError
 
 
@@ -30,18 +32,19 @@ def _real(name: str, value) -> float:
 
 
 class _LinearSingle(Env):
-    """Shared part: linear mean reward x^T theta*, Gaussian noise, regret and estimation error."""
+    """Shared part: linear mean reward x^T theta*, Gaussian noise, regret and estimation error. The step is
+    compiled (EnvSteps, which the inherited batched `step` runs too): the chosen arm's mean plus noise_std times
+    the user's standard normal (draw_noise), and the best arm's mean minus the chosen one's."""
 
     def means(self, contexts):
         return contexts @ self.theta
 
-    def step(self, contexts, actions, users, rng):
-        means = self.means(contexts)
-        n = len(actions)
-        chosen = means[np.arange(n), actions]
-        regret = means.max(axis=1) - chosen
-        rewards = chosen + self.noise_std * rng.standard_normal(n)
-        return rewards, regret
+    def compiled(self):
+        # the single-parameter identity-link step of the GLM worlds (ldpfed.envs.glm)
+        return EnvSteps(_single_step, (self.theta, IDENTITY, float(self.noise_std)))
+
+    def draw_noise(self, n, rng):
+        return rng.standard_normal(n)
 
     def estimation_error(self, estimate):
         if estimate is None:
@@ -147,4 +150,26 @@ class SparseLinear(_LinearSingle):
     def means(self, contexts):
         # only the support matters: n K s0 operations instead of n K d
         return contexts[..., self.support] @ self.theta[self.support]
+
+    def compiled(self):
+        if "_steps" not in self.__dict__:
+            self._steps = EnvSteps(_sparse_step, (self.support.astype(np.int64), self.theta[self.support].copy(),
+                                                  float(self.noise_std)))
+        return self._steps
+
+
+@njit(cache=True)
+def _sparse_step(truth, contexts, i, user, actions, noise):
+    """The arms' means x_{i,k,S}^T theta*_S over the support S only; (the chosen arm's mean + noise_std times the
+    user's standard normal, the best mean - the chosen one)."""
+    support, values, noise_std = truth
+    best, chosen = -np.inf, 0.0
+    for k in range(contexts.shape[1]):
+        mean = 0.0
+        for j in range(support.shape[0]):
+            mean += contexts[i, k, support[j]] * values[j]
+        best = max(best, mean)
+        if k == actions[i]:
+            chosen = mean
+    return chosen + noise_std * noise[i], best - chosen
 
