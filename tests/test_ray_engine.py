@@ -1,7 +1,5 @@
 """The Ray engine on the session's Ray instance: same results as run_local whatever the actors, shards and mode;
 shards reject and count malformed and duplicate messages without changing state; the stress job at small scale."""
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -17,7 +15,6 @@ from ldpfed.errors import ConfigError
 from ldpfed.rng import derive
 
 LDP = [name for name in ("ldp-ols", "ldp-sgd") if name in REGISTRY]
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def small(algorithm, **changes):
@@ -252,20 +249,13 @@ def test_latency_histogram_quantiles():
 
 # ---- the stress job, small ----------------------------------------------------------------------------------
 
-def load_job(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "jobs" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.skipif(not LDP, reason="no LDP algorithm registered yet")
 def test_stress_small_no_loss_no_double_count(ray_session):
-    stress = load_job("stress_server")
+    from ldpfed.stress.exactness import run_stress
+
     lines = []
-    ok, rows = stress.run_stress(LDP[0], d=3, K=4, shard_counts=(1, 3), populations=4, users_per_message=6,
-                                 rounds=4, senders=2, batch=3, max_in_flight=2, inject=2, max_seconds=120,
-                                 log=lines.append)
+    ok, rows = run_stress(LDP[0], d=3, K=4, shard_counts=(1, 3), populations=4, users_per_message=6, rounds=4,
+                          senders=2, batch=3, max_in_flight=2, inject=2, max_seconds=120, log=lines.append)
     assert ok, lines
     assert [row["shards"] for row in rows] == [1, 3]
     for row in rows:
@@ -276,12 +266,13 @@ def test_stress_small_no_loss_no_double_count(ray_session):
 
 @pytest.mark.skipif(not LDP, reason="no LDP algorithm registered yet")
 def test_stress_check_catches_a_lost_and_a_double_counted_message():
-    stress = load_job("stress_server")
+    from ldpfed.stress.exactness import check, recompute
+
     config = RunConfig(LDP[0], env="linear", users=2 * 2 * 3, round_size=2 * 3, populations=2, seed=0,
                        env_params={"d": 3, "K": 4})
     algo = make_algorithm(make_env(config), config)
     plan = make_plan(algo, config, 1, "per-user")
-    expected = stress.recompute(config)
+    expected = recompute(config)
 
     def run(messages):
         core = ShardCore(plan, 0, algo, max_open_rounds=config.rounds)
@@ -293,7 +284,7 @@ def test_stress_check_catches_a_lost_and_a_double_counted_message():
             except RuntimeError:
                 core.next_round += 1
                 totals.append([{f: np.zeros(int(np.prod(s))) for f, s in plan.sum_spec.items()}])
-        return stress._check(config, plan, expected, totals, [core.stats()], [len(messages)], 0)[1]
+        return check(config, plan, expected, totals, [core.stats()], [len(messages)], 0)[1]
 
     from ldpfed.engine.core import simulate_population
     from ldpfed.rng import derive

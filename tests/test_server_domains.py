@@ -326,23 +326,12 @@ def test_shard_actor_rejects_attacks_over_ray(ray_session):
 
 # ---- the stress job: out-of-domain copies under load, in-domain poisoning, the open-loop capacity curve --------
 
-def load_stress():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "jobs" / "stress_server.py"
-    spec = importlib.util.spec_from_file_location("stress_server", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_stress_out_of_domain_all_bad_rejected_no_honest_rejected(ray_session):
-    stress = load_stress()
+    from ldpfed.stress.exactness import run_stress
     lines = []
-    ok, rows = stress.run_stress("ldp-ols", d=3, K=4, shard_counts=(2,), populations=4, users_per_message=5,
-                                 rounds=3, senders=2, batch=3, max_in_flight=2, inject=1, max_seconds=120,
-                                 log=lines.append, attack_fraction=0.5)
+    ok, rows = run_stress("ldp-ols", d=3, K=4, shard_counts=(2,), populations=4, users_per_message=5, rounds=3,
+                          senders=2, batch=3, max_in_flight=2, inject=1, max_seconds=120, log=lines.append,
+                          attack_fraction=0.5)
     assert ok, lines
     (row,) = rows
     # 2 senders x 6 messages each, half of them copied out of the domain: every copy rejected as out of domain,
@@ -352,8 +341,8 @@ def test_stress_out_of_domain_all_bad_rejected_no_honest_rejected(ray_session):
 
 
 def test_in_domain_poisoning_is_accepted_and_moves_the_estimate():
-    stress = load_stress()
-    ok, rows = stress.run_in_domain(["ldp-sgd"], [0.1], users=2000, round_size=50, seeds=(0,), log=lambda line: None)
+    from ldpfed.stress.poisoning import run_in_domain
+    ok, rows = run_in_domain(["ldp-sgd"], [0.1], users=2000, round_size=50, seeds=(0,), log=lambda line: None)
     assert ok
     honest, poisoned = rows
     assert honest["fraction"] == 0.0 and honest["estimate_shift"] == 0.0 and honest["regret_ratio"] == 1.0
@@ -361,12 +350,25 @@ def test_in_domain_poisoning_is_accepted_and_moves_the_estimate():
     assert poisoned["rejected"] == 0 and poisoned["attackers"] == 200 and poisoned["estimate_shift"] > 0.1
 
 
+def test_an_attack_that_leaves_the_domain_is_rejected_and_stops_the_run(monkeypatch):
+    from ldpfed import attacks
+
+    def off_the_sphere(algo, env, messages, users, bad):
+        messages["Z"][bad] *= 2.0
+    monkeypatch.setitem(attacks.IN_DOMAIN_ATTACKS, "ldp-sgd", off_the_sphere)
+    run = attacks.poisoned_run("ldp-sgd", 0.5, users=400, round_size=50, seed=0, env_params={"d": 2, "K": 4})
+    assert not run["ok"] and run["round"] == 0 and run["rejected"] == 1
+    assert run["reasons"] == {"out of domain (Z): not on the sphere": 1} and run["regret"] == 0.0
+    with pytest.raises(ValueError, match="no in-domain attack"):
+        attacks.poisoned_run("uniform", 0.1, users=100, round_size=10, seed=0)
+
+
 def test_capacity_open_loop_small_nothing_lost(ray_session):
-    stress = load_stress()
+    from ldpfed.stress.capacity import run_capacity
     lines = []
-    ok, rows = stress.run_capacity("ldp-sgd", d=3, K=4, shard_counts=(2,), populations=4, users_per_message=20,
-                                   senders=2, batch=4, max_in_flight=2, levels=(50, 125), level_seconds=0.2,
-                                   probe_rounds=10, pool_rounds=2, max_rounds=400, log=lines.append)
+    ok, rows = run_capacity("ldp-sgd", d=3, K=4, shard_counts=(2,), populations=4, users_per_message=20, senders=2,
+                            batch=4, max_in_flight=2, levels=(50, 125), level_seconds=0.2, probe_rounds=10,
+                            pool_rounds=2, max_rounds=400, log=lines.append)
     assert ok, lines
     assert [row["level"] for row in rows] == ["probe", "50%", "125%"]
     for row in rows:     # every message folded once, by a shard with its domain checks on, the aggregates exact
@@ -404,11 +406,11 @@ def _drive(batcher, service: float, step: float = 1e-4):
 
 @pytest.mark.parametrize("service", [0.0005, 0.05])     # below capacity, and far above it (back-pressure)
 def test_batcher_sends_every_message_once_in_order_batched_and_bounded(service):
-    stress = load_stress()
+    from ldpfed.stress.capacity import Batcher
     # shard 0 gets 4 messages in 5 ms (full calls of 4 before the linger ends), shard 1 one (single ones at the linger)
     populations, S, interval, linger = [0, 2, 4, 6, 1], 2, 0.001, 0.006
     shard_of = [populations[k % 5] % S for k in range(200)]
-    batcher = stress.Batcher(shard_of, interval, 0.0, max_batch=4, linger=linger, max_in_flight=2)
+    batcher = Batcher(shard_of, interval, 0.0, max_batch=4, linger=linger, max_in_flight=2)
     calls, peak = _drive(batcher, service)
     sent = [k for _, _, ks in calls for k in ks]
     assert sorted(sent) == list(range(200))                       # every message once
@@ -429,12 +431,12 @@ def test_batcher_sends_every_message_once_in_order_batched_and_bounded(service):
 
 
 def test_capacity_check_catches_a_wrong_or_missing_aggregate():
-    stress = load_stress()
+    from ldpfed.stress.capacity import PoolRecomputation
     config = RunConfig("ldp-sgd", env="linear", users=3 * 8, round_size=8, populations=2, seed=0,
                        env_params={"d": 3, "K": 4})
     algo = make_algorithm(make_env(config), config)
     plan = make_plan(algo, config, 1, "per-user", "population")
-    recomputation = stress.PoolRecomputation(config, algo)
+    recomputation = PoolRecomputation(config, algo)
     populations_of = [[0], [1]]                            # two senders, one population each
     pools = [[(0, 0), (1, 0)], [(0, 1)]]                   # entries made for (round, population)
     sent = [{"pool": pools[a], "entry": np.array([r % len(pools[a]) for r in range(3)])} for a in range(2)]
@@ -467,11 +469,11 @@ def test_capacity_check_catches_a_wrong_or_missing_aggregate():
 
 
 def test_steady_window_stops_at_the_first_shard_out_of_work():
-    stress = load_stress()
+    from ldpfed.stress.capacity import steady_window
     # (start, end, users, CPU so far, fold time so far) per call; shard 0 runs out of work at t = 2, shard 1 at 3
     logs = [[(0.0, 1.0, 10, 0.5, 0.8), (1.0, 2.0, 10, 1.0, 1.6)],
             [(0.5, 1.5, 20, 0.4, 0.9), (1.6, 2.6, 20, 0.8, 1.8), (2.6, 3.0, 20, 1.0, 2.1)]]
-    w = stress.steady_window(0.0, logs)
+    w = steady_window(0.0, logs)
     assert w["seconds"] == 2.0 and w["user_messages"] == 10 + 10 + 20
     assert w["busy"] == [1.0, (1.0 + 0.4) / 2.0]          # shard 1's second call clipped at t = 2
     assert w["cpu"] == [0.5, 0.2] and w["folding"] == [0.8, 0.45]
