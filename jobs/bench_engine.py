@@ -174,8 +174,11 @@ def lockstep(args) -> int:
 
 def privatizer_floor(d: int) -> dict:
     """Users/s (CPU) of the privatizers alone, jobs/bench_privatize.py's loop on 2e5 users of dimension d."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import bench_privatize
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_privatize", Path(__file__).with_name("bench_privatize.py"))
+    bench_privatize = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench_privatize)
 
     bench_privatize.bench(20_000, 10_000, d, 0)     # untimed: loads the compiled kernels (numba's cache)
     best = bench_privatize.bench(200_000, 10_000, d, 0)

@@ -279,10 +279,9 @@ def test_cli_unwritable_out_fails_before_simulating(tmp_path):
 
 @pytest.mark.slow
 def test_mlflow_server_killed_mid_sweep_then_sync_restores_every_run(tmp_path):
-    sys.path.insert(0, str(ROOT / "jobs"))
-    import fault_drill
+    from ldpfed.drills import mlflow_outage
 
-    out = fault_drill.mlflow_outage(tmp_path, "kill", runs=4, users=10_000)
+    out = mlflow_outage(tmp_path, "kill", runs=4, users=10_000)
     assert out["runs_before"] >= 2 and out["local_report"], out
     assert out["sweep_exit"] == 1 and "ldpfed sync" in out["sweep_err"], out["sweep_err"]
     assert out["sync_exit"] == 0, out["sync_out"]

@@ -51,17 +51,14 @@ def test_cli_profile_option():
     assert bad.returncode == 2 and "--profile" in bad.stderr
 
 
-def test_run_all_passes_the_profile():
-    sys.path.insert(0, "jobs")
-    try:
-        import run_all
-    finally:
-        sys.path.remove("jobs")
-    from ldpfed.sweep import configs as sweep_configs
+def test_a_sweep_passes_the_profile():
+    from ldpfed import sweep as sweeps
+    from ldpfed.cli import build_parser
 
-    _, args = run_all.parse_args(["--profile", "authors-code", "--algorithms", "ldp-sgd,uniform", "--users", "100"])
-    sweep, _ = run_all.load_sweep(args)
-    configs = sweep_configs(sweep)
+    args = build_parser().parse_args(["sweep", "quick", "--profile", "authors-code", "--algorithms", "ldp-sgd,uniform",
+                                      "--users", "100"])
+    sweep, _ = sweeps.from_args(args, sweeps.locate(args.sweep))
+    configs = sweeps.configs(sweep)
     assert configs and all(c.profile == "authors-code" for c in configs)
 
 

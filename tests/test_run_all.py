@@ -1,5 +1,8 @@
-"""The main job, at toy scale: a sweep file with command-line overrides, non-private algorithms once per seed,
-uniform play on each world, the grouped table, a failing run reported without losing the others."""
+"""The main job's sweeps (jobs/run_all.py and `python -m ldpfed sweep` run the same executor), at toy scale: a
+sweep file with command-line overrides, non-private algorithms once per seed, uniform play on each world, the
+grouped table, a failing run reported without losing the others."""
+import os
+import subprocess
 import sys
 import tomllib
 from pathlib import Path
@@ -7,12 +10,23 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from ldpfed import cli
 from ldpfed import sweep as sweeps
 from ldpfed import sweep_runner
 from ldpfed.errors import ConfigError
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "jobs"))
-import run_all  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def sweep_main(argv):
+    """jobs/run_all.py's command line, run in process through the package's `ldpfed sweep` (the job's --sweep FILE
+    is the command's FILE argument); `test_the_job_itself_runs_a_sweep_file` runs the job."""
+    argv = list(argv)
+    if "--sweep" in argv:
+        at = argv.index("--sweep")
+        argv[at:at + 2] = [argv[at + 1]]
+    return cli.main(["sweep", *argv])
+
 
 SWEEP = """
 name = "toy"
@@ -29,7 +43,7 @@ engine = "local"
 def test_sweep_file_runs_each_private_algorithm_per_eps_and_the_others_once_per_seed(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "toy.toml").write_text(SWEEP)
-    assert run_all.main(["--sweep", "toy.toml", "--out", "out", "--no-tracking"]) == 0
+    assert sweep_main(["--sweep", "toy.toml", "--out", "out", "--no-tracking"]) == 0
     folder = tmp_path / "out" / "toy"
     summary = pd.read_parquet(folder / "summary" / "summary.parquet")
     runs = summary.groupby("algorithm").size().to_dict()
@@ -54,11 +68,23 @@ def test_sweep_file_runs_each_private_algorithm_per_eps_and_the_others_once_per_
     assert "### piecewise-bernoulli" in out.out and "14/14" in out.err       # the sweep bar counts runs
 
     # a custom sweep of the same name leaves the first folder alone
-    assert run_all.main(["--sweep", "toy.toml", "--algorithms", "ols", "--seeds", "3", "--name", "toy",
+    assert sweep_main(["--sweep", "toy.toml", "--algorithms", "ols", "--seeds", "3", "--name", "toy",
                          "--out", "out", "--no-tracking"]) == 0
     assert len(pd.read_parquet(folder / "summary" / "summary.parquet")) == 14
     again = pd.read_parquet(tmp_path / "out" / "toy-2" / "summary" / "summary.parquet")
     assert again["seed"].tolist() == [3]
+
+
+def test_the_job_itself_runs_a_sweep_file(tmp_path):
+    (tmp_path / "toy.toml").write_text(SWEEP)
+    job = [sys.executable, str(ROOT / "jobs" / "run_all.py"), "--sweep", "toy.toml", "--algorithms", "ols", "--seeds",
+           "3", "--name", "toy", "--out", "out", "--no-tracking"]
+    done = subprocess.run(job, cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = pd.read_parquet(tmp_path / "out" / "toy" / "summary" / "summary.parquet")
+    assert summary["algorithm"].tolist() == ["ols"] and summary["seed"].tolist() == [3]
+    assert "run_all: sweep 'toy', 1 algorithms, 1 runs" in done.stdout
 
 
 def test_a_failing_run_is_reported_and_the_sweep_goes_on(tmp_path, monkeypatch, capsys):
@@ -71,7 +97,7 @@ def test_a_failing_run_is_reported_and_the_sweep_goes_on(tmp_path, monkeypatch, 
         return real_run(config, **options)
 
     monkeypatch.setattr(sweep_runner, "run", flaky)
-    code = run_all.main(["--engine", "local", "--algorithms", "ldp-sgd", "--users", "200", "--round-size", "20",
+    code = sweep_main(["--engine", "local", "--algorithms", "ldp-sgd", "--users", "200", "--round-size", "20",
                          "--seeds", "0,1", "--eps", "1", "--out", "out", "--no-tracking"])
     assert code == 1
     summary = pd.read_parquet(tmp_path / "out" / "custom" / "summary" / "summary.parquet")
@@ -89,7 +115,7 @@ def test_a_failing_run_is_reported_and_the_sweep_goes_on(tmp_path, monkeypatch, 
 def test_bad_sweeps_exit_2_naming_the_problem(args, message, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as exit_:
-        run_all.main([*args, "--no-tracking"])
+        sweep_main([*args, "--no-tracking"])
     assert exit_.value.code == 2
     assert message in capsys.readouterr().err
 
@@ -166,7 +192,7 @@ def test_an_interrupted_sweep_resumes_to_the_same_results(tmp_path, monkeypatch,
     monkeypatch.chdir(tmp_path)
     args = ["--engine", "local", "--algorithms", "ldp-sgd", "--users", "400", "--round-size", "20",
             "--seeds", "0-2", "--eps", "1", "--no-tracking", "--checkpoint-every-s", "1000"]
-    assert run_all.main(args + ["--out", "whole"]) == 0
+    assert sweep_main(args + ["--out", "whole"]) == 0
     real_run, calls = sweep_runner.run, []
 
     def interrupted(config, **options):
@@ -179,14 +205,14 @@ def test_an_interrupted_sweep_resumes_to_the_same_results(tmp_path, monkeypatch,
         return real_run(config, **options)
 
     monkeypatch.setattr(sweep_runner, "run", interrupted)
-    assert run_all.main(args + ["--out", "out"]) == 130
+    assert sweep_main(args + ["--out", "out"]) == 130
     folder = tmp_path / "out" / "custom"
     err = capsys.readouterr().err
     assert "1 of 3 runs finished" in err and f"--resume {folder}" in err
     assert sweeps_status(folder) == "KILLED"
     assert len(list((folder / "checkpoints").glob("*/checkpoint.npz"))) == 1
     monkeypatch.setattr(sweep_runner, "run", real_run)
-    assert run_all.main(["--resume", str(folder), "--no-tracking"]) == 0
+    assert sweep_main(["--resume", str(folder), "--no-tracking"]) == 0
     assert "1 of 3 runs finished earlier, 2 to run" in capsys.readouterr().out
     assert sweeps_status(folder) == "FINISHED" and not list((folder / "checkpoints").glob("*/checkpoint.npz"))
     whole = pd.read_parquet(tmp_path / "whole" / "custom" / "summary" / "summary.parquet").set_index("key")

@@ -1,0 +1,198 @@
+"""Fault drills (jobs/fault_drill.py, tests/test_faults.py): a fault injected into a real run, with the time to
+detect it and to recover. Only processes a drill started are ever signalled (the actors of its own Ray, by the
+pids the engine reports; the servers and subprocesses it spawned, by their own process groups).
+
+The driver and MLflow drills run `python -m ldpfed` and jobs/run_all.py in subprocesses, from the repository this
+package is in (ROOT): they are drills of a checkout, not of an installed package.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from ldpfed.tracking import local_server
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def actor_fault(config, kind: str, how: str, at_round: int, options: dict) -> dict:
+    """The first `kind` actor ("population" or "shard") of a Ray run SIGKILLed (how="kill") or SIGSTOPped
+    ("freeze", SIGCONT 60 s later) after round `at_round`: the result, the time to detect and to recover."""
+    from ldpfed.engine.driver import drive
+    from ldpfed.engine.ray_engine import RayBackend
+
+    backend = RayBackend(**options)
+    injected = {}
+    at_users = (at_round + 1) * config.round_size
+
+    def progress(done, regret):
+        if done == at_users and not injected:
+            pid = backend.pids()[kind][0]
+            injected["at"] = time.time()
+            os.kill(pid, signal.SIGKILL if how == "kill" else signal.SIGSTOP)
+            injected["pid"] = pid
+            if how == "freeze":
+                def thaw():
+                    try:
+                        os.kill(pid, signal.SIGCONT)
+                    except ProcessLookupError:
+                        pass
+                threading.Timer(60.0, thaw).start()
+
+    started = time.perf_counter()
+    try:
+        result = drive(config, backend, progress=progress)
+    finally:
+        backend.release(reuse=False)
+    events = result.summary["recovery_events"]
+    first = events[0] if events else None
+    return {"result": result, "wall_s": time.perf_counter() - started, "recoveries": len(events),
+            "detect_s": None if first is None else first["detected_at"] - injected["at"],
+            "recover_s": None if first is None else first["recover_s"],
+            "redo_rounds": len(events)}
+
+
+def driver_kill(config, every_rounds: int = 10) -> dict:
+    """`python -m ldpfed run --out` in a subprocess, SIGKILLed after its checkpoint passes a third of the rounds,
+    then `--resume`d: the resumed run's wall time and the rounds it had to redo."""
+    from ldpfed.engine.checkpoint import load
+
+    work = Path(tempfile.mkdtemp(prefix="ldpfed-drill-"))
+    out = work / "out"
+    cmd = [sys.executable, "-m", "ldpfed", "run", config.algorithm, "--env", config.env, "--users", str(config.users),
+           "--round-size", str(config.round_size), "--populations", str(config.populations), "--seed",
+           str(config.seed), "--quiet", "--out", str(out), "--checkpoint-every-rounds", str(every_rounds)]
+    for key, value in config.env_params.items():
+        cmd += ["--env-param", f"{key}={value}"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    started = time.perf_counter()
+    subprocess.run(cmd + ["--out", str(work / "whole")], env=env, check=True, stdout=subprocess.DEVNULL)
+    whole_s = time.perf_counter() - started
+    child = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    checkpoint = out / "checkpoint" / "checkpoint.npz"
+    killed_at = 0
+    while child.poll() is None:    # kill it once its checkpoint passes a third of the rounds
+        try:
+            killed_at = load(checkpoint)["next_round"] if checkpoint.exists() else 0
+        except Exception:  # noqa: BLE001 - being replaced right now
+            pass
+        if killed_at >= config.rounds // 3:
+            child.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.02)
+    child.wait()
+    if killed_at == 0 or (out / "results.parquet").exists():
+        raise RuntimeError("the run ended before the drill could kill it: use more users")
+    restarted = time.perf_counter()
+    subprocess.run(cmd + ["--resume", str(out)], env=env, check=True, stdout=subprocess.DEVNULL, timeout=1800)
+    resumed_s = time.perf_counter() - restarted
+    return {"table": pd.read_parquet(out / "results.parquet"), "recover_s": resumed_s, "resumed_from": killed_at,
+            "whole_s": whole_s, "wall_s": resumed_s}
+
+
+# ---- MLflow outage -------------------------------------------------------------------------------------------
+def start_mlflow(root: Path, port: int) -> subprocess.Popen:
+    """`mlflow server` on 127.0.0.1:port, SQLite and artifacts under root, in its own process group; returns once
+    it answers /health (killed if it does not within 180 s)."""
+    proc = local_server.spawn(root, port)
+    try:
+        local_server.wait_healthy(proc, root, port, timeout=180)
+    except RuntimeError:
+        signal_group(proc, signal.SIGKILL)
+        raise
+    return proc
+
+
+def signal_group(proc: subprocess.Popen, sig) -> None:
+    """Signal the server's own process group (it was started in a new session: only its processes)."""
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        pass
+    if sig == signal.SIGKILL:
+        proc.wait()
+
+
+def mlflow_outage(root: Path, how: str = "kill", runs: int = 5, users: int = 20_000, log=print) -> dict:
+    """A sweep of `runs` runs logging to a real server that is killed (or frozen: SIGSTOP) after 2 runs; the
+    sweep must finish locally; the server is restarted (or thawed) and `ldpfed sync` repairs MLflow. Returns
+    the figures and what MLflow holds at the end."""
+    import json
+
+    from mlflow import MlflowClient
+
+    root.mkdir(parents=True, exist_ok=True)
+    port = local_server.free_port()
+    uri = f"http://127.0.0.1:{port}"
+    server = start_mlflow(root, port)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    sweep_cmd = [sys.executable, str(ROOT / "jobs" / "run_all.py"), "--engine", "local", "--algorithms", "ldp-sgd",
+                 "--users", str(users), "--round-size", "50", "--seeds", f"0-{runs - 1}", "--eps", "1",
+                 "--tracking-uri", uri, "--out", str(root / "out"), "--name", "outage", "--experiment", "drill"]
+    folder = root / "out" / "outage"
+    try:
+        sweep = subprocess.Popen(sweep_cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        logged = []
+        while sweep.poll() is None:          # wait for 2 runs in MLflow, then take the server away
+            try:
+                logged = [v for v in json.loads((folder / "sweep.json").read_text())["runs"].values() if v]
+            except (OSError, ValueError, KeyError):
+                pass
+            if len(logged) >= 2:
+                break
+            time.sleep(0.1)
+        hit = time.time()
+        signal_group(server, signal.SIGKILL if how == "kill" else signal.SIGSTOP)
+        detected = None
+        while sweep.poll() is None:
+            try:
+                if detected is None and json.loads((folder / "sweep.json").read_text()).get("mlflow_errors"):
+                    detected = time.time()
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.1)
+        out, err = sweep.communicate()
+        if detected is None and json.loads((folder / "sweep.json").read_text()).get("mlflow_errors"):
+            detected = time.time()
+        local_ok = (folder / "report" / "regret_table.md").exists()
+        if how == "kill":
+            server = start_mlflow(root, port)
+        else:
+            signal_group(server, signal.SIGCONT)
+        back = time.perf_counter()
+        sync = subprocess.run([sys.executable, "-m", "ldpfed", "sync", str(folder), "--tracking-uri", uri], env=env,
+                              capture_output=True, text=True, timeout=600)
+        sync_s = time.perf_counter() - back
+        again = subprocess.run([sys.executable, "-m", "ldpfed", "sync", str(folder), "--tracking-uri", uri], env=env,
+                               capture_output=True, text=True, timeout=600)
+        client = MlflowClient(tracking_uri=uri)
+        experiment = client.get_experiment_by_name("drill")
+        index = json.loads((folder / "sweep.json").read_text())
+        parent = client.get_run(index["parent_run_id"])
+        children = client.search_runs([experiment.experiment_id],
+                                      f"tags.`ldpfed.sweep_id` = '{index['parent_run_id']}'")
+        children = [r for r in children if r.info.run_id != parent.info.run_id]
+        figures = {"sweep_exit": sweep.returncode, "sweep_err": err[-3000:], "sync_out": sync.stdout + sync.stderr,
+                   "sync_again_out": again.stdout, "sync_exit": sync.returncode, "local_report": local_ok,
+                   "runs_before": len(logged), "detect_s": None if detected is None else detected - hit,
+                   "sync_s": sync_s, "parent_status": parent.info.status,
+                   "children": sorted((r.data.tags.get("ldpfed.key"), r.info.status) for r in children),
+                   "runs": runs}
+        log(f"  MLflow server {'killed' if how == 'kill' else 'frozen'} after {len(logged)} of {runs} runs: the "
+            f"sweep went local-only {figures['detect_s'] or float('nan'):.1f} s later (exit {sweep.returncode}, "
+            f"regret_table.md written: {local_ok}); `ldpfed sync` after the restart: {sync_s:.1f} s; MLflow "
+            f"then holds {sum(s == 'FINISHED' for _, s in figures['children'])}/{runs} FINISHED runs, parent "
+            f"{parent.info.status}")
+        return figures
+    finally:
+        signal_group(server, signal.SIGCONT)
+        signal_group(server, signal.SIGKILL)
