@@ -41,10 +41,92 @@ SETTING_001 = {"env_params": {}, "users": 100_000, "eps": 1.0, "delta": 0.1, "pa
 
 # ---- the client half and the aggregate, shared with seed 003 (consts start with (L, R, linf, B)) -------------
 @njit(cache=True)
+def _einsum_dot(x, y, n):
+    """sum x_j y_j over [:n] in the order of numpy's einsum over a contiguous last axis ("ij,ij->i": two lanes,
+    blocks of four pairs added last pair first, the tail a pair at a time, then the lanes). The squared norm of
+    clip.clip_rows_in_place, whose comparison with L^2 decides, for rows of norm 1 up to rounding, whether a row
+    counts as clipped; and the UCB width, whose value decides the ties of the first users (theta = 0, A^{-1} a
+    multiple of I: every arm of norm 1 ties up to rounding)."""
+    a0, a1 = 0.0, 0.0
+    i = 0
+    while n - i >= 8:
+        for k in range(3, -1, -1):
+            a0 = a0 + x[i + 2 * k] * y[i + 2 * k]
+            a1 = a1 + x[i + 2 * k + 1] * y[i + 2 * k + 1]
+        i += 8
+    while i < n:
+        a0 = a0 + x[i] * y[i]
+        if i + 1 < n:
+            a1 = a1 + x[i + 1] * y[i + 1]
+        i += 2
+    return a0 + a1
+
+
+@njit(cache=True)
+def _block_sq(x, lo, n):
+    """numpy's pairwise_sum of x[lo:lo + n]^2 for n <= 128 (its leaf: eight accumulators)."""
+    if n < 8:
+        res = -0.0
+        for i in range(n):
+            res += x[lo + i] * x[lo + i]
+        return res
+    r = np.empty(8)
+    for j in range(8):
+        r[j] = x[lo + j] * x[lo + j]
+    i = 8
+    while i < n - (n % 8):
+        for j in range(8):
+            r[j] += x[lo + i + j] * x[lo + i + j]
+        i += 8
+    res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+    while i < n:
+        res += x[lo + i] * x[lo + i]
+        i += 1
+    return res
+
+
+@njit(cache=True)
+def _pairwise_sq(x, lo, n):
+    """sum x_j^2 over x[lo:lo + n] in the order of numpy's pairwise add.reduce (np.linalg.norm of a row): halves
+    (cut at a multiple of 8) summed recursively above 128 entries, written with a stack (numba's disk cache does
+    not keep recursive functions)."""
+    if n <= 128:
+        return _block_sq(x, lo, n)
+    los = np.empty(64, dtype=np.int64)
+    ns = np.empty(64, dtype=np.int64)
+    stage = np.zeros(64, dtype=np.int64)
+    left = np.empty(64)
+    sp, ret = 0, 0.0
+    los[0], ns[0] = lo, n
+    while sp >= 0:
+        a, m = los[sp], ns[sp]
+        if m <= 128:
+            ret = _block_sq(x, a, m)
+            sp -= 1
+            continue
+        half = m // 2
+        half -= half % 8
+        if stage[sp] == 0:              # the first half
+            stage[sp] = 1
+            sp += 1
+            los[sp], ns[sp], stage[sp] = a, half, 0
+        elif stage[sp] == 1:            # the second half
+            left[sp] = ret
+            stage[sp] = 2
+            sp += 1
+            los[sp], ns[sp], stage[sp] = a + half, m - half, 0
+        else:
+            ret = left[sp] + ret
+            sp -= 1
+    return ret
+
+
+@njit(cache=True)
 def central_prepare(model, consts, contexts, actions, reward, user, i, inputs, counts):
     """Row i: z = [x; r] of the pulled arm, x clipped to L (l2: a row of squared norm over L^2 scaled by
     L / ||x||; linf: every coordinate clipped to [-L, L], the row counted once), r clipped to R; counts[i, 0]:
-    clipped x plus clipped r (the rules of clip.clip_rows_in_place / clip_coords_in_place / clip_values)."""
+    clipped x plus clipped r (the rules of clip.clip_rows_in_place / clip_coords_in_place / clip_values, their sums
+    in numpy's order: the same rows clipped and counted, to the bit)."""
     L, R, linf = consts[0], consts[1], consts[2]
     arm = actions[i]
     row = inputs[i]
@@ -60,11 +142,8 @@ def central_prepare(model, consts, contexts, actions, reward, user, i, inputs, c
             for j in range(d):
                 row[j] = min(max(row[j], -L), L)
     else:
-        sq = 0.0
-        for j in range(d):
-            sq += row[j] * row[j]
-        if sq > L * L:
-            scale = L / math.sqrt(sq)
+        if _einsum_dot(row, row, d) > L * L:
+            scale = L / math.sqrt(_pairwise_sq(row, 0, d))
             for j in range(d):
                 row[j] *= scale
             clipped = 1
@@ -152,9 +231,7 @@ def ucb_act(model, consts, contexts, i, user, draws, actions):
                 xb = x[b]
                 for a in range(d):
                     v[a] += xb * Ainv[b, a]
-            width = 0.0
-            for a in range(d):
-                width += v[a] * x[a]
+            width = _einsum_dot(v, x, d)
             score = score + alpha * math.sqrt(max(width, 0.0))
         if k == 0 or score > best:
             best, arm = score, k
