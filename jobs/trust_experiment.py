@@ -127,6 +127,9 @@ def plots(runs: pd.DataFrame, batch: pd.DataFrame | None, out: Path) -> None:
             ax.fill_between(med.index, q1.values, q3.values, alpha=0.2)
         ax.set_xscale("log")
         ax.set_yscale("log")
+        ticks = sorted(ok["eps"].unique())
+        ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+        ax.minorticks_off()
         ax.set_title(algorithm)
         ax.set_xlabel("central eps")
         ax.set_ylabel("final regret (median, IQR)")
@@ -144,7 +147,10 @@ def plots(runs: pd.DataFrame, batch: pd.DataFrame | None, out: Path) -> None:
             ax.fill_between(med.index, g.quantile(0.25).values, g.quantile(0.75).values, alpha=0.2)
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.set_xlabel("round size B (the shuffled batch)")
+        ticks = sorted(ok["round_size"].unique())
+        ax.set_xticks(ticks, [f"{t:,}" for t in ticks])
+        ax.minorticks_off()
+        ax.set_xlabel("round size B (the shuffled batch: the smallest round)")
         ax.set_ylabel("final regret (median, IQR)")
         ax.set_title(f"{ok['algorithm'].iloc[0]}, central eps {ok['eps'].iloc[0]:g}")
         ax.legend()
@@ -175,7 +181,15 @@ def main(argv=None) -> int:
     parser.add_argument("--batch-eps", type=float, default=1.0)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("results/trust"))
+    parser.add_argument("--replot", action="store_true", help="only redraw the plots from OUT/runs.csv")
     args = parser.parse_args(argv)
+    if args.replot:
+        saved = pd.read_csv(args.out / "runs.csv", keep_default_na=False, na_values=[""])
+        saved["refused"] = saved["refused"].astype(object).where(saved["refused"].notna(), "")
+        part = saved.pop("part")
+        plots(saved[part == "eps"], saved[part == "batch"] if (part == "batch").any() else None, args.out)
+        print(f"written: {args.out}/plots/")
+        return 0
     names = [a for a in args.algorithms.split(",") if a]
     unknown = set(names) - set(ALGORITHMS)
     if unknown:
