@@ -126,12 +126,21 @@ def test_chunked_streams_give_the_same_distribution(algorithm, setting):
     assert stats.wilcoxon(generic[0], other[0]).pvalue < 1e-3
 
 
-def test_engine_run_picks_the_sequential_engine_only_where_it_applies():
+def test_engine_run_picks_the_sequential_engine_only_where_it_applies(monkeypatch):
     base = RunConfig("ldp-sgd", users=50, seed=1)
     assert sequential_unsupported(base) is None
     assert run(base).summary["engine"] == "sequential"
     assert run(base, fast=False).summary["engine"] == "single-process"
-    for config in (base.replace(round_size=2), base.replace(round_size=2, populations=2),
-                   RunConfig("uniform", env="arm-pool", users=50)):
+    for config in (base.replace(round_size=2), base.replace(round_size=2, populations=2)):
         assert sequential_unsupported(config) is not None
         assert run(config).summary["engine"] == "single-process"
+    # an env without a compiled step, and an algorithm whose batched methods are written by hand
+    from ldpfed.envs import ENVS
+
+    monkeypatch.setattr(ENVS["linear"], "compiled", lambda self: None)     # (its batched step needs it: not run)
+    assert "no compiled step" in sequential_unsupported(base)
+    monkeypatch.undo()
+    cls = REGISTRY["ldp-sgd"]
+    monkeypatch.setattr(cls, "act", lambda self, *args: CompiledAlgorithm.act(self, *args))
+    assert "not written as compiled steps" in sequential_unsupported(base)
+    assert run(base).summary["engine"] == "single-process"
