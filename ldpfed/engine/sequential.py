@@ -41,10 +41,12 @@ ENGINE_NAME = "sequential"
 
 @njit      # not cached: functions as arguments (see ldpfed.algorithms.compiled)
 def run_users(act, prepare, finish, weigh, fold, update, env_step, truth, state, model, consts, layout, params, t0,
-              contexts, noise, act_draws, enc_draws, server, actions, inputs, rows, folded, regret, counts):
+              contexts, noise, act_draws, enc_draws, server, actions, inputs, rows, folded, regret, counts, estimate,
+              snap_at, snaps):
     """Users t0, t0 + 1, ... of a block one at a time, each on the model its predecessor left: act, the env's step,
     prepare, the fields' mechanisms, the weight, the server's update (ldpfed.algorithms.compiled: the functions the
-    batched engine runs too)."""
+    batched engine runs too); after user i, when snap_at[i] >= 0, a copy of `estimate` (the state array that is the
+    algorithm's estimate) into snaps[snap_at[i]]."""
     for i in range(actions.shape[0]):
         user = t0 + i
         act(model, consts, contexts, i, user, act_draws, actions)
@@ -59,6 +61,8 @@ def run_users(act, prepare, finish, weigh, fold, update, env_step, truth, state,
             folded[:] = 0.0
             fold(consts, user, rows[i], folded)
             update(state, consts, folded, user, user + 1, server[i:i + 1])
+        if snap_at[i] >= 0:
+            snaps[snap_at[i], :] = estimate.ravel()
 
 
 class StepsRunner:
@@ -71,6 +75,13 @@ class StepsRunner:
         self.steps, self.env_steps = algo.compiled_steps(), env.compiled()
         self.layout, self.consts = algo.layout(), algo.compiled_consts()
         self.model = algo.model_tuple(algo.publish(state))      # views of the state: updates show through
+
+    def _estimate_array(self):
+        """The state array that `estimate` returns as it is (the compiled loop copies it at the checkpoints), or
+        None (the loop then stops at each checkpoint and asks `estimate` in Python)."""
+        value = self.algo.estimate(self.state_dict)
+        found = [key for key in self.algo.state_keys if self.state_dict[key] is value]
+        return self.state_dict[found[0]] if found else None
 
     def metric_names(self):
         return tuple(self.algo.metric_names)
@@ -101,10 +112,14 @@ class StepsRunner:
         rows = np.empty((n, layout.width))
         folded = np.zeros(algo.sum_layout().width)
         state = algo.state_tuple(self.state_dict)
-        # stop after each checkpoint user (its estimate, in Python: a few thousand in a run) and each of the
-        # algorithm's breaks (its `between` step)
+        estimate = self._estimate_array()
+        flat_snaps = snaps.reshape(len(snaps), -1)
+        # stop after each of the algorithm's breaks (its `between` step) and, when the estimate is not a state
+        # array, after each checkpoint user (its estimate in Python: a few thousand in a run)
         breaks = {int(u) for u in algo.breaks(t0, t0 + n)}
-        stops = sorted({int(i) + 1 for i in np.flatnonzero(snap_at >= 0)} | {u - t0 for u in breaks} | {n})
+        checkpoints = set() if estimate is not None else {int(i) + 1 for i in np.flatnonzero(snap_at >= 0)}
+        stops = sorted(checkpoints | {u - t0 for u in breaks} | {n})
+        in_loop = snap_at if estimate is not None else np.full(n, -1, dtype=np.int64)
         lo = 0
         for hi in stops:
             if hi > lo or n == 0:       # (no users: compiles, or loads from numba's cache, before the clock starts)
@@ -112,12 +127,13 @@ class StepsRunner:
                 run_users(steps.act, steps.prepare, steps.finish, steps.weigh, steps.fold, steps.update,
                           self.env_steps.step, self.env_steps.truth, state, self.model, self.consts, layout.layout,
                           layout.params, t0 + lo, contexts[s], noise[s], client[0][s], client[1][s], server[s],
-                          actions[s], inputs[s], rows[s], folded, regret[s], counts[s])
+                          actions[s], inputs[s], rows[s], folded, regret[s], counts[s],
+                          np.zeros(0) if estimate is None else estimate, in_loop[s], flat_snaps)
             if t0 + hi in breaks:
                 algo.between(self.state_dict, t0 + hi, between_rng(t0 + hi - 1))
                 state = algo.state_tuple(self.state_dict)
                 self.model = algo.model_tuple(algo.publish(self.state_dict))
-            if 0 < hi <= n and snap_at[hi - 1] >= 0:
+            if estimate is None and 0 < hi <= n and snap_at[hi - 1] >= 0:
                 snaps[snap_at[hi - 1]] = np.reshape(algo.estimate(self.state_dict), snaps.shape[1:])
             lo = hi
 

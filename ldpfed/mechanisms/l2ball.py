@@ -33,38 +33,44 @@ def l2_ball_radius(radius, eps, dim) -> float:
 
 
 @njit(cache=True)
-def privatize_row(g, radius, B, tanh_half, gauss, unif, out):
-    """The mechanism on one row g (dim,) into out (dim,), from its dim standard normals `gauss` and its uniform
-    `unif`; returns ||g|| (the caller counts clipping). The one implementation of the sampling: the batched
-    mechanism below and the compiled rows (ldpfed.mechanisms.rows) both call it.
+def privatize_at(x, xo, dim, radius, B, tanh_half, z, zo, unif, out, oo):
+    """The mechanism on the row x[xo:xo + dim] into out[oo:oo + dim], from the dim standard normals z[zo:zo + dim]
+    and the uniform `unif`; returns ||g|| (the caller counts clipping). The one implementation of the sampling: the
+    batched mechanism below (privatize_row) and the compiled rows (ldpfed.mechanisms.rows) both call it; offsets, not
+    slices, so a compiled loop makes no array views per user.
 
     g is clipped to the radius; v = gauss / ||gauss|| is uniform on the unit sphere; the output B v lies in the
     half-space {v.u >= 0} of u = g/||g|| (u = e_1 for g = 0) w.p. p = 1/2 + ||g|| tanh(eps/2) / (2R), else in the
     opposite one. No rejection: a v on the wrong side is reflected through the hyperplane u-perp (v - 2 (v.u) u
     maps the uniform law on one half-sphere onto the other)."""
-    dim = g.shape[0]
     norm = 0.0
     for j in range(dim):
-        norm += g[j] * g[j]
+        norm += x[xo + j] * x[xo + j]
     norm = math.sqrt(norm)
     norm_c = radius if norm > radius else norm
     nv = 0.0
     for j in range(dim):
-        nv += gauss[j] * gauss[j]
+        nv += z[zo + j] * z[zo + j]
     nv = math.sqrt(nv)
     if nv == 0.0:    # probability 0 (all dim normals exactly 0); guard anyway
         nv = 1.0
     proj = 0.0
     for j in range(dim):
-        out[j] = gauss[j] / nv
-        proj += out[j] * ((g[j] / norm) if norm > 0.0 else (1.0 if j == 0 else 0.0))
+        out[oo + j] = z[zo + j] / nv
+        proj += out[oo + j] * ((x[xo + j] / norm) if norm > 0.0 else (1.0 if j == 0 else 0.0))
     want_pos = unif < 0.5 + norm_c * (tanh_half / (2.0 * radius))
     if (proj >= 0.0) != want_pos:
         for j in range(dim):
-            out[j] -= (2.0 * proj) * ((g[j] / norm) if norm > 0.0 else (1.0 if j == 0 else 0.0))
+            out[oo + j] -= (2.0 * proj) * ((x[xo + j] / norm) if norm > 0.0 else (1.0 if j == 0 else 0.0))
     for j in range(dim):
-        out[j] *= B
+        out[oo + j] *= B
     return norm
+
+
+@njit(cache=True)
+def privatize_row(g, radius, B, tanh_half, gauss, unif, out):
+    """privatize_at on one whole row g (dim,) into out (dim,), from its normals `gauss` (dim,)."""
+    return privatize_at(g, 0, g.shape[0], radius, B, tanh_half, gauss, 0, unif, out, 0)
 
 
 @njit(cache=True)

@@ -14,7 +14,7 @@ batched `privatize` draws them, so both give the same outputs from the same Gene
 * GAUSSIAN: x + sigma z, one standard normal per entry.
 * SYMMETRIC_GAUSSIAN: a (d, d) matrix + the symmetric noise whose upper triangle (incl. the diagonal, row-major) is
   sigma z: d (d + 1) / 2 normals per matrix.
-* L2_BALL: l2ball.privatize_row on each row of `dim` entries: dim normals and one uniform per row.
+* L2_BALL: l2ball.privatize_at on each row of `dim` entries: dim normals and one uniform per row.
 * RANDOMIZED_RESPONSE: a bit kept when u < p_keep, else flipped: one uniform per entry.
 * LAPLACE: x + b l, one standard Laplace draw per entry.
 """
@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .l2ball import privatize_row
+from .l2ball import privatize_at
 from .protocol import (GAUSSIAN, L2_BALL, LAPLACE, PASS, PASS_KERNEL, RANDOMIZED_RESPONSE,  # noqa: F401
                        SYMMETRIC_GAUSSIAN, RowKernel)
 
@@ -61,9 +61,8 @@ def privatize_row_fields(layout, params, x, z, y):
             radius, big_b, tanh_half, dim = params[p], params[p + 1], params[p + 2], int(params[p + 3])
             rows = size // dim
             for m in range(rows):
-                lo, g = off + m * dim, dz + m * dim
-                privatize_row(x[lo:lo + dim], radius, big_b, tanh_half, z[g:g + dim], z[dz + rows * dim + m],
-                              y[lo:lo + dim])
+                privatize_at(x, off + m * dim, dim, radius, big_b, tanh_half, z, dz + m * dim, z[dz + rows * dim + m],
+                             y, off + m * dim)
         elif kind == RANDOMIZED_RESPONSE:
             p_keep = params[p]
             for j in range(size):
