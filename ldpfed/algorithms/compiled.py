@@ -40,11 +40,8 @@ Ray actors as any algorithm's; the compiled functions see it as the tuple of its
 Everything the functions need that is not data is in `consts` (built in Python from the validated options), so the
 compiled functions are the same for every instance and numba caches them on disk.
 
-The loops that call them (run_act, run_prepare, run_weighted_sum here, envs.base.run_steps, the sequential
-engine's run_users) take the functions as arguments and are compiled once per process and algorithm (about 1 s),
-not cached: numba's cache of a function with function arguments breaks when a second process adds an entry (its
-index refers to functions by a weak reference that dies on loading: numba issue #2956; met as a ReferenceError in
-Ray actors).
+The loops that call them (`round_loops` here, envs.base's step loop, the sequential engine's user loop) are built
+per algorithm by ldpfed.jit, with the functions inlined, once per process (about a second each), not cached on disk.
 """
 from __future__ import annotations
 
@@ -54,6 +51,7 @@ import numpy as np
 from numba import njit
 
 from ldpfed.algorithms.base import Algorithm
+from ldpfed.jit import loops
 from ldpfed.mechanisms.rows import FieldLayout
 
 
@@ -81,38 +79,42 @@ def no_finish(consts, user, row):
 Steps.__new__.__defaults__ = (no_finish, None)
 
 
-@njit      # not cached: see the module doc
-def run_finish(finish, consts, users, rows):
-    for i in range(rows.shape[0]):
-        finish(consts, users[i], rows[i])
+def round_loops(steps: Steps):
+    """The loops of a round of users for these steps, with the steps inlined (ldpfed.jit), built once per process:
+    act, prepare, finish, and the weighted sum or the fold of the rows."""
+    def build(use):
+        act, prepare, finish = use(steps.act), use(steps.prepare), use(steps.finish)
+        weigh, fold = use(steps.weigh), use(steps.fold)
 
+        @njit
+        def run_act(model, consts, contexts, users, draws, actions):
+            for i in range(actions.shape[0]):
+                act(model, consts, contexts, i, users[i], draws, actions)
 
-@njit      # not cached: see the module doc
-def run_act(act, model, consts, contexts, users, draws, actions):
-    for i in range(actions.shape[0]):
-        act(model, consts, contexts, i, users[i], draws, actions)
+        @njit
+        def run_prepare(model, consts, contexts, actions, rewards, users, inputs, counts):
+            for i in range(actions.shape[0]):
+                prepare(model, consts, contexts, actions, rewards[i], users[i], i, inputs, counts)
 
+        @njit
+        def run_finish(consts, users, rows):
+            for i in range(rows.shape[0]):
+                finish(consts, users[i], rows[i])
 
-@njit      # not cached: see the module doc
-def run_prepare(prepare, model, consts, contexts, actions, rewards, users, inputs, counts):
-    for i in range(actions.shape[0]):
-        prepare(model, consts, contexts, actions, rewards[i], users[i], i, inputs, counts)
+        @njit
+        def run_sum(consts, users, rows, out):
+            """out = the rows folded in (Steps.fold), or their weighted sum, in user order."""
+            for i in range(rows.shape[0]):
+                if fold is None:
+                    weigh(consts, users[i], rows[i])
+                    for j in range(rows.shape[1]):
+                        out[j] += rows[i, j]
+                else:
+                    fold(consts, users[i], rows[i], out)
 
+        return run_act, run_prepare, run_finish, run_sum
 
-@njit      # not cached: see the module doc
-def run_fold(fold, consts, users, rows, out):
-    """out = every user's row folded in, in user order."""
-    for i in range(rows.shape[0]):
-        fold(consts, users[i], rows[i], out)
-
-
-@njit      # not cached: see the module doc
-def run_weighted_sum(weigh, consts, users, rows, out):
-    """out = sum over users of weigh(row); rows are weighed in place, added in user order."""
-    for i in range(rows.shape[0]):
-        weigh(consts, users[i], rows[i])
-        for j in range(rows.shape[1]):
-            out[j] += rows[i, j]
+    return loops(("round",) + tuple(steps), build)
 
 
 class CompiledAlgorithm(Algorithm):
@@ -202,7 +204,8 @@ class CompiledAlgorithm(Algorithm):
         layout = self.layout()
         inputs = np.zeros((n, layout.width))
         counts = np.zeros((n, len(self.metric_names)), dtype=np.int64)
-        run_prepare(self.steps().prepare, self.model_tuple(model), self.compiled_consts(),
+        run_prepare = round_loops(self.steps())[1]
+        run_prepare(self.model_tuple(model), self.compiled_consts(),
                     self.context_rows(contexts, n), np.asarray(actions), np.asarray(rewards, dtype=float),
                     np.asarray(users, dtype=np.int64), inputs, counts)
         return inputs, counts
@@ -219,7 +222,7 @@ class CompiledAlgorithm(Algorithm):
         n = len(users)
         actions = self.new_actions(n)
         draws = self.draw_act(n, rng)
-        run_act(self.steps().act, self.model_tuple(model), self.compiled_consts(), self.context_rows(contexts, n),
+        round_loops(self.steps())[0](self.model_tuple(model), self.compiled_consts(), self.context_rows(contexts, n),
                 np.asarray(users, dtype=np.int64), draws, actions)
         return actions
 
@@ -229,7 +232,7 @@ class CompiledAlgorithm(Algorithm):
         rows = layout.privatize(inputs, layout.draw(rng, len(users)))
         finish = self.steps().finish
         if finish is not no_finish:
-            run_finish(finish, self.compiled_consts(), np.asarray(users, dtype=np.int64), rows)
+            round_loops(self.steps())[2](self.compiled_consts(), np.asarray(users, dtype=np.int64), rows)
         totals = counts.sum(axis=0)
         return layout.split(rows), {name: int(totals[j]) for j, name in enumerate(self.metric_names)}
 
@@ -241,10 +244,7 @@ class CompiledAlgorithm(Algorithm):
         users = np.asarray(users, dtype=np.int64)
         rows = layout.join(messages, len(users))     # a copy: weighing in place leaves the messages alone
         out = np.zeros(sums.width)
-        if steps.fold is None:
-            run_weighted_sum(steps.weigh, self.compiled_consts(), users, rows, out)
-        else:
-            run_fold(steps.fold, self.compiled_consts(), users, rows, out)
+        round_loops(steps)[3](self.compiled_consts(), users, rows, out)
         return {key: value[0] for key, value in sums.split(out[None, :]).items()}
 
     def aggregate_bounds(self, users):

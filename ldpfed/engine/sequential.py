@@ -33,36 +33,46 @@ from ldpfed.algorithms.compiled import CompiledAlgorithm
 from ldpfed.engine.core import RunResult, checkpoint_rounds, make_result, privacy_summary
 from ldpfed.envs import make_env
 from ldpfed.errors import ConfigError
+from ldpfed.jit import loops
 from ldpfed.mechanisms.rows import privatize_row_fields
 from ldpfed.rng import derive
 
 CHUNK = 4096   # users per block of pre-drawn randomness (part of the stream definition: changing it changes results)
 ENGINE_NAME = "sequential"
 
-@njit      # not cached: functions as arguments (see ldpfed.algorithms.compiled)
-def run_users(act, prepare, finish, weigh, fold, update, env_step, truth, state, model, consts, layout, params, t0,
-              contexts, noise, act_draws, enc_draws, server, actions, inputs, rows, folded, regret, counts, estimate,
-              snap_at, snaps):
-    """Users t0, t0 + 1, ... of a block one at a time, each on the model its predecessor left: act, the env's step,
-    prepare, the fields' mechanisms, the weight, the server's update (ldpfed.algorithms.compiled: the functions the
-    batched engine runs too); after user i, when snap_at[i] >= 0, a copy of `estimate` (the state array that is the
-    algorithm's estimate) into snaps[snap_at[i]]."""
-    for i in range(actions.shape[0]):
-        user = t0 + i
-        act(model, consts, contexts, i, user, act_draws, actions)
-        reward, regret[i] = env_step(truth, contexts, i, user, actions, noise)
-        prepare(model, consts, contexts, actions, reward, user, i, inputs, counts)
-        privatize_row_fields(layout, params, inputs[i], enc_draws[i], rows[i])
-        finish(consts, user, rows[i])
-        if fold is None:
-            weigh(consts, user, rows[i])
-            update(state, consts, rows[i], user, user + 1, server[i:i + 1])
-        else:                   # the row folded into a zeroed aggregate row (Steps.fold)
-            folded[:] = 0.0
-            fold(consts, user, rows[i], folded)
-            update(state, consts, folded, user, user + 1, server[i:i + 1])
-        if snap_at[i] >= 0:
-            snaps[snap_at[i], :] = estimate.ravel()
+def user_loop(steps, env_step):
+    """The loop over users for these steps and this env step, all inlined (ldpfed.jit), built once per process."""
+    def build(use):
+        act, prepare, finish = use(steps.act), use(steps.prepare), use(steps.finish)
+        weigh, fold, update, env = use(steps.weigh), use(steps.fold), use(steps.update), use(env_step)
+
+        @njit
+        def run_users(truth, state, model, consts, layout, params, t0, contexts, noise, act_draws, enc_draws, server,
+                      actions, inputs, rows, folded, regret, counts, estimate, snap_at, snaps):
+            """Users t0, t0 + 1, ... of a block one at a time, each on the model its predecessor left: act, the
+            env's step, prepare, the fields' mechanisms, finish, the weight (or fold), the server's update; after
+            user i, when snap_at[i] >= 0, a copy of `estimate` (the state array that is the algorithm's estimate)
+            into snaps[snap_at[i]]."""
+            for i in range(actions.shape[0]):
+                user = t0 + i
+                act(model, consts, contexts, i, user, act_draws, actions)
+                reward, regret[i] = env(truth, contexts, i, user, actions, noise)
+                prepare(model, consts, contexts, actions, reward, user, i, inputs, counts)
+                privatize_row_fields(layout, params, inputs[i], enc_draws[i], rows[i])
+                finish(consts, user, rows[i])
+                if fold is None:
+                    weigh(consts, user, rows[i])
+                    update(state, consts, rows[i], user, user + 1, server[i:i + 1])
+                else:                   # the row folded into a zeroed aggregate row (Steps.fold)
+                    folded[:] = 0.0
+                    fold(consts, user, rows[i], folded)
+                    update(state, consts, folded, user, user + 1, server[i:i + 1])
+                if snap_at[i] >= 0:
+                    snaps[snap_at[i], :] = estimate.ravel()
+
+        return run_users
+
+    return loops(("users", env_step) + tuple(steps), build)
 
 
 class StepsRunner:
@@ -105,7 +115,8 @@ class StepsRunner:
         return self.algo.draw_server(len(users), rng)
 
     def run_block(self, t0, world, client, server, snap_at, snaps, regret, counts, between_rng):
-        algo, steps, layout = self.algo, self.steps, self.layout
+        algo, layout = self.algo, self.layout
+        run_users = user_loop(self.steps, self.env_steps.step)
         contexts, noise = world
         n = len(regret)
         actions, inputs = algo.new_actions(n), np.zeros((n, layout.width))
@@ -124,8 +135,7 @@ class StepsRunner:
         for hi in stops:
             if hi > lo or n == 0:       # (no users: compiles, or loads from numba's cache, before the clock starts)
                 s = slice(lo, hi)
-                run_users(steps.act, steps.prepare, steps.finish, steps.weigh, steps.fold, steps.update,
-                          self.env_steps.step, self.env_steps.truth, state, self.model, self.consts, layout.layout,
+                run_users(self.env_steps.truth, state, self.model, self.consts, layout.layout,
                           layout.params, t0 + lo, contexts[s], noise[s], client[0][s], client[1][s], server[s],
                           actions[s], inputs[s], rows[s], folded, regret[s], counts[s],
                           np.zeros(0) if estimate is None else estimate, in_loop[s], flat_snaps)

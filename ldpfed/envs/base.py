@@ -13,6 +13,7 @@ import numpy as np
 from numba import njit
 
 from ldpfed.errors import ConfigError
+from ldpfed.jit import loops
 
 
 @dataclass(frozen=True)
@@ -57,11 +58,20 @@ class EnvSteps(NamedTuple):
     truth: tuple
 
 
-@njit      # not cached: functions as arguments (see ldpfed.algorithms.compiled)
-def run_steps(step, truth, contexts, users, actions, noise, rewards, regret):
-    """EnvSteps.step for every user of a round (the batched `step` of a compiled env)."""
-    for i in range(actions.shape[0]):
-        rewards[i], regret[i] = step(truth, contexts, i, users[i], actions, noise)
+def step_loop(step):
+    """The loop of a round's users around an env's compiled step (inlined: ldpfed.jit), built once per process:
+    what an env's batched `step` runs."""
+    def build(use):
+        one = use(step)
+
+        @njit
+        def run_steps(truth, contexts, users, actions, noise, rewards, regret):
+            for i in range(actions.shape[0]):
+                rewards[i], regret[i] = one(truth, contexts, i, users[i], actions, noise)
+
+        return run_steps
+
+    return loops(("env", step), build)
 
 
 class Env:
@@ -96,7 +106,7 @@ class Env:
         n = len(actions)
         noise = self.draw_noise(n, rng)
         rewards, regret = np.empty(n), np.empty(n)
-        run_steps(steps.step, steps.truth, self.context_rows(contexts, n), np.asarray(users, dtype=np.int64),
+        step_loop(steps.step)(steps.truth, self.context_rows(contexts, n), np.asarray(users, dtype=np.int64),
                   np.asarray(actions), noise, rewards, regret)
         return rewards, regret
 

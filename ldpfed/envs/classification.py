@@ -25,7 +25,7 @@ from functools import lru_cache
 import numpy as np
 from numba import njit
 
-from ldpfed.envs.base import Env, EnvSteps, positive_int, run_steps
+from ldpfed.envs.base import Env, EnvSteps, positive_int, step_loop
 from ldpfed.errors import ConfigError
 
 N_FEATURES = 64   # 8x8 pixels
@@ -109,7 +109,7 @@ class DigitsClassification(Env):
         points = self._take(self._key(users), n)
         steps = self.compiled()
         rewards, regret = np.empty(n), np.empty(n)
-        run_steps(steps.step, steps.truth, self.context_rows(contexts, n), np.asarray(users, dtype=np.int64),
+        step_loop(steps.step)(steps.truth, self.context_rows(contexts, n), np.asarray(users, dtype=np.int64),
                   np.asarray(actions), points, rewards, regret)
         return rewards, regret
 

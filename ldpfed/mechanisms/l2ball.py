@@ -32,7 +32,7 @@ def l2_ball_radius(radius, eps, dim) -> float:
     return r * math.sqrt(math.pi) / math.tanh(e / 2.0) * math.exp(log_ratio)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def privatize_at(x, xo, dim, radius, B, tanh_half, z, zo, unif, out, oo):
     """The mechanism on the row x[xo:xo + dim] into out[oo:oo + dim], from the dim standard normals z[zo:zo + dim]
     and the uniform `unif`; returns ||g|| (the caller counts clipping). The one implementation of the sampling: the
