@@ -81,7 +81,8 @@ What the parent run holds
 """
 from ldpfed.tracking.records import MAX_POINTS, downsample_index, metric_curves, run_params, run_tags, write_run
 from ldpfed.tracking.store import DEFAULT_EMBEDDED_URI, TrackingUnavailable, probe, resolve_tracking_uri
-from ldpfed.tracking.tracker import Sweep, Tracker
+from ldpfed.tracking.sweep_run import SweepRun
+from ldpfed.tracking.tracker import Tracker
 
-__all__ = ["Tracker", "Sweep", "TrackingUnavailable", "DEFAULT_EMBEDDED_URI", "MAX_POINTS", "probe",
+__all__ = ["Tracker", "SweepRun", "TrackingUnavailable", "DEFAULT_EMBEDDED_URI", "MAX_POINTS", "probe",
            "resolve_tracking_uri", "run_params", "run_tags", "metric_curves", "downsample_index", "write_run"]

@@ -26,6 +26,8 @@ RATE_KEYS = ("users_per_s", "messages_per_s")
 COUNT_KEYS = ("rejected_messages",)
 SCALAR_KEYS = ("final_regret", "final_estimation_error", "elapsed_s", *RATE_KEYS, *COUNT_KEYS)
 TABLE_BASE = ("round", "users", "regret", "cumulative_regret", "estimation_error")
+# The fields of a RunConfig that name a run in a sweep's summary (a failed run has these and its error only).
+RUN_FIELDS = ("algorithm", "env", "eps", "delta", "seed", "users", "round_size")
 
 
 # ---------------------------------------------------------------- config and params
@@ -73,6 +75,11 @@ _KEY_BAD = re.compile(r"[^\w\-. /]")
 def mlflow_key(key: str) -> str:
     """A key MLflow accepts (alphanumerics, underscores, dashes, periods, spaces, slashes; 250 chars)."""
     return _KEY_BAD.sub("_", str(key))[:250]
+
+
+def flat_params(mapping: dict) -> dict:
+    """A nested mapping as MLflow params: dotted keys, values as text."""
+    return {mlflow_key(k): param_text(v) for k, v in flatten(mapping).items()}
 
 
 def param_text(value) -> str:
@@ -214,7 +221,7 @@ def metric_curves(result, points: int = MAX_POINTS) -> dict[str, tuple[np.ndarra
 
 
 # Summary entries that restate the config or are tags, never metrics.
-NOT_METRICS = {"algorithm", "env", "eps", "delta", "seed", "users", "round_size", "engine", *CLUSTER_KEYS}
+NOT_METRICS = {*RUN_FIELDS, "engine", *CLUSTER_KEYS}
 # Settings of the engine that are numbers but not results: params of the run, not metrics.
 ENGINE_SETTINGS = {"max_in_flight"}
 MB = 2 ** 20
@@ -304,10 +311,29 @@ def _eps_text(config: dict) -> str:
     return f"eps={float(config.get('eps', 0)):g}" if is_private(config) else "non-private"
 
 
+def slug(text) -> str:
+    """`text` as a file or folder name."""
+    return re.sub(r"[^\w.=+-]", "_", str(text)).strip("._") or "run"
+
+
 def run_key(config: dict) -> str:
     """A file-system safe name of a run: algorithm, env, eps (or "non-private"), seed."""
     raw = f"{config.get('algorithm')}__{config.get('env')}__{_eps_text(config)}__seed={config.get('seed')}"
     return re.sub(r"[^\w.=+-]", "_", raw)
+
+
+def summary_row(key: str, config: dict, status: str, **values) -> dict:
+    """One run's row of a sweep's combined summary: its key, `values` (a finished run's summary numbers, a failed
+    run's error), its status, then the config's RUN_FIELDS that `values` lacks; eps None when eps played no part
+    (not drawn or grouped at an eps)."""
+    row = {"key": key, **values, "status": status}
+    row.setdefault("local_dir", None)
+    row.setdefault("run_id", None)
+    if not is_private(config):
+        row["eps"] = None
+    for name in RUN_FIELDS:
+        row.setdefault(name, config.get(name))
+    return row
 
 
 def run_name(config: dict) -> str:

@@ -114,7 +114,7 @@ def probe(uri: str, timeout: float = 5.0) -> None:
         try:
             MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
         except Exception as exc:  # noqa: BLE001 - any failure of the store is reported the same way
-            raise TrackingUnavailable(uri, f"{type(exc).__name__}: {_first_line(exc)}") from exc
+            raise TrackingUnavailable(uri, f"{type(exc).__name__}: {first_line(exc)}") from exc
 
 
 def _probe_http(uri: str, timeout: float) -> None:
@@ -170,9 +170,11 @@ def http_policy(retries: int, timeout: float, backoff: int | None = None, overri
                 os.environ[name] = value
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
+    """The first line of an error (300 chars at most), with any URI's credentials redacted (errors may quote the
+    tracking URI); "" for an error without a message."""
     text = str(exc).strip().splitlines()
-    return text[0][:300] if text else type(exc).__name__
+    return scrub(text[0][:300]) if text else ""
 
 
 def _connection_problem(exc: BaseException, timeout: float) -> str:
@@ -185,5 +187,5 @@ def _connection_problem(exc: BaseException, timeout: float) -> str:
     if "timed out" in text.lower() or "timeout" in text.lower():
         return f"no answer within {timeout:g} s"
     if "SSL" in text or "certificate" in text.lower():
-        return f"TLS failed ({_first_line(exc)[:200]})"
-    return f"cannot connect ({_first_line(exc)[:200]})"
+        return f"TLS failed ({first_line(exc)[:200] or type(exc).__name__})"
+    return f"cannot connect ({first_line(exc)[:200] or type(exc).__name__})"

@@ -1,6 +1,6 @@
 """Repair an MLflow copy from the local results: `python -m ldpfed sync RESULTS_DIR [--tracking-uri URI]`.
 
-The local folder of a sweep (written first, whatever MLflow does: see tracker.Sweep) holds everything: sweep.json
+The local folder of a sweep (written first, whatever MLflow does: see local.py) holds everything: sweep.json
 (the sweep's name, experiment, status, parent run id), summary/summary.parquet (one row per run, FINISHED or
 FAILED), runs/<key>/ (table.parquet, summary.json, ledger.json, config.json), report/, plots/. `sync` uploads
 what MLflow lacks:
@@ -21,8 +21,8 @@ from types import SimpleNamespace
 
 import pandas as pd
 
-from ldpfed.tracking import records
-from ldpfed.tracking.tracker import Tracker, _params, _tags
+from ldpfed.tracking import mirror, records
+from ldpfed.tracking.tracker import Tracker
 
 TERMINAL = ("FINISHED", "FAILED", "KILLED")
 
@@ -55,7 +55,7 @@ def sweep_folders(path: Path) -> list[Path]:
 
 
 def load_run(folder: Path):
-    """A RunResult-like record of one finished run from its local files (what Tracker._log_run needs)."""
+    """A RunResult-like record of one finished run from its local files (what mirror.log_run needs)."""
     saved = records.read_json(folder / "config.json")
     return SimpleNamespace(config=saved["config"], env=saved.get("env") or {},
                            summary=records.read_json(folder / "summary.json"),
@@ -99,13 +99,9 @@ def sync_sweep(folder: Path, index: dict, tracker: Tracker) -> SyncReport:
         if parent and not _active(client, parent):
             parent = None
         if parent is None:
-            params = {records.mlflow_key(k): records.param_text(v)
-                      for k, v in records.flatten(index.get("params") or {}).items()}
             tags = {**(index.get("tags") or {}), "ldpfed.kind": "sweep", "ldpfed.sweep": name,
                     "ldpfed.synced": "true", **records.code_version()}
-            run = client.create_run(tracker.experiment_id, run_name=name, tags=tags)
-            parent = run.info.run_id
-            client.log_batch(parent, params=_params(params), tags=_tags({"ldpfed.sweep_id": parent}))
+            parent = mirror.start_parent(tracker, name, index.get("params") or {}, tags)
             report.parent_created = True
         report.parent_run_id = parent
         children: dict[str, list] = {}
@@ -136,20 +132,15 @@ def sync_sweep(folder: Path, index: dict, tracker: Tracker) -> SyncReport:
                     report.replaced.append(key)
                 tags = {**tags, "ldpfed.key": key, "ldpfed.sweep_id": parent, "ldpfed.synced": "true"}
                 config = records.config_dict(result.config)
-                run_ids[key] = tracker._log_run(result, config, tags,
-                                                records.metric_curves(result, tracker.max_points), run_folder, parent)
+                run_ids[key] = mirror.log_run(tracker, result, config, tags,
+                                              records.metric_curves(result, tracker.max_points), run_folder, parent)
                 report.uploaded.append(key)
             elif row.get("status") == "FAILED" and not present:
-                config = {f: row.get(f) for f in ("algorithm", "env", "eps", "delta", "seed", "users", "round_size")}
+                config = {f: row.get(f) for f in records.RUN_FIELDS}
                 config = {k: v for k, v in config.items() if v is not None and not _nan(v)}
-                run = client.create_run(tracker.experiment_id, run_name=records.run_name(config), tags={
+                run_ids[key] = mirror.log_failed_run(tracker, config, {
                     **(index.get("tags") or {}), "ldpfed.kind": "run", "ldpfed.sweep": name, "ldpfed.key": key,
-                    "ldpfed.sweep_id": parent, "mlflow.parentRunId": parent, "ldpfed.synced": "true",
-                    "error": str(row.get("error") or "")[:5000]})
-                client.log_batch(run.info.run_id, params=_params(
-                    {records.mlflow_key(k): records.param_text(v) for k, v in config.items()}))
-                client.set_terminated(run.info.run_id, status="FAILED")
-                run_ids[key] = run.info.run_id
+                    "ldpfed.sweep_id": parent, "ldpfed.synced": "true"}, str(row.get("error") or ""), parent)
                 report.failed_logged.append(key)
             elif present:
                 run_ids[key] = present[0].info.run_id
@@ -160,7 +151,8 @@ def sync_sweep(folder: Path, index: dict, tracker: Tracker) -> SyncReport:
         for plot in sorted((folder / "plots").glob("*.png")) if (folder / "plots").is_dir() else ():
             client.log_artifact(parent, str(plot), "plots")
         finished = sum(1 for row in rows if row.get("status") == "FINISHED")
-        client.log_batch(parent, metrics=[_metric("runs", len(rows)), _metric("failed_runs", len(rows) - finished)])
+        client.log_batch(parent, metrics=[mirror.metric("runs", len(rows)),
+                                          mirror.metric("failed_runs", len(rows) - finished)])
         if status in TERMINAL:
             client.set_terminated(parent, status=status)
         report.status = status if status in TERMINAL else "RUNNING (the sweep never ended: resume it)"
@@ -196,9 +188,3 @@ def _active(client, run_id: str) -> bool:
 
 def _nan(value) -> bool:
     return isinstance(value, float) and value != value
-
-
-def _metric(key, value):
-    from mlflow.entities import Metric
-
-    return Metric(key=key, value=float(value), timestamp=int(time.time() * 1000), step=0)

@@ -2,8 +2,8 @@
 
 The store is named by a sweep's results folder (its sweep.json records the store and the sweep's parent run), a
 folder of sweep folders (the newest), an MLflow SQLite file or a tracking URI; by default MLFLOW_TRACKING_URI, else
-./mlflow.db, where the jobs log. Without a results folder the sweep is the store's latest. The links are the
-Tracker's (tracker.py), pointed at the port the UI is served on. A server URI is its own UI: nothing is started.
+./mlflow.db, where the jobs log. Without a results folder the sweep is the store's latest. The links are
+links.py's, pointed at the port the UI is served on. A server URI is its own UI: nothing is started.
 """
 from __future__ import annotations
 
@@ -18,9 +18,10 @@ from pathlib import Path
 
 from ldpfed.errors import ConfigError
 from ldpfed.signals import exit_status, interruptible
-from ldpfed.tracking import local_server, records
+from ldpfed.tracking import links as ui_links, local_server, records
 from ldpfed.tracking.store import TrackingUnavailable, is_http, resolve_tracking_uri, sqlite_path
-from ldpfed.tracking.tracker import UI_PORT, Tracker
+from ldpfed.tracking.links import UI_PORT
+from ldpfed.tracking.tracker import Tracker
 
 WHERE = "RESULTS_OR_DB"        # the command line's name of the argument, for errors
 START_TIMEOUT_S = 120.0        # a first start migrates a new database: ~10 s on 2 cores
@@ -92,10 +93,10 @@ def links(store: Store, port: int) -> list[tuple[str, str]]:
         return [("No sweep", "in this store yet: `python -m ldpfed sweep quick` runs one")]
     experiment, parent, name = found
     tracker = Tracker(experiment=experiment, tracking_uri=store.uri)
-    tracker.ui_port = port
+    address = ui_links.ui_address(store.uri, port)
     return [("Sweep", f"{name} (experiment {experiment!r}, parent run {parent})"),
-            ("Its runs", tracker.runs_url(parent)),
-            ("Its report", tracker.artifact_url(parent, "report/report.html"))]
+            ("Its runs", ui_links.runs_url(address, tracker.experiment_id, parent)),
+            ("Its report", ui_links.artifact_url(address, tracker.experiment_id, parent, "report/report.html"))]
 
 
 def _check_port_free(port: int) -> None:
