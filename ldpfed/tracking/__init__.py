@@ -15,6 +15,12 @@ Usage (in a job's driver; only the driver logs, a Tracker refuses to be pickled 
     tracker.ui_command(), tracker.runs_url(sweep.parent_run_id)   # what a job prints at its end
     tracker.log_run(result)                  # one run on its own, no parent (`python -m ldpfed run --track`)
 
+Modules
+    tracker.py (Tracker: the connection and `log_run`), sweep_run.py (SweepRun: one sweep as it runs), local.py
+    (LocalSweep: the sweep's folder, the source of truth, and resume), mirror.py (the MLflow copy of a run, a
+    failed run, a parent run: used live and by sync.py alike), links.py (links into the UI), records.py (what is
+    recorded of a run, the summary row), report.py and plots.py, store.py (tracking URIs and their probe), ui.py.
+
 Where runs go
     tracking_uri=None uses MLFLOW_TRACKING_URI if set, else MLflow 3's own default: the SQLite file
     `mlflow.db` in the working directory with artifacts in `./mlruns` beside it, no server needed. An
