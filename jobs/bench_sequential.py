@@ -3,7 +3,7 @@
 algorithm, seed 000's public reference code (liangzp/LDP-Bandit, Scheme1/, plain Python + numpy), all measured in
 this one process, one after the other.
 
-    python jobs/bench_sequential.py                                     # every kernel; reference if cloned at
+    python jobs/bench_sequential.py                                     # seed 000's four; reference if cloned at
                                                                         #   /tmp/ldpbandit_ref (see --reference)
     python jobs/bench_sequential.py --algorithms ldp-sgd,ldp-ols --users 1e5
     python jobs/bench_sequential.py --algorithms all --markdown        # every registered algorithm (plugins too)
@@ -13,14 +13,14 @@ Setting: d = 2, K = 10, eps = 1, delta = 0.01, seed 0 (seed 000's comparison set
 algorithms (ldp-gloc on the logistic env, the others linear); the multi-parameter ones on their paper setting
 (d = 20, K = 3); the bandits on their default envs. Per algorithm:
   * sequential: `engine.run(config)` (it picks the sequential engine), users/s of wall time and of this process's CPU
-    time (the kernel is loaded from numba's cache before the clock starts; a first run ever also compiles it);
+    time (the algorithm's loop is compiled before the clock starts);
   * generic: `run_local` at round size 1 on --generic-users users (same config otherwise);
   * reference: the reference code's WorkerA with the same d, K, T, eps (one user at a time; its run covers T + 1
     users) for LDP-SGD, LDP-OLS, LDP-UCB and LDP-GLOC (Scheme1/instances/singleparam.py and logistic.py settings).
 The machine is named (CPUs, memory, load average): on a shared machine wall figures move, CPU figures less.
-With `--algorithms all`, every registered algorithm runs at B = 1 on its default env; those without a compiled
-kernel run on the generic engine only, and the line says so, with the B = 1 target of issue 17 (100,000 users/s;
-20,000 for the LASSO ones) beside each rate.
+With `--algorithms all`, every registered algorithm runs at B = 1 on its default env; one not written as compiled
+steps (a plugin in plain numpy) runs on the generic engine only, and the line says so. Issue 17's B = 1 target:
+100,000 users/s (20,000 for the LASSO ones).
 Nothing here is asserted by the test suite; the reference code is never imported by ldpfed or its tests.
 """
 from __future__ import annotations
@@ -125,9 +125,9 @@ def main(argv=None) -> int:
             generic = generic_cfg.users / g_wall
             print(f"{name:<14} {env:<20} generic engine only ({reason}): {generic:,.0f} users/s "
                   f"(cpu {generic_cfg.users / g_cpu:,.0f}); target {target:,}: {generic / target:.2f} of it", flush=True)
-            rows.append([f"`{name}`", env, "no kernel", "", f"{generic:,.0f}", "", "", "", "", ""])
+            rows.append([f"`{name}`", env, "not compiled", "", f"{generic:,.0f}", "", "", "", "", ""])
             continue
-        run(config.replace(users=100))   # load (or compile) the kernel outside the timing
+        run(config.replace(users=100))   # compile the loop outside the timing
         result, wall, cpu = timed(lambda: run(config))
         assert result.summary["engine"] == "sequential"
         seq, seq_cpu = config.users / wall, config.users / cpu
