@@ -316,6 +316,11 @@ def cmd_run(args) -> int:
     print(f"final cumulative regret: {s['final_regret']:.2f}  ({s['final_regret'] / config.users:.4f} per user)")
     if error is not None:
         print(f"final estimation error: {error:.4f}")
+    if s.get("privacy_trust") == "shuffle":
+        print(f"privacy (shuffle): each user's randomizer at eps0 = {s['privacy_eps0']:.4g} (delta0 = "
+              f"{s['privacy_delta0']:.3g}); a shuffled batch of {s['privacy_shuffle_batch']:,} users gives (eps, delta) "
+              f"= ({s['privacy_eps_composed']:.6g}, {s['privacy_delta_composed']:.3g}) ({s['privacy_shuffle_bound']} "
+              f"bound, Feldman-McMillan-Talwar 2021)")
     print(f"{s['users_per_s']:,.0f} users/s ({s['engine']})")
     if tracker is not None:
         print(f"MLflow: run {run_id} in experiment {args.experiment!r} at {tracker.display_uri}")

@@ -86,6 +86,8 @@ def test_only_local_dp_algorithms_can_be_shuffled():
 def test_cli_runs_shuffle_and_names_the_option_it_refuses(capsys, tmp_path):
     assert main(["run", "ldp-sgd", "--users", "3000", "--round-size", "1000", "--trust", "shuffle", "--delta",
                  "1e-6", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "privacy (shuffle): each user's randomizer at eps0 = 2.72" in out and "batch of 1,000 users" in out
     with pytest.raises(SystemExit) as caught:
         main(["run", "ldp-sgd", "--users", "50", "--trust", "shuffle", "--quiet"])
     assert caught.value.code == 2 and "--round-size" in capsys.readouterr().err
