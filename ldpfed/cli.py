@@ -95,7 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="paper: the papers' text; authors-code: the public reference code's choices")
     run.add_argument("--trust", choices=TRUST_MODELS, default="local",
                      help="local: every user privatizes with --eps/--delta (the papers); shuffle: users privatize at "
-                          "the largest eps0 whose batch of --round-size users, shuffled, meets --eps/--delta")
+                          "the largest eps0 whose batch of --round-size users, shuffled, meets --eps/--delta; "
+                          "central: a trusted server adds the noise once to each round's sum, at --eps/--delta")
     run.add_argument("--param", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
                      help="algorithm option (repeatable; see `describe`)")
     run.add_argument("--env-param", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
@@ -321,6 +322,10 @@ def cmd_run(args) -> int:
               f"{s['privacy_delta0']:.3g}); a shuffled batch of {s['privacy_shuffle_batch']:,} users gives (eps, delta) "
               f"= ({s['privacy_eps_composed']:.6g}, {s['privacy_delta_composed']:.3g}) ({s['privacy_shuffle_bound']} "
               f"bound, Feldman-McMillan-Talwar 2021)")
+    if s.get("privacy_trust") == "central":
+        print(f"privacy (central): clipped data to a trusted server, which adds the noise once per round of "
+              f"{config.round_size:,} users; each user's guarantee (eps, delta) = ({s['privacy_eps_composed']:.6g}, "
+              f"{s['privacy_delta_composed']:.3g})")
     print(f"{s['users_per_s']:,.0f} users/s ({s['engine']})")
     if tracker is not None:
         print(f"MLflow: run {run_id} in experiment {args.experiment!r} at {tracker.display_uri}")

@@ -12,8 +12,9 @@ from ldpfed.errors import ConfigError
 # envs without such differences run identically under both. See the profile table in docs/tracking-and-sweeps.md.
 PROFILES = ("paper", "authors-code")
 # Trust models (ldpfed.algorithms.trust): "local", the papers' local DP; "shuffle", local randomizers whose messages
-# an anonymizing shuffler mixes per round (privacy amplified: --eps/--delta are then the shuffled batch's target).
-TRUST_MODELS = ("local", "shuffle")
+# an anonymizing shuffler mixes per round (privacy amplified: --eps/--delta are then the shuffled batch's target);
+# "central", clipped data to a trusted server that adds the noise once to each round's aggregate.
+TRUST_MODELS = ("local", "shuffle", "central")
 
 
 @dataclass(frozen=True)

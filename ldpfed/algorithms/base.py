@@ -42,6 +42,7 @@ class Algorithm:
     # The paper's experiment, for jobs/: RunConfig fields, e.g. {"env_params": {...}, "users": 10**5, "eps": 1.0,
     # "delta": 0.01, "params": {...}}; the env is `default_env`.
     shuffle = None                   # the trust model's ShufflePlan when the run shuffles (ldpfed.algorithms.trust)
+    central = None                   # under the central trust model: {field: its mechanism's CentralTwin}
     paper_setting: dict = {}
     # Options whose default differs under RunConfig.profile="authors-code" (the public code's choices), e.g.
     # {"authors-code": {"step": 5.0}}; every key must be in `defaults`. No entry: identical under both profiles.
@@ -166,8 +167,10 @@ class Algorithm:
         if self._fields is not None:
             domains = {}
             for key, declared in self._fields.items():
+                twin = (self.central or {}).get(key)    # central: what a user sends is its mechanism's mean
                 try:
-                    domains[key] = declared.make_domain()
+                    domains[key] = (declared.make_domain() if twin is None else
+                                    twin.output_domain(declared.shape, declared.data_bound, **declared.schedule))
                 except NotImplementedError as error:
                     raise NotImplementedError(f"{self.name}: message field {key!r} declares no domain ({error})") \
                         from None
@@ -205,10 +208,16 @@ class Algorithm:
         the privacy accountant (ldpfed.mechanisms.accounting) composes. Override to change `per_user`."""
         reason = (ONE_MESSAGE if self.privacy_model == "ldp" else ONE_RELEASE)
         declared = self._fields or {}
+        made_by = self.mechanisms if self.central is None else self.central
         rows = [{"message": key, **mech.guarantee.as_dict(), **noise_fields(mech),
                  "per_user": declared[key].per_user if key in declared else 1,
                  "composition": (declared[key].composition if key in declared else None) or reason}
-                for key, mech in self.mechanisms.items()]
+                for key, mech in made_by.items()]
+        if self.central is not None:     # the same per-user budget, spent by the server's noise on each round's sum
+            note = ("central trust model: the user's clipped data goes to a trusted server, which adds this noise "
+                    "once to the round's aggregate, calibrated to one user's contribution; each user is in one "
+                    "round's aggregate (parallel composition over the rounds)")
+            rows = [{**row, "trust": "central", "scope": note} for row in rows]
         if self.shuffle is not None:     # the rows are the local randomizer's; the shuffled batch amplifies them
             note = (f"local randomizer of the shuffle trust model: each user sends one message in one shuffled "
                     f"batch of >= {self.shuffle.batch} users, so the run's guarantee is its batch's (the summary's "

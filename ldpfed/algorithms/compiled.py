@@ -117,6 +117,26 @@ def round_loops(steps: Steps):
     return loops(("round",) + tuple(steps), build)
 
 
+def weight_loop(steps: Steps):
+    """run(consts, users, out): out = entry-wise the largest |weight| that `weigh` gives the users' rows (a row of
+    ones weighed), for the central model's noise (ldpfed.mechanisms.central)."""
+    def build(use):
+        weigh = use(steps.weigh)
+
+        @njit
+        def run(consts, users, out):
+            row = np.empty(out.shape[0])
+            for i in range(users.shape[0]):
+                row[:] = 1.0
+                weigh(consts, users[i], row)
+                for j in range(out.shape[0]):
+                    out[j] = max(out[j], abs(row[j]))
+
+        return run
+
+    return loops(("central-weights", steps.weigh), build)
+
+
 class CompiledAlgorithm(Algorithm):
     """An algorithm given as compiled per-user steps (see the module doc); the batched methods below run them."""
 
@@ -159,6 +179,34 @@ class CompiledAlgorithm(Algorithm):
 
     def between(self, state: dict, stop: int, rng: np.random.Generator) -> None:
         """A step in plain Python on the state (in place) after the update of the users up to `stop`."""
+
+    def central_sources(self) -> dict | None:
+        """Under the central trust model: {aggregate field: the message field whose values it carries}, where each
+        user adds its message field's value to the aggregate field times the public entry-wise weight of `weigh`
+        (1 with no weights or a fold). Derived for plain sums; an algorithm that weighs or folds declares it (None:
+        the central model is refused), since the server's noise is calibrated from it."""
+        steps = self.steps()
+        if steps.weigh is no_weights and steps.fold is None:
+            return {key: key for key in self.layout().names}
+        return None
+
+    def central_touched(self, sums: dict, start: int, stop: int) -> dict:
+        """Under the central trust model: {aggregate field: 0/1 array of its shape}, the entries that some user of
+        [start, stop) can have put data in, known from public information only (the server adds noise there and
+        nowhere else: an entry no user's data reaches hides no one). Default: for a message field with a public
+        `slots` schedule, the slots some user sends; every entry otherwise. An algorithm whose public fields say
+        more (the pulled arms) narrows it."""
+        touched = {}
+        users = np.arange(start, stop, dtype=np.int64)
+        for target, source in self.central_sources().items():
+            shape = self.sum_layout().shapes[target]
+            slots = self._fields[source].schedule.get("slots")
+            if slots is None or len(users) == 0:
+                touched[target] = np.ones(shape)
+                continue
+            sent = np.asarray(slots(users)).any(axis=0).astype(float)
+            touched[target] = np.broadcast_to(sent.reshape(sent.shape + (1,) * (len(shape) - sent.ndim)), shape)
+        return touched
 
     # ---- what the engines use ------------------------------------------------------------------------------------
     def layout(self) -> FieldLayout:
@@ -229,7 +277,8 @@ class CompiledAlgorithm(Algorithm):
     def encode(self, model, contexts, actions, rewards, users, rng):
         inputs, counts = self.client_inputs(model, contexts, actions, rewards, users)
         layout = self._layout
-        rows = layout.privatize(inputs, layout.draw(rng, len(users)))
+        rows = layout.privatize(inputs, layout.draw(rng, len(users))) if self.central is None else \
+            self.central_rows(inputs)
         finish = self.steps().finish
         if finish is not no_finish:
             round_loops(self.steps())[2](self.compiled_consts(), np.asarray(users, dtype=np.int64), rows)
@@ -255,8 +304,43 @@ class CompiledAlgorithm(Algorithm):
 
     def update(self, state, sums, start, stop, rng):
         new = {key: np.array(value, copy=True) for key, value in state.items()}
-        self.steps().update(self.state_tuple(new), self.compiled_consts(), self.sum_layout().join(sums), int(start),
+        joined = self.sum_layout().join(sums)
+        if self.central is not None:
+            joined = joined + self.central_noise(sums, int(start), int(stop), rng)
+        self.steps().update(self.state_tuple(new), self.compiled_consts(), joined, int(start),
                             int(stop), self.draw_server(int(stop) - int(start), rng))
         if self.breaks(int(start), int(stop)):
             self.between(new, int(stop), rng)
         return new
+
+    # ---- the central trust model (ldpfed.algorithms.trust): the same steps, the noise moved to the server ----------
+    def central_rows(self, inputs: np.ndarray) -> np.ndarray:
+        """What the users send under the central model: each private field's clipped data as its mechanism's mean
+        (ldpfed.mechanisms.central), the public fields as they are."""
+        layout, n = self.layout(), inputs.shape[0]
+        rows = np.array(inputs, dtype=float, copy=True)
+        for key, twin in self.central.items():
+            part = layout.slices[key]
+            rows[:, part] = twin.mean(inputs[:, part].reshape(n, *layout.shapes[key])).reshape(n, -1)
+        return rows
+
+    def central_noise(self, sums: dict, start: int, stop: int, rng: np.random.Generator) -> np.ndarray:
+        """The server's noise on the aggregate row of users [start, stop): each aggregate field that carries a
+        private message field gets that field's twin's noise on the entries users can touch (central_touched),
+        scaled by the users' largest weight on each entry."""
+        steps, layout = self.steps(), self.layout()
+        weights = None
+        if steps.weigh is not no_weights:
+            weights = np.zeros(layout.width)
+            weight_loop(steps)(self.compiled_consts(), np.arange(start, stop, dtype=np.int64), weights)
+        touched = self.central_touched(sums, start, stop)
+        aggregate = self.sum_layout()
+        noise = np.zeros(aggregate.width)
+        for target, source in self.central_sources().items():
+            twin = self.central.get(source)
+            if twin is None:        # a public field: nothing to hide
+                continue
+            shape = aggregate.shapes[target]
+            weight = 1.0 if weights is None else weights[layout.slices[source]].reshape(shape)
+            noise[aggregate.slices[target]] = (twin.draw(rng, shape, weight) * touched[target]).reshape(-1)
+        return noise

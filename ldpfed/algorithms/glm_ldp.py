@@ -362,6 +362,10 @@ class LdpSgd(_SingleBase):
     state_keys = ("theta",)
     metric_names = ("clipped_context", "clipped_reward", "clipped")
 
+    def central_sources(self):
+        # weigh scales each field by the public eta_t (entry-wise): the aggregate carries the message's fields
+        return {key: key for key in self.layout().names}
+
     def steps(self):
         return Steps(greedy_act, _sgd_prepare, _sgd_weigh, _sgd_update)
 

@@ -366,6 +366,10 @@ class SWKLUCBCF(CompiledAlgorithm):
                        np.asarray(state["s"], dtype=float), index, solved, self.consts())
         return index
 
+    def central_touched(self, sums, start, stop):
+        # the feedback of an arm nobody pulled (public one-hot pulls) is 0 for every user: nothing to hide there
+        return {"pulls": np.ones(self.K), "feedback": (np.asarray(sums.get("pulls", np.zeros(self.K))) > 0) * 1.0}
+
     def fields(self):
         # pulls: one-hot of the scheduled arm (user t < K pulls t, the others the round's argmax of the index),
         # public; feedback: a bit in at most one slot (the pulled arm's), through randomized response (the

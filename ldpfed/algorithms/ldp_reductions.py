@@ -98,6 +98,14 @@ class _OnePointMab(_OnePointScalar, CompiledAlgorithm):
     def sum_fields(self):
         return {"count": (self.K,), "reward": (self.K,)}
 
+    def central_sources(self):
+        # fold adds a user's reward (weight 1) to one arm's entry of the aggregate reward; the count is public
+        return {"reward": "reward"}
+
+    def central_touched(self, sums, start, stop):
+        # the public per-arm counts: an arm nobody pulled this round holds no one's reward
+        return {"reward": (np.asarray(sums.get("count", np.zeros(self.K))) > 0).astype(float)}
+
     def aggregate_bounds(self, users):
         n, K = len(users), self.K
         reward = self.cached_domains()["reward"].sum_bounds(users)     # a bound for one arm holding all n

@@ -12,16 +12,23 @@ the pure bound applies at the whole delta. For approximate (eps0, delta0) random
 FMT's Theorem 3.8 adds (e^eps + 1)(1 + e^-eps0 / 2) n delta0 to delta: half of delta goes to the pure bound, and
 delta0 is chosen so that the added term is at most the other half whatever eps0 (e^eps <= e^target and
 1 + e^-eps0 / 2 <= 1.5).
+
+* "central": a trusted server. Each user sends its clipped data as its mechanisms' mean (unbiased: the server's
+  estimator is unchanged), and the server adds each mechanism's central twin's noise once to the round's aggregate,
+  calibrated to one user's contribution at the run's (eps, delta) (ldpfed.mechanisms.central). The algorithm is the
+  same class, at the same budget; its confidence widths and shifts still assume the local noise, which is larger:
+  they are conservative, not wrong.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
+from ldpfed.config import TRUST_MODELS  # noqa: F401  (re-exported: the trust models are named once, in config)
 from ldpfed.errors import ConfigError
 from ldpfed.mechanisms import shuffle
+from ldpfed.mechanisms.central import central_twin
 
-TRUST_MODELS = ("local", "shuffle")
 SHUFFLE_BOUND = "numerical"       # FMT's numerical bound: the tighter of their two (shuffle.BOUNDS)
 # A batch "too small to amplify": its eps0 is less than 5% above the target (shuffling any batch never hurts, so
 # eps0 = eps always meets the target; below this gain the run is the local one with a shuffler in the way).
@@ -76,17 +83,40 @@ def shuffle_plan(config, pure: bool) -> ShufflePlan:
 
 def local_config(config, cls, world):
     """(the config the algorithm is built with, the shuffle plan or None). Under "shuffle" the algorithm is first
-    built at the target to learn whether its randomizers are pure, then at its local budget."""
+    built at the target to learn whether its randomizers are pure, then at its local budget; under "central" it is
+    built at the run's budget (its mechanisms' twins then add the noise on the server: `central_twins`)."""
     if config.trust == "local":
         return config, None
     if cls.privacy_model != "ldp":
         raise ConfigError("trust", config.trust, f"{cls.name} is not a local-DP algorithm (privacy model "
-                                                 f"{cls.privacy_model!r}): there is no local randomizer to shuffle")
+                                                 f"{cls.privacy_model!r}): there is no local randomizer to "
+                                                 f"{'shuffle' if config.trust == 'shuffle' else 'move to the server'}")
     probe = cls(world, config)
     rows = probe.ledger()
     if any(row.get("claim_void") for row in rows):
         raise ConfigError("trust", config.trust, f"{cls.name} under profile {config.profile!r} claims no guarantee "
-                                                 f"(its ledger is void): nothing to amplify")
+                                                 f"(its ledger is void): nothing to "
+                                                 f"{'amplify' if config.trust == 'shuffle' else 'move to the server'}")
+    if config.trust == "central":
+        return config, None
     plan = shuffle_plan(config, pure=all(float(row["delta"]) == 0.0 for row in rows))
     local = config.replace(eps=plan.eps0, delta=plan.delta0 if plan.delta0 else config.delta, trust="local")
     return local, plan
+
+
+def central_twins(algo) -> dict:
+    """Under the central trust model: {message field: the central twin of its mechanism} (ldpfed.mechanisms.central).
+    The algorithm must be written once (its clipped rows are what a user sends; the twins' means and the server's
+    noise are applied around its steps), and an algorithm that folds its rows into an aggregate of other fields
+    must say which aggregate field carries which message field (`central_sources`)."""
+    compiled_steps = getattr(algo, "compiled_steps", None)        # a CompiledAlgorithm's
+    if compiled_steps is None or compiled_steps() is None:
+        raise ConfigError("trust", "central", f"{algo.name} is not written as compiled steps "
+                                              f"(ldpfed.algorithms.compiled): the central model adds its noise around "
+                                              f"them")
+    if algo.central_sources() is None:
+        raise ConfigError("trust", "central", f"{algo.name} weighs or folds its rows into its aggregate without "
+                                              f"saying which aggregate field carries which message field, and with "
+                                              f"what public weight (central_sources)")
+    declared = algo._fields or {}
+    return {key: central_twin(f.mechanism, f.shape) for key, f in declared.items() if f.mechanism is not None}

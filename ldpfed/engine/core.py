@@ -112,7 +112,8 @@ def privacy_summary(config, algo) -> dict:
     if plan is None:
         composed = accounting.compose(algo.ledger(), config.delta)
         accounting.check_budget(composed, config.eps, config.delta, config.algorithm)
-        return composed.summary() if composed is not None else {}
+        trust = {"privacy_trust": "central"} if algo.central is not None else {}
+        return {**composed.summary(), **trust} if composed is not None else {}
     # shuffle: the ledger is the local randomizer's (eps0, delta0); the shuffled batch amplifies it
     local = accounting.compose(algo.ledger(), algo.delta)
     accounting.check_budget(local, plan.eps0, algo.delta, config.algorithm)

@@ -160,6 +160,8 @@ def _plan(config):
         return f"{config.algorithm} is not written as compiled steps (ldpfed.algorithms.compiled)"
     if env.compiled() is None:
         return f"env {env.name} has no compiled step"
+    if algo.central is not None:
+        return "the central trust model (the server adds its noise to a round's aggregate)"
     return StepsRunner, env, algo
 
 

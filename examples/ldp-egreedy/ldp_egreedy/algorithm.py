@@ -134,5 +134,10 @@ class LdpEpsGreedy(CompiledAlgorithm):
             "feedback": Field((K,), mechanism=self.rr, schedule={"at_most_one": True}),
         }
 
+    def central_touched(self, sums, start, stop):
+        """Under --trust central the server adds its noise only to the reports of arms someone pulled this round
+        (the pulls are public; an arm nobody pulled holds no one's report)."""
+        return {"pulls": np.ones(self.K), "feedback": (np.asarray(sums.get("pulls", np.zeros(self.K))) > 0) * 1.0}
+
     def initial_state(self, rng):
         return {"count": np.zeros(self.K), "reports": np.zeros(self.K), "arm": np.zeros(1, dtype=np.int64)}
