@@ -1,18 +1,21 @@
 #!/usr/bin/env python
-"""Local against shuffle: regret and estimation error against the central eps, and against the batch size.
+"""Local, shuffle and central: regret and estimation error against the central eps, the batch size and T.
 
     python jobs/trust_experiment.py                        # the docs/trust-models.md tables (T = 1e6, 10 seeds)
     python jobs/trust_experiment.py --users 1e5 --seeds 3  # minutes
 
 Under --trust shuffle the run's --eps/--delta are the shuffled batch's guarantee and the users' randomizers run at
-the largest eps0 that meets it (ldpfed.algorithms.trust); under --trust local the users' randomizers run at --eps.
-So at the same central eps the two runs give the server the same guarantee per user, and the regret ratio
-shuffle / local says what the shuffler buys. Part 1: every algorithm x eps x trust x seed at one round size.
+the largest eps0 that meets it; under --trust central a trusted server adds the noise once per round; under
+--trust local the users' randomizers run at --eps (ldpfed.algorithms.trust). So at the same central eps the three
+runs give each user the same guarantee against the server's output, and the regret ratios shuffle / local and
+central / local say what each trust buys. Part 1: every algorithm x eps x trust x seed at one round size.
 Part 2 (--batch-sweep): ldp-sgd at a fixed central eps over round sizes (amplification grows with the batch,
-batching costs regret). Runs in a pool of --workers processes, one BLAS thread each; a run the trust model refuses
-(a batch too small to amplify) is listed with its reason.
+batching costs regret). Part 3 (--horizons): the final regret over T at a fixed eps and round size, and its
+log-log slope per algorithm and trust. Runs in a pool of --workers processes, one BLAS thread each; a run the
+trust model refuses (a batch too small to amplify) is listed with its reason.
 
-Writes under --out (default results/trust): runs.csv, tables.md, plots/regret_vs_eps.png, plots/regret_vs_batch.png.
+Writes under --out (default results/trust): runs.csv, tables.md, plots/regret_vs_eps.png, plots/regret_vs_batch.png,
+plots/regret_vs_T.png.
 """
 from __future__ import annotations
 
@@ -26,6 +29,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+TRUSTS = ("local", "shuffle", "central")
+STYLES = {"local": "o-", "shuffle": "s--", "central": "^:"}
 ALGORITHMS = {      # the issue's: two contextual (d = 10, K = 10) and two multi-armed algorithms
     "ldp-sgd": ("linear", {"d": 10, "K": 10}),
     "ldp-ols": ("linear", {"d": 10, "K": 10}),
@@ -77,24 +82,42 @@ def _median_iqr(values) -> str:
 
 
 def eps_table(runs: pd.DataFrame) -> list[str]:
-    """Per algorithm and central eps: final regret (median [IQR] over seeds) local and shuffle, their ratio of
-    medians, eps0, and the estimation errors where the algorithm has one."""
-    lines = ["| algorithm | central eps | local regret | shuffle regret | ratio shuffle/local | eps0 (shuffle) | "
-             "local error | shuffle error |", "|---|---|---|---|---|---|---|---|"]
+    """Per algorithm and central eps: final regret (median [IQR] over seeds) under each trust model, the ratios of
+    medians shuffle/local and central/local, eps0, and the estimation errors where the algorithm has one."""
+    trusts = [t for t in TRUSTS if t in set(runs["trust"])]
+    others = [t for t in trusts if t != "local"]
+    lines = ["| algorithm | central eps | " + " | ".join(f"{t} regret" for t in trusts) + " | "
+             + " | ".join(f"{t}/local" for t in others) + " | eps0 (shuffle) | "
+             + " | ".join(f"{t} error" for t in trusts) + " |",
+             "|---" * (3 + 2 * len(trusts) + len(others)) + "|"]
     ok = runs[runs["refused"] == ""]
     for (algorithm, eps), group in ok.groupby(["algorithm", "eps"], sort=True):
-        local, mixed = group[group["trust"] == "local"], group[group["trust"] == "shuffle"]
-        ratio = (np.median(mixed["final_regret"]) / np.median(local["final_regret"])
-                 if len(local) and len(mixed) else float("nan"))
-        eps0 = f"{mixed['eps0'].iloc[0]:.3g}" if len(mixed) else "refused"
-        lines.append(f"| {algorithm} | {eps:g} | {_median_iqr(local['final_regret'])} | "
-                     f"{_median_iqr(mixed['final_regret'])} | {ratio:.3f} | {eps0} | "
-                     f"{_median_iqr(local['final_estimation_error'].dropna())} | "
-                     f"{_median_iqr(mixed['final_estimation_error'].dropna())} |")
+        by = {t: group[group["trust"] == t] for t in trusts}
+        local = np.median(by["local"]["final_regret"]) if "local" in by and len(by["local"]) else float("nan")
+        ratios = [f"{np.median(by[t]['final_regret']) / local:.3f}" if len(by[t]) else "-" for t in others]
+        eps0 = f"{by['shuffle']['eps0'].iloc[0]:.3g}" if "shuffle" in by and len(by["shuffle"]) else "-"
+        lines.append(f"| {algorithm} | {eps:g} | " + " | ".join(_median_iqr(by[t]["final_regret"]) for t in trusts)
+                     + " | " + " | ".join(ratios) + f" | {eps0} | "
+                     + " | ".join(_median_iqr(by[t]["final_estimation_error"].dropna()) for t in trusts) + " |")
     refused = runs[runs["refused"] != ""].drop_duplicates(["algorithm", "eps", "round_size", "trust"])
     for _, row in refused.iterrows():
         lines.append(f"\nrefused: {row['algorithm']} eps={row['eps']:g} B={row['round_size']} {row['trust']}: "
                      f"{row['refused']}")
+    return lines
+
+
+def horizon_table(runs: pd.DataFrame) -> list[str]:
+    """Per algorithm and trust: the median final regret at each T and the least-squares slope of log(median
+    regret) over log(T)."""
+    ok = runs[runs["refused"] == ""]
+    horizons = sorted(ok["users"].unique())
+    lines = ["| algorithm | trust | " + " | ".join(f"T = {T:,.0f}" for T in horizons) + " | slope |",
+             "|---" * (3 + len(horizons)) + "|"]
+    for (algorithm, trust), group in ok.groupby(["algorithm", "trust"], sort=True):
+        med = group.groupby("users")["final_regret"].median()
+        slope = np.polyfit(np.log(med.index.astype(float)), np.log(med.values), 1)[0] if len(med) > 1 else np.nan
+        lines.append(f"| {algorithm} | {trust} | " + " | ".join(f"{med.get(T, np.nan):,.0f}" for T in horizons)
+                     + f" | {slope:.2f} |")
     return lines
 
 
@@ -109,7 +132,7 @@ def batch_table(runs: pd.DataFrame) -> list[str]:
     return lines
 
 
-def plots(runs: pd.DataFrame, batch: pd.DataFrame | None, out: Path) -> None:
+def plots(runs: pd.DataFrame, batch: pd.DataFrame | None, out: Path, horizons: pd.DataFrame | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -120,7 +143,8 @@ def plots(runs: pd.DataFrame, batch: pd.DataFrame | None, out: Path) -> None:
     algorithms = sorted(ok["algorithm"].unique())
     fig, axes = plt.subplots(1, len(algorithms), figsize=(4.2 * len(algorithms), 3.6), squeeze=False)
     for ax, algorithm in zip(axes[0], algorithms):
-        for trust, style in (("local", "o-"), ("shuffle", "s--")):
+        for trust in [t for t in TRUSTS if t in set(ok["trust"])]:
+            style = STYLES[trust]
             g = ok[(ok["algorithm"] == algorithm) & (ok["trust"] == trust)].groupby("eps")["final_regret"]
             med, q1, q3 = g.median(), g.quantile(0.25), g.quantile(0.75)
             ax.plot(med.index, med.values, style, label=trust)
@@ -140,7 +164,8 @@ def plots(runs: pd.DataFrame, batch: pd.DataFrame | None, out: Path) -> None:
     if batch is not None and len(batch[batch["refused"] == ""]):
         ok = batch[batch["refused"] == ""]
         fig, ax = plt.subplots(figsize=(5, 3.6))
-        for trust, style in (("local", "o-"), ("shuffle", "s--")):
+        for trust in [t for t in TRUSTS if t in set(ok["trust"])]:
+            style = STYLES[trust]
             g = ok[ok["trust"] == trust].groupby("round_size")["final_regret"]
             med = g.median()
             ax.plot(med.index, med.values, style, label=trust)
@@ -156,6 +181,25 @@ def plots(runs: pd.DataFrame, batch: pd.DataFrame | None, out: Path) -> None:
         ax.legend()
         fig.tight_layout()
         fig.savefig(out / "plots" / "regret_vs_batch.png", dpi=110)
+        plt.close(fig)
+    if horizons is not None and len(horizons[horizons["refused"] == ""]):
+        ok = horizons[horizons["refused"] == ""]
+        algorithms = sorted(ok["algorithm"].unique())
+        fig, axes = plt.subplots(1, len(algorithms), figsize=(4.2 * len(algorithms), 3.6), squeeze=False)
+        for ax, algorithm in zip(axes[0], algorithms):
+            for trust in [t for t in TRUSTS if t in set(ok["trust"])]:
+                g = ok[(ok["algorithm"] == algorithm) & (ok["trust"] == trust)].groupby("users")["final_regret"]
+                med = g.median()
+                ax.plot(med.index, med.values, STYLES[trust], label=trust)
+                ax.fill_between(med.index, g.quantile(0.25).values, g.quantile(0.75).values, alpha=0.2)
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_title(f"{algorithm}, central eps {ok['eps'].iloc[0]:g}")
+            ax.set_xlabel("users T")
+            ax.set_ylabel("final regret (median, IQR)")
+            ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / "plots" / "regret_vs_T.png", dpi=110)
         plt.close(fig)
 
 
@@ -179,6 +223,10 @@ def main(argv=None) -> int:
     parser.add_argument("--batch-sweep", type=_ints, default=(1000, 3000, 10_000, 30_000, 100_000),
                         help="round sizes of part 2 (ldp-sgd at --batch-eps); empty string: no part 2")
     parser.add_argument("--batch-eps", type=float, default=1.0)
+    parser.add_argument("--trust", default=",".join(TRUSTS), help="comma-separated trust models")
+    parser.add_argument("--horizons", type=_ints, default=(100_000, 1_000_000, 10_000_000),
+                        help="T of part 3 (ldp-sgd and ldp-ols at --batch-eps, --round-size); empty: no part 3")
+    parser.add_argument("--horizon-seeds", type=int, default=None, help="seeds of part 3 (default --seeds)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("results/trust"))
     parser.add_argument("--replot", action="store_true", help="only redraw the plots from OUT/runs.csv")
@@ -187,29 +235,42 @@ def main(argv=None) -> int:
         saved = pd.read_csv(args.out / "runs.csv", keep_default_na=False, na_values=[""])
         saved["refused"] = saved["refused"].astype(object).where(saved["refused"].notna(), "")
         part = saved.pop("part")
-        plots(saved[part == "eps"], saved[part == "batch"] if (part == "batch").any() else None, args.out)
+        plots(saved[part == "eps"], saved[part == "batch"] if (part == "batch").any() else None, args.out,
+              saved[part == "horizon"] if (part == "horizon").any() else None)
         print(f"written: {args.out}/plots/")
         return 0
     names = [a for a in args.algorithms.split(",") if a]
+    trusts = [t for t in args.trust.split(",") if t]
+    if set(trusts) - set(TRUSTS):
+        parser.error(f"unknown trust models {sorted(set(trusts) - set(TRUSTS))}; choose from {list(TRUSTS)}")
     unknown = set(names) - set(ALGORITHMS)
     if unknown:
         parser.error(f"unknown algorithms {sorted(unknown)}; choose from {list(ALGORITHMS)}")
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     jobs = [{"algorithm": a, "eps": e, "trust": t, "seed": s, "users": args.users, "round_size": args.round_size,
-             "delta": args.delta} for a in names for e in args.eps for t in ("local", "shuffle")
+             "delta": args.delta} for a in names for e in args.eps for t in trusts
             for s in range(args.seeds)]
     print(f"part 1: {len(jobs)} runs (T = {args.users:,}, B = {args.round_size:,})", flush=True)
     runs = run_jobs(jobs, args.workers)
     batch = None
     if args.batch_sweep:
         jobs = [{"algorithm": "ldp-sgd", "eps": args.batch_eps, "trust": t, "seed": s, "users": args.users,
-                 "round_size": B, "delta": args.delta} for B in args.batch_sweep for t in ("local", "shuffle")
+                 "round_size": B, "delta": args.delta} for B in args.batch_sweep for t in trusts
                 for s in range(args.seeds)]
         print(f"part 2: {len(jobs)} runs (ldp-sgd, central eps {args.batch_eps:g})", flush=True)
         batch = run_jobs(jobs, args.workers)
-    pd.concat([runs.assign(part="eps"), *([batch.assign(part="batch")] if batch is not None else [])]) \
-        .to_csv(args.out / "runs.csv", index=False)
+    horizons = None
+    if args.horizons:
+        jobs = [{"algorithm": a, "eps": args.batch_eps, "trust": t, "seed": s, "users": T,
+                 "round_size": args.round_size, "delta": args.delta}
+                for a in ("ldp-sgd", "ldp-ols") if a in names for T in args.horizons for t in trusts
+                for s in range(args.horizon_seeds or args.seeds)]
+        print(f"part 3: {len(jobs)} runs (T = {', '.join(f'{T:,}' for T in args.horizons)})", flush=True)
+        horizons = run_jobs(jobs, args.workers)
+    parts = [runs.assign(part="eps"), *([batch.assign(part="batch")] if batch is not None else []),
+             *([horizons.assign(part="horizon")] if horizons is not None else [])]
+    pd.concat(parts).to_csv(args.out / "runs.csv", index=False)
     text = [f"`python jobs/trust_experiment.py {' '.join(sys.argv[1:] if argv is None else argv)}`".replace(" `", "`"),
             f"T = {args.users:,}, delta = {args.delta:g}, {args.seeds} seeds, B = {args.round_size:,}; "
             f"{time.perf_counter() - started:,.0f} s wall clock, {args.workers} workers.", "",
@@ -217,8 +278,11 @@ def main(argv=None) -> int:
     if batch is not None:
         text += ["", f"ldp-sgd (linear, d = 10, K = 10) at central eps {args.batch_eps:g}, over the round size:", "",
                  *batch_table(batch)]
+    if horizons is not None:
+        text += ["", f"Final regret over T at central eps {args.batch_eps:g}, B = {args.round_size:,} "
+                     f"(median over seeds; slope of log regret over log T):", "", *horizon_table(horizons)]
     (args.out / "tables.md").write_text("\n".join(text) + "\n")
-    plots(runs, batch, args.out)
+    plots(runs, batch, args.out, horizons)
     print("\n".join(text))
     print(f"written: {args.out}/runs.csv, tables.md, plots/")
     return 0
