@@ -203,10 +203,10 @@ def _model(algo, config):
 
 def _client_round(algo, env, model, users, seed: int):
     """(contexts, actions, rewards) of these users, from generators keyed by seed (as a population's round)."""
-    world, client = np.random.default_rng([seed, 1]), np.random.default_rng([seed, 2])
-    contexts = env.contexts(users, world)
+    nature, client = np.random.default_rng([seed, 1]), np.random.default_rng([seed, 2])
+    contexts = env.contexts(users, nature)
     actions = algo.act(model, contexts, users, client)
-    rewards, _ = env.step(contexts, actions, users, world)
+    rewards, _ = env.step(contexts, actions, users, nature)
     return contexts, actions, rewards
 
 
@@ -701,7 +701,7 @@ def check_public_fields(subject: Subject):
             client = np.random.default_rng([batch, 12])          # the same randomness for both variants
             contexts = env.contexts(users, world)
             actions = algo.act(model, contexts, users, client)
-            rewards, _ = env.step(contexts, actions, users, world)
+            rewards, _ = env.step(contexts, actions, users, nature)
             messages, _ = algo.encode(model, contexts, actions, rewards, users, client)
             sent.append(messages)
         for field in public:
@@ -742,7 +742,7 @@ def check_engines(subject: Subject):
         return f"skipped: {why} (the local engine was: two runs bit-identical)"
     import ray
 
-    from ldpfed.engine.ray_engine import POOL, ensure_ray
+    from ldpfed.engine.ray_engine import IDLE_ACTORS, ensure_ray
 
     started = ensure_ray(log_to_driver=False, logging_level="ERROR")
     try:
@@ -755,7 +755,7 @@ def check_engines(subject: Subject):
                                     f"messages")
     finally:
         if started:
-            POOL.clear()
+            IDLE_ACTORS.clear()
             ray.shutdown()
 
 

@@ -26,7 +26,7 @@ def ray_session():
     try:
         yield ray
     finally:
-        from ldpfed.engine.ray_engine import POOL
+        from ldpfed.engine.ray_engine import IDLE_ACTORS
 
-        POOL.clear()
+        IDLE_ACTORS.clear()
         ray.shutdown()

@@ -38,11 +38,11 @@ def simulate_population(algo, env, model, seed: int, round_index: int, populatio
     Returns (payload, regret_sum, metrics): payload is the per-user messages, or their sums when pre_aggregate
     (post-processing of privatized values, so the same privacy). Regret and metrics are simulation-only.
     """
-    world = derive(seed, "context", population, round_index)   # contexts and rewards: same for every algorithm
+    nature = derive(seed, "context", population, round_index)   # contexts and rewards: same for every algorithm
     client = derive(seed, "privatize", population, round_index)  # the users' own randomness
-    contexts = env.contexts(users, world)
+    contexts = env.contexts(users, nature)
     actions = algo.act(model, contexts, users, client)
-    rewards, regret = env.step(contexts, actions, users, world)
+    rewards, regret = env.step(contexts, actions, users, nature)
     messages, metrics = algo.encode(model, contexts, actions, rewards, users, client)
     payload = algo.aggregate(messages, users) if pre_aggregate else messages
     return payload, float(regret.sum()), metrics

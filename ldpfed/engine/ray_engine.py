@@ -163,8 +163,9 @@ def cluster_nodes() -> list[str]:
     return [n["NodeID"] for n in head + rest]
 
 
-class ActorPool:
-    """Idle actor processes of this Ray session, by (kind, node), for the next run to reuse."""
+class IdleActors:
+    """Idle actor processes of this Ray session, by (kind, node), for the next run to reuse (not ray.util.ActorPool,
+    which spreads calls over busy actors)."""
 
     def __init__(self):
         self.session, self.idle = None, {}
@@ -196,7 +197,7 @@ class ActorPool:
         self.idle = {}
 
 
-POOL = ActorPool()
+IDLE_ACTORS = IdleActors()
 
 
 def _plugins() -> str:
@@ -310,7 +311,7 @@ class RayBackend(Backend):
         if self.spare[kind]:        # a warm process: no interpreter and imports to wait for
             node, handle = self.spare[kind].pop()
         else:
-            handle = POOL.take(self.CLASSES[kind], node)
+            handle = IDLE_ACTORS.take(self.CLASSES[kind], node)
         self.handles[(kind, index)] = handle
         self.where[(kind, index)] = (node, None)
         if kind == "population":
@@ -353,7 +354,7 @@ class RayBackend(Backend):
         for kind, cls in self.CLASSES.items():
             while len(self.spare[kind]) < self.spares:
                 node = cluster_nodes()[len(self.spare[kind]) % len(cluster_nodes())]
-                handle = POOL.take(cls, node)
+                handle = IDLE_ACTORS.take(cls, node)
                 self.spare[kind].append((node, handle))
                 warming.append(handle.node.remote())
         if wait and warming:
@@ -508,13 +509,13 @@ class RayBackend(Backend):
         for kind in self.spare:
             for node, handle in self.spare[kind]:
                 if reuse:
-                    POOL.give_back(self.CLASSES[kind], node, handle)
+                    IDLE_ACTORS.give_back(self.CLASSES[kind], node, handle)
                 else:
                     _kill(handle)
             self.spare[kind] = []
         for (kind, _), handle in self.handles.items():
             if reuse:
-                POOL.give_back(self.CLASSES[kind], self.where[(kind, _)][0], handle)
+                IDLE_ACTORS.give_back(self.CLASSES[kind], self.where[(kind, _)][0], handle)
             else:
                 _kill(handle)
         self.handles = {}
@@ -583,5 +584,5 @@ def run_ray(config, *, actors: int = 2, shards: int = 1, mode: str = "pre-aggreg
     finally:
         backend.release(reuse=ok and not started)
         if started:
-            POOL.idle = {}
+            IDLE_ACTORS.idle = {}
             ray.shutdown()
