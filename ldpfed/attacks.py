@@ -131,6 +131,7 @@ class PoisonedBackend(Backend):
         bad = self.attackers[users]
         if bad.any():
             self.attack(self.algo, self.env, messages, users, bad)
+        self.core.publish(round_index, model)
         if self.core.fold([(self.config.algorithm, round_index, 0, messages)]) != (1, 0):
             raise Rejected(round_index, dict(self.core.rejected_by_reason), self.regret)
         self.regret += regret

@@ -125,6 +125,17 @@ def _other_arm(m, users, algo):       # the last user pulls an arm that is not t
     m["arm"][-1] = (m["arm"][-1] + 1) % algo.K
 
 
+def _all_other_arm(m, users, algo):   # every user past the first K on one arm, not the one the server published
+    late = np.asarray(users) >= algo.K
+    m["arm"][late] = (m["arm"][late] + 1) % algo.K
+
+
+def _all_pulls_other_arm(m, users, algo):
+    late = np.flatnonzero(np.asarray(users) >= algo.K)
+    m["pulls"][late] = np.roll(m["pulls"][late], 1, axis=1)
+    m["feedback"][late] = np.roll(m["feedback"][late], 1, axis=1)
+
+
 def _pulls_other_arm(m, users, algo):
     arm = int(np.argmax(m["pulls"][-1]))
     m["pulls"][-1] = 0.0
@@ -154,8 +165,10 @@ PER_USER = {
     "ldp-ols": [("u entries 1e6", _set("u", 0, 1e6)), ("M entries 1e150", _set("M", 0, 1e150)),
                 ("M not symmetric", _not_symmetric)],
     "sw-klucb-cf": [("randomized-response bit of 7", _bit), ("feedback 1 in every arm slot (every user)", _feedback_every_slot),
-                    ("pulls = -3", _set("pulls", (0, 0), -3.0)), ("pulls not the scheduled arm", _pulls_other_arm)],
+                    ("pulls = -3", _set("pulls", (0, 0), -3.0)), ("pulls not the scheduled arm", _pulls_other_arm),
+                    ("every user's pulls on an arm the server did not publish", _all_pulls_other_arm)],
     "ldp-mab-ucb": [("noisy reward 1e9", _set("reward", 0, 1e9)), ("arm not the scheduled arm", _other_arm),
+                    ("every user on an arm the server did not publish", _all_other_arm),
                     ("arm 99", _set("arm", 0, 99)), ("arm -1", _set("arm", 0, -1))],
     "ldp-ols-multi": [("public count n = 1e6", _set("n", (0, 0), 1e6))],
     "ldp-bco-one-point": [("unit direction of norm 1.4e8", _scale_row("u", 1.4e8))],
@@ -209,6 +222,10 @@ def attack_setup(name, mode, shards=1):
     return config, algo, plan, genuine
 
 
+def published_model(config, algo):
+    return algo.publish(algo.initial_state(derive(config.seed, "init")))
+
+
 def attacked_payloads(name, algo, plan, users, messages):
     """(attack name, the payload to send) for the mode of the plan."""
     out = []
@@ -236,6 +253,7 @@ def as_message(config, plan, population, payload, n_users, shard=0):
 def test_every_attack_is_rejected_and_counted_state_unchanged(name, mode):
     config, algo, plan, genuine = attack_setup(name, mode)
     core = ShardCore(plan, 0, algo)
+    core.publish(0, published_model(config, algo))      # as the Ray engine does each round
     users, messages = genuine[0]
     payload = messages if mode == "per-user" else algo.aggregate(messages, users)
     assert core.fold([as_message(config, plan, 0, payload, len(users))]) == (1, 0)
@@ -297,6 +315,7 @@ def test_two_shards_pre_aggregated_some_shard_rejects_each_attack():
             rejected = 0
             for shard in plan.active_shards():
                 core = ShardCore(plan, shard, algo)
+                core.publish(0, published_model(config, algo))
                 rejected += core.fold([as_message(config, plan, 1, bad, len(users), shard)])[1]
             assert rejected >= 1, (name, attack_name)
 
@@ -310,6 +329,7 @@ def test_shard_actor_rejects_attacks_over_ray(ray_session):
         if True:
             config, algo, plan, genuine = attack_setup(name, mode)
             actor = RemoteShard.options(num_cpus=0).remote(config, plan, 0)
+            ray.get(actor.publish.remote(0, published_model(config, algo)))
             users, messages = genuine[1]
             attacks = attacked_payloads(name, algo, plan, users, messages)
             batch = [as_message(config, plan, 1, bad, len(users)) for _, bad in attacks]
@@ -477,3 +497,23 @@ def test_steady_window_stops_at_the_first_shard_out_of_work():
     assert w["seconds"] == 2.0 and w["user_messages"] == 10 + 10 + 20
     assert w["busy"] == [1.0, (1.0 + 0.4) / 2.0]          # shard 1's second call clipped at t = 2
     assert w["cpu"] == [0.5, 0.2] and w["folding"] == [0.8, 0.45]
+
+
+@pytest.mark.parametrize("mode", ["per-user", "pre-aggregated"])
+@pytest.mark.parametrize("name, attack", [("ldp-mab-ucb", _all_other_arm), ("sw-klucb-cf", _all_pulls_other_arm)])
+def test_an_arm_the_server_did_not_publish_is_caught_only_with_the_rounds_model(name, attack, mode):
+    """Every user of a message agrees on one arm, but not the published one: without the round's model a shard
+    cannot tell (the users agree); with it (the Ray engine publishes it to the shards) the message is rejected."""
+    config, algo, plan, genuine = attack_setup(name, mode)
+    users, messages = genuine[1]
+    m = {f: v.copy() for f, v in messages.items()}
+    attack(m, users, algo)
+    payload = m if mode == "per-user" else algo.aggregate(m, users)
+    blind, told = ShardCore(plan, 0, algo), ShardCore(plan, 0, algo)
+    told.publish(0, published_model(config, algo))
+    assert blind.fold([as_message(config, plan, 1, payload, len(users))]) == (1, 0)
+    assert told.fold([as_message(config, plan, 1, payload, len(users))]) == (0, 1)
+    assert list(told.rejected_by_reason) == [f"out of domain ({'arm' if name == 'ldp-mab-ucb' else 'pulls'}): "
+                                             f"not the published arm" if mode == "per-user" else
+                                             f"out of domain ({'count' if name == 'ldp-mab-ucb' else 'pulls'}): "
+                                             f"not the published arm"]

@@ -186,6 +186,11 @@ def klucb_act(model, consts, contexts, i, user, draws, actions):
     actions[i] = arm
 
 
+def published_arm(model) -> int:
+    """The arm the users t >= K of a round pull: the argmax of the published index, as klucb_act takes it."""
+    return int(np.argmax(model["index"]))
+
+
 @njit(cache=True)
 def klucb_prepare(model, consts, contexts, actions, reward, user, i, inputs, counts):
     """Row: `pulls` (K: the pulled arm, one-hot, public), then `feedback` (K: the reward bit in the first slot, 0 in
@@ -375,7 +380,8 @@ class SWKLUCBCF(CompiledAlgorithm):
         # public; feedback: a bit in at most one slot (the pulled arm's), through randomized response (the
         # non-private baselines send it raw, to a server that is trusted)
         K = self.K
-        pulls = Domain((K,), low=0.0, high=1.0, integral=True, one_hot=True, scheduled=K, source="public pulled arm")
+        pulls = Domain((K,), low=0.0, high=1.0, integral=True, one_hot=True, scheduled=K, published=published_arm,
+                       source="public pulled arm")
         feedback = (Field((K,), mechanism=self.rr, schedule={"at_most_one": True}) if self.private else
                     Field((K,), domain=Domain((K,), low=0.0, high=1.0, integral=True, at_most_one=True,
                                               source="raw reward bit"), raw=True))

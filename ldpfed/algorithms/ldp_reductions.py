@@ -75,6 +75,11 @@ class _OnePointScalar(Algorithm):
         return Domain((), low=-bound, high=bound, source="raw, public bound")
 
 
+def published_arm(model) -> int:
+    """The arm the server published for a round (ldp-mab-ucb's model): what its users t >= K pull."""
+    return int(np.asarray(model["arm"]).reshape(-1)[0])
+
+
 # ==== multi-armed bandits ==========================================================================
 class _OnePointMab(_OnePointScalar, CompiledAlgorithm):
     """Multi-armed bandit message: the public arm and the privatized reward; the server keeps per-arm sums.
@@ -90,7 +95,7 @@ class _OnePointMab(_OnePointScalar, CompiledAlgorithm):
         # the arm: public (chosen from the published model and the user's own coins, never from its reward); the
         # reward: the Gaussian mechanism's output for data in [-c_r, c_r] (raw, to a trusted server, when not private)
         arm = Domain((), low=0, high=self.K - 1, integral=True, scheduled=self.K if self.scheduled_arm else None,
-                     source="public arm")
+                     published=published_arm if self.scheduled_arm else None, source="public arm")
         reward = (Field((), mechanism=self.mechanisms[self.private_field], data_bound=self.c_r) if self.private else
                   Field((), domain=self._scalar_domain(self.c_r), raw=True))
         return {"arm": Field((), domain=arm), "reward": reward}
@@ -114,7 +119,7 @@ class _OnePointMab(_OnePointScalar, CompiledAlgorithm):
             users = np.asarray(users)
             scheduled = (np.bincount(users[users < K], minlength=K).astype(float), float(np.sum(users >= K)))
         return {"count": SumBounds(np.zeros(K), np.full(K, float(n)), integral=True, total=float(n),
-                                   scheduled=scheduled),
+                                   scheduled=scheduled, published=published_arm if self.scheduled_arm else None),
                 "reward": SumBounds(np.full(K, reward.low[0]), np.full(K, reward.high[0]))}
 
 

@@ -127,8 +127,14 @@ class ShardActor:
     def collect(self, round_index: int) -> dict:
         return self.core.collect(round_index)
 
-    def fold_round(self, round_index: int, *batches):
-        """Fold one round's batches (one per population actor) and close it: (totals, accepted, rejected)."""
+    def publish(self, round_index: int, model) -> None:
+        self.core.publish(round_index, model)
+
+    def fold_round(self, round_index: int, *batches, model=None):
+        """Fold one round's batches (one per population actor) and close it: (totals, accepted, rejected). model:
+        what the server published for the round, when the message domains check public choices against it."""
+        if model is not None:
+            self.core.publish(round_index, model)
         accepted, rejected = self.fold(*batches)
         return self.core.collect(round_index), accepted, rejected
 
@@ -337,6 +343,8 @@ class RayBackend(Backend):
         self.actors = min(self.actors, config.populations)
         self.max_in_flight = self.actors if self.max_in_flight is None else self.max_in_flight
         self.plan = make_plan(algo, config, self.shards, self.mode, self.layout)
+        # the shards get each round's model when a message domain checks a public choice against it
+        self.shards_check_model = any(getattr(d, "published", None) for d in algo.cached_domains().values())
         self.populations = [[p for p in range(config.populations) if p % self.actors == a] for a in range(self.actors)]
         self.active = self.plan.active_shards()
         keys = [("population", a) for a in range(self.actors)] + [("shard", s) for s in range(self.shards)]
@@ -400,7 +408,9 @@ class RayBackend(Backend):
                 shard_refs[s].append(refs[s])
         # Each shard gets the references (Ray moves the data from the actors to it when they are ready, without
         # the driver), folds them in population order and returns the round's totals for its keys.
-        round_refs = {s: shard_actors[("shard", s)].fold_round.remote(r, *shard_refs[s]) for s in self.active}
+        published = model_ref if self.shards_check_model else None
+        round_refs = {s: shard_actors[("shard", s)].fold_round.remote(r, *shard_refs[s], model=published)
+                      for s in self.active}
         self.fold_calls += len(round_refs)
         self.in_flight = metric_refs + list(round_refs.values())
         values = _gather(self.in_flight, deadline, r)

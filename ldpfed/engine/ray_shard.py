@@ -306,6 +306,7 @@ class ShardCore:
         self.max_open_rounds = max_open_rounds
         self.next_round = first_round  # rounds below are closed (a recreated or resumed shard starts later)
         self.rounds: dict[int, _Round] = {}
+        self.models: dict = {}        # round -> the model the server published for it (public schedules)
         self.accepted = 0             # (population, round) messages folded
         self.user_messages = 0        # users those messages carried
         self.rejected = 0
@@ -315,6 +316,11 @@ class ShardCore:
         self.busy_s = 0.0
 
     # ---- folding ----------------------------------------------------------------------------------
+    def publish(self, round_index: int, model) -> None:
+        """The model the server published for round `round_index`: what the users of the round saw, so that the
+        messages' public choices (a published arm) are checked against it, not only against each other."""
+        self.models[int(round_index)] = model
+
     def fold(self, messages, sent_at: float | None = None) -> tuple[int, int]:
         """Fold a batch of messages; returns (accepted, rejected) of this batch."""
         accepted = rejected = 0
@@ -374,7 +380,7 @@ class ShardCore:
                 return "wrong shape"
         # Every domain is bounded or exact, so a payload inside its domains is finite: with the checks on, the
         # finiteness pass runs only to name the reason of a rejection.
-        reason = self._domain_reason(payload, users) if self.check_domains else None
+        reason = self._domain_reason(payload, users, self.models.get(round_index)) if self.check_domains else None
         if reason is not None or not self.check_domains:
             if not all(np.isfinite(payload[field]).all() for field in expected):
                 return "non-finite"
@@ -424,24 +430,25 @@ class ShardCore:
                                    + sum(np.abs(p[f]) for p in state.pending.values() if f in p)).all()
                        for f, v in part.items())
 
-    def _domain_reason(self, payload: dict, users: np.ndarray) -> str | None:
-        """None if the payload could come from honest users, else why not (see the module docstring)."""
+    def _domain_reason(self, payload: dict, users: np.ndarray, model=None) -> str | None:
+        """None if the payload could come from honest users who saw `model` (None: not known to this shard), else
+        why not (see the module docstring)."""
         plan = self.plan
         if plan.mode == "pre-aggregated":
             bounds = self.algo.aggregate_bounds(users)
             for seg in self.segments:
-                why = bounds[seg.field].reason(payload[seg.field], seg.lo, seg.hi)
+                why = bounds[seg.field].reason(payload[seg.field], seg.lo, seg.hi, model=model)
                 if why is not None:
                     return f"out of domain ({seg.field}): {why}"
             return None
         if plan.layout == "population":
             for field, value in payload.items():
-                why = self.domains[field].reason(value, users)
+                why = self.domains[field].reason(value, users, model=model)
                 if why is not None:
                     return f"out of domain ({field}): {why}"
             return None
         for seg in self.segments:
-            why = self.domains[seg.field].reason(payload[seg.field], users, seg.lo, seg.hi)
+            why = self.domains[seg.field].reason(payload[seg.field], users, seg.lo, seg.hi, model=model)
             if why is not None:
                 return f"out of domain ({seg.field}): {why}"
         return None
@@ -452,6 +459,7 @@ class ShardCore:
         if round_index != self.next_round:
             raise RuntimeError(f"shard {self.shard}: collect({round_index}) but round {self.next_round} is next")
         expected = self.plan.populations_of(round_index, self.shard)
+        self.models.pop(round_index, None)
         if not expected:
             self.next_round += 1
             self.rounds.pop(round_index, None)

@@ -61,14 +61,15 @@ class Domain:
       the first norm_part entries of each row only (e.g. the context x of z = [x; r]). symmetric: the last two axes
       form a symmetric matrix. one_hot: every row is 0/1 with exactly one 1; at_most_one: with at most one 1.
     scheduled: K: an arm (a scalar arm, or a one-hot row) on the public schedule "user t < K pulls arm t, the
-      others of a round pull the round's one published arm" (the published arm itself is not known to a shard,
-      so the users of a message must agree on it).
+      others of a round pull the round's one published arm"; published: model -> that arm, from the model the
+      server published for the round. A shard that is given the round's model (`model=` of the checks) checks
+      the arm itself; without it, the users of a message must agree on one arm.
     source: what the contract comes from (for the ledger and error messages).
     """
 
     def __init__(self, shape, *, low=-np.inf, high=np.inf, noise=None, slots=None, exact=None, integral=False,
                  radius=None, max_radius=None, norm_part=None, symmetric=False, one_hot=False, at_most_one=False, scheduled=None,
-                 source=""):
+                 published=None, source=""):
         self.shape = tuple(int(s) for s in shape)
         self.size = int(np.prod(self.shape, dtype=np.int64))
         self.data_low, self.data_high = _flat(low, self.shape), _flat(high, self.shape)
@@ -78,7 +79,7 @@ class Domain:
         self.slots, self.exact, self.integral = slots, exact, bool(integral)
         self.radius, self.max_radius = radius, max_radius
         self.symmetric, self.one_hot, self.at_most_one = bool(symmetric), bool(one_hot), bool(at_most_one)
-        self.scheduled = scheduled
+        self.scheduled, self.published = scheduled, published
         self.source = source
         self.row = self.shape[-1] if self.shape else 1
         self.norm_part = self.row if norm_part is None else int(norm_part)
@@ -101,7 +102,8 @@ class Domain:
         return f"Domain({self.shape}, {self.source})"
 
     # ---- one user at a time (vectorized over the users of a message) ---------------------------------------
-    def reason(self, values: np.ndarray, users: np.ndarray, lo: int | None = None, hi: int | None = None):
+    def reason(self, values: np.ndarray, users: np.ndarray, lo: int | None = None, hi: int | None = None,
+               model=None):
         """None if every user's value lies in the domain, else the reason. values: (n, *shape), or the columns
         [lo, hi) of the flattened per-user values, shape (n, hi - lo) (block layout: only the element-wise and
         row-norm-at-most checks apply to a slice). A value that is not finite is never in the domain (every
@@ -169,6 +171,8 @@ class Domain:
             rest = arms[~init]
             if rest.size and not (rest == rest[0]).all():
                 return "not the scheduled arm"
+            if rest.size and model is not None and self.published is not None and rest[0] != self.published(model):
+                return "not the published arm"
         return None
 
     # ---- a sum of users ------------------------------------------------------------------------------------
@@ -209,7 +213,8 @@ class Domain:
         if self.scheduled is not None and self.one_hot:
             scheduled = _schedule_counts(users, self.scheduled)
         return SumBounds(low, high, integral=self.integral, groups=groups, group_max=group_max, total=total,
-                         total_max=total_max, scheduled=scheduled, symmetric=self.shape if self.symmetric else None)
+                         total_max=total_max, scheduled=scheduled, published=self.published,
+                         symmetric=self.shape if self.symmetric else None)
 
 
 def symmetric_reason(flat: np.ndarray, shape: tuple):
@@ -243,20 +248,21 @@ class SumBounds:
     field (low, high: None when a group bound implies them; integral; exact), per group of elements (group_max
     bounds the l2 norm of each group, e.g. n B for a sum of n l2-ball outputs), and over the whole field (total:
     the sum of all elements; total_max; scheduled = (init_counts, n_rest): the counts of a scheduled arm,
-    init_counts plus n_rest on one arm; symmetric). Whole-field conditions are checked only when a shard holds
+    init_counts plus n_rest on one arm, the published one (published(model)) when the check is given the
+    round's model; symmetric). Whole-field conditions are checked only when a shard holds
     the whole field. Every comparison is written so that nan fails it; an aggregate that passes is finite."""
 
     def __init__(self, low, high, *, size=None, integral=False, exact=None, groups=None, group_max=None, total=None,
-                 total_max=None, scheduled=None, symmetric=None):
+                 total_max=None, scheduled=None, published=None, symmetric=None):
         self.low = None if low is None else np.asarray(low, dtype=np.float64)
         self.high = None if high is None else np.asarray(high, dtype=np.float64)
         self.size = int(size if size is not None else (self.low.size if self.low is not None else exact.size))
         self.integral, self.exact = integral, exact
         self.groups, self.group_max = groups, group_max      # (without low/high, finite group bounds)
-        self.total, self.total_max, self.scheduled = total, total_max, scheduled
+        self.total, self.total_max, self.scheduled, self.published = total, total_max, scheduled, published
         self.symmetric = symmetric      # the per-user shape (..., d, d) of a symmetric field, or None
 
-    def reason(self, flat: np.ndarray, lo: int = 0, hi: int | None = None):
+    def reason(self, flat: np.ndarray, lo: int = 0, hi: int | None = None, model=None):
         hi = self.size if hi is None else hi
         whole = lo == 0 and hi == self.size
         if self.exact is not None:
@@ -280,6 +286,9 @@ class SumBounds:
                 extra = flat - init
                 if (extra < 0).any() or extra.sum() != rest or np.count_nonzero(extra) > 1:
                     return "not the scheduled arm"
+                if rest and model is not None and self.published is not None and \
+                        extra[self.published(model)] != rest:
+                    return "not the published arm"
         return None
 
 
