@@ -16,6 +16,7 @@ from ldpfed.algorithms import make_algorithm
 from ldpfed.engine.core import RoundRecorder, combine_populations, round_bounds
 from ldpfed.envs import make_env
 from ldpfed.rng import derive
+from ldpfed.threads import limited
 
 
 class Backend:
@@ -36,7 +37,13 @@ class Backend:
 
 def drive(config, backend: Backend, progress=None, checkpointer=None):
     """Run `config` through `backend` to a RunResult. checkpointer: a `checkpoint.Checkpointer` (None: none);
-    when its file exists the run continues from it (the result equals the uninterrupted run's, bit for bit)."""
+    when its file exists the run continues from it (the result equals the uninterrupted run's, bit for bit).
+    The rounds run with the BLAS pools of ldpfed.threads (one thread by default)."""
+    with limited():
+        return _drive(config, backend, progress, checkpointer)
+
+
+def _drive(config, backend, progress, checkpointer):
     env = make_env(config)
     algo = make_algorithm(env, config)
     state = algo.initial_state(derive(config.seed, "init"))

@@ -45,6 +45,7 @@ from ldpfed.envs import make_env
 from ldpfed.errors import ConfigError, describe_error
 from ldpfed.memory import keep_freed_memory
 from ldpfed.plugins import PLUGINS_VAR
+from ldpfed.threads import limit as limit_threads
 
 
 class PopulationActor:
@@ -61,6 +62,7 @@ class PopulationActor:
     def configure(self, config, populations: list[int], plan) -> tuple[str, int]:
         """(node id, pid) of this actor once it is ready for the run."""
         self.config, self.populations, self.plan = config, list(populations), plan
+        limit_threads()         # one BLAS thread: the actor's CPU is its users' work (ldpfed.threads)
         keep_freed_memory()     # the populations' arrays reuse freed memory instead of faulting in new pages
         self.env = make_env(config)
         self.algo = make_algorithm(self.env, config)
@@ -106,6 +108,7 @@ class ShardActor:
                   check_domains: bool = True) -> tuple[str, int]:
         """(node id, pid) of this shard once it is ready to fold from round `first_round` on. check_domains=False:
         only to measure what the domain checks cost (ShardCore)."""
+        limit_threads()
         algo = None
         if plan.segments[shard]:   # its `aggregate` (public per-user weights) and its message domains
             algo = make_algorithm(make_env(config), config)
