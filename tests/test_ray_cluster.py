@@ -52,6 +52,75 @@ finally:
 """
 
 
+NODE_LOSS = r"""
+import json, os, signal, sys
+import ray
+from ray.cluster_utils import Cluster
+from ldpfed.config import RunConfig
+from ldpfed.engine import run_local
+from ldpfed.engine.ray_engine import run_ray
+
+algorithm, mode, fault = sys.argv[1:4]
+LOOPBACK = "127.0.0.2"
+cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False,
+                                                       "node_ip_address": LOOPBACK})
+workers = [cluster.add_node(num_cpus=1, node_ip_address=LOOPBACK) for _ in range(2)]
+cluster.wait_for_nodes()
+stopped = []
+try:
+    ray.init(address=cluster.address, _node_ip_address=LOOPBACK, log_to_driver=False, logging_level="ERROR")
+    config = RunConfig(algorithm, env="linear", users=3000, round_size=100, populations=6, seed=5,
+                       env_params={"d": 3, "K": 4})
+    local = run_local(config)
+    done = {}
+
+    def progress(users, regret):      # the fault, a third of the way in: the last worker node (a population
+        if users >= 1000 and not done:  # actor and a shard on it) is killed, or frozen with all it started
+            done["at"] = users
+            if fault == "kill":
+                cluster.remove_node(workers[1], allow_graceful=False)
+            else:
+                raylet = workers[1].all_processes["raylet"][0].process.pid
+                children = open(f"/proc/{raylet}/task/{raylet}/children").read().split()
+                stopped.extend([raylet] + [int(pid) for pid in children])
+                for pid in stopped:
+                    os.kill(pid, signal.SIGSTOP)
+
+    remote = run_ray(config, actors=3, shards=3, mode=mode, progress=progress, round_timeout=5.0)
+    s = remote.summary
+    print("RESULT " + json.dumps({"same": bool(local.table.equals(remote.table)), "recoveries": s["recoveries"],
+                                  "moved": [(a["kind"], a["old_node"] != a["new_node"]) for e in
+                                            s["recovery_events"] for a in e["actors"]],
+                                  "nodes": s["nodes"]}))
+finally:
+    for pid in stopped:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    ray.shutdown()
+    cluster.shutdown()
+"""
+
+
+@pytest.mark.parametrize("fault, mode", [("kill", "per-user"), ("freeze", "pre-aggregated")])
+def test_a_lost_node_is_left_behind_and_the_run_ends_bit_identical(fault, mode):
+    """A 3-node cluster (ray.cluster_utils, in a subprocess): a third of the way in, the node hosting a population
+    actor and a shard is killed (its raylet and workers gone) or frozen (SIGSTOP on all of them: a partition).
+    Ray has not marked the node dead when the engine recovers, so the replacements must be placed elsewhere (before
+    issue 19, the replacement went back to the dead node and ActorDiedError ended the run)."""
+    env = dict(os.environ, RAY_DEDUP_LOGS="0")
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.run([sys.executable, "-c", NODE_LOSS, ALGORITHM, mode, fault], capture_output=True, text=True,
+                          timeout=400, env=env, cwd=ROOT)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert lines, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = json.loads(lines[-1][len("RESULT "):])
+    assert out["same"] and out["recoveries"] >= 1
+    assert sorted(out["moved"]) == [["population", True], ["shard", True]]     # both left the lost node
+    assert out["nodes"] == 2
+
+
 def test_two_node_cluster_uses_both_nodes_and_equals_single_process():
     env = dict(os.environ, RAY_DEDUP_LOGS="0")
     env.pop("RAY_ADDRESS", None)

@@ -209,6 +209,12 @@ class IdleActors:
 IDLE_ACTORS = IdleActors()
 
 
+def _node_for(index: int, nodes: list, avoid: set) -> str:
+    """Node `index` mod the nodes not in `avoid` (all of them when every node is to be avoided)."""
+    usable = [n for n in nodes if n not in avoid] or nodes
+    return usable[index % len(usable)]
+
+
 def _plugins() -> str:
     """This driver's LDPFED_PLUGINS ("" when unset): every actor gets it, so it rebuilds the same classes by name."""
     return os.environ.get(PLUGINS_VAR, "")
@@ -327,14 +333,37 @@ class RayBackend(Backend):
             return handle.configure.remote(self.config, self.populations[index], self.plan)
         return handle.configure.remote(self.config, self.plan, index, 1, first_round)
 
-    def _configured(self, keys, refs) -> None:
-        try:
-            placed = ray.get(refs, timeout=self.first_round_timeout)
-        except ray.exceptions.GetTimeoutError:
-            raise RunFault(f"actors {keys} were not ready within {self.first_round_timeout:.0f} s "
-                           f"(first_round_timeout)") from None
-        for key, (node, pid) in zip(keys, placed):
-            self.where[key] = (node, pid)
+    def _configured(self, keys, refs) -> list:
+        """Wait for the actors' `configure` calls; record where each one runs. Returns the keys whose actor died
+        while being configured (its node is gone: Ray had not marked it dead yet), for the caller to place again;
+        RunFault if some are not ready within first_round_timeout."""
+        ready, pending = ray.wait(list(refs), num_returns=len(refs), timeout=self.first_round_timeout)
+        if pending:
+            late = [key for key, ref in zip(keys, refs) if ref in pending]
+            raise RunFault(f"actors {late} were not ready within {self.first_round_timeout:.0f} s "
+                           f"(first_round_timeout)")
+        died = []
+        for key, ref in zip(keys, refs):
+            try:
+                self.where[key] = tuple(ray.get(ref))
+            except FAULTS:
+                died.append(key)
+        return died
+
+    def _place(self, keys, first_round: int, node_of) -> None:
+        """Start and configure the actors `keys`, `node_of(key, avoid)` choosing each one's node; an actor that dies
+        while being configured is placed again, away from the nodes where that happened (up to max_recoveries
+        times), so a node that died without Ray knowing yet is left behind."""
+        avoid: set = set()
+        for _ in range(self.max_recoveries + 1):
+            refs = {key: self._start(key[0], key[1], first_round, node_of(key, avoid)) for key in keys}
+            keys = self._configured(list(refs), list(refs.values()))
+            if not keys:
+                return
+            avoid |= {self.where[key][0] for key in keys}
+            for key in keys:
+                _kill(self.handles[key])
+        raise RunFault(f"actors {keys} died each time they were placed (nodes tried: {len(avoid)})")
 
     def pids(self) -> dict:
         """The pids of this run's actors now: {"population": [...], "shard": [...]} (for fault drills)."""
@@ -352,7 +381,7 @@ class RayBackend(Backend):
         self.active = self.plan.active_shards()
         keys = [("population", a) for a in range(self.actors)] + [("shard", s) for s in range(self.shards)]
         nodes = cluster_nodes()   # population actor a on node a % N, shard s on node s % N
-        self._configured(keys, [self._start(kind, i, first_round, nodes[i % len(nodes)]) for kind, i in keys])
+        self._place(keys, first_round, lambda key, avoid: _node_for(key[1], nodes, avoid))
         self._add_spares(wait=True)
         # CPU seconds of each process so far (pooled processes served earlier runs): the run's share is the rise
         self.driver_cpu_at_open = time.process_time()
@@ -462,8 +491,16 @@ class RayBackend(Backend):
         events = [{"round": r, "kind": kind, "index": i, "cause": why, "old_node": self.where[(kind, i)][0],
                    "old_pid": self.where[(kind, i)][1]} for (kind, i), why in bad.items()]
         self._settle()
-        refs = {key: self._start(key[0], key[1], r, self.where[key][0]) for key in bad}
-        self._configured(list(refs), list(refs.values()))
+        # A node none of whose actors answered may be gone (Ray marks a dead node only after its health checks
+        # fail): its actors are placed on the other nodes; a node where some actor answered keeps its actors.
+        answered = {self.where[key][0] for key in self.handles if key not in bad}
+        suspect = {self.where[key][0] for key in bad} - answered
+        nodes = cluster_nodes()
+        self._place(list(bad), r, lambda key, avoid: (
+            self.where[key][0] if self.where[key][0] in nodes and self.where[key][0] not in suspect | avoid
+            else _node_for(key[1], nodes, suspect | avoid)))
+        for event in events:
+            event["new_node"] = self.where[(event["kind"], event["index"])][0]
         survivors = [s for s in self.active if ("shard", s) not in bad]
         try:
             ray.get([self.handles[("shard", s)].rewind.remote(r) for s in survivors], timeout=self.first_round_timeout)
