@@ -697,9 +697,9 @@ def check_public_fields(subject: Subject):
     for batch, users in enumerate(subject.batches(config)):
         sent = []
         for variant in range(2):
-            world = np.random.default_rng([batch, variant, 11])   # other contexts and rewards (the env's)
+            nature = np.random.default_rng([batch, variant, 11])  # other contexts and rewards (the env's)
             client = np.random.default_rng([batch, 12])          # the same randomness for both variants
-            contexts = env.contexts(users, world)
+            contexts = env.contexts(users, nature)
             actions = algo.act(model, contexts, users, client)
             rewards, _ = env.step(contexts, actions, users, nature)
             messages, _ = algo.encode(model, contexts, actions, rewards, users, client)

@@ -118,3 +118,27 @@ def test_the_ray_engine_builds_the_same_shuffled_algorithm(ray_session):
     local, ray = run_local(config), run_ray(config, actors=2, shards=2, mode="per-user")
     assert local.table.equals(ray.table) and local.summary["privacy_eps0"] == ray.summary["privacy_eps0"]
     assert not ray.summary.get("rejected_messages")       # the shards check the eps0 mechanisms' domains
+
+
+def test_a_shuffled_server_cannot_tell_who_sent_what():
+    """Under shuffle the aggregate is a function of the round's multiset of messages: ldp-sgd's rows permuted among
+    the users give the same sums and the same update (its steps eta_t are applied as the round's mean)."""
+    config = shuffled("ldp-sgd", env_params={"d": 4, "K": 3})
+    algo = make_algorithm(make_env(config), config)
+    users = np.arange(2000, 4000)
+    Z = np.random.default_rng(0).standard_normal((len(users), 4))
+    sums = algo.aggregate({"Z": Z}, users)
+    permuted = algo.aggregate({"Z": Z[np.random.default_rng(1).permutation(len(users))]}, users)
+    np.testing.assert_allclose(sums["Z"], permuted["Z"], rtol=1e-12)
+    theta = {"theta": np.zeros(4)}
+    moved = algo.update(theta, sums, 2000, 4000, np.random.default_rng(2))["theta"]
+    eta = algo.step / (users + 1.0 + algo.step_offset)
+    np.testing.assert_allclose(moved, -eta.mean() * Z.sum(axis=0), rtol=1e-9)
+    local = make_algorithm(make_env(config), config.replace(trust="local"))
+    np.testing.assert_allclose(local.aggregate({"Z": Z}, users)["Z"], (eta[:, None] * Z).sum(axis=0), rtol=1e-9)
+
+
+def test_an_aggregate_that_multiplies_message_entries_cannot_be_shuffled():
+    with pytest.raises(ConfigError, match="cannot tell who sent what") as error:
+        make_algorithm(make_env(shuffled("ldp-bco-one-point")), shuffled("ldp-bco-one-point"))
+    assert error.value.field == "trust"

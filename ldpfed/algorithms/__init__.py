@@ -2,7 +2,7 @@
 built-ins (pyproject.toml) and any installed plugin's alike, plus LDPFED_PLUGINS (see ldpfed/plugins.py)."""
 from ldpfed.algorithms.base import Algorithm
 from ldpfed.algorithms.contract import check_class, check_instance
-from ldpfed.algorithms.trust import central_twins, local_config
+from ldpfed.algorithms.trust import central_twins, check_shuffled, local_config
 from ldpfed.plugins import ALGORITHM_GROUP, Registry
 
 REGISTRY: Registry = Registry(ALGORITHM_GROUP, "algorithm", lambda: Algorithm, check_class)
@@ -14,6 +14,8 @@ def make_algorithm(env, config) -> Algorithm:
     local, plan = local_config(config, cls, world)       # the trust model's local budget (ldpfed.algorithms.trust)
     algo = cls(world, local)
     algo.shuffle = plan
+    if plan is not None:
+        check_shuffled(algo)
     if config.trust == "central":
         algo.central = central_twins(algo)
     check_instance(algo)

@@ -118,19 +118,20 @@ def round_loops(steps: Steps):
 
 
 def weight_loop(steps: Steps):
-    """run(consts, users, out): out = entry-wise the largest |weight| that `weigh` gives the users' rows (a row of
-    ones weighed), for the central model's noise (ldpfed.mechanisms.central)."""
+    """run(consts, users, largest, total): entry-wise the largest |weight| and the sum of the weights that `weigh`
+    gives the users' rows (a row of ones weighed): the central model's noise scale, the shuffle model's mean."""
     def build(use):
         weigh = use(steps.weigh)
 
         @njit
-        def run(consts, users, out):
-            row = np.empty(out.shape[0])
+        def run(consts, users, largest, total):
+            row = np.empty(largest.shape[0])
             for i in range(users.shape[0]):
                 row[:] = 1.0
                 weigh(consts, users[i], row)
-                for j in range(out.shape[0]):
-                    out[j] = max(out[j], abs(row[j]))
+                for j in range(largest.shape[0]):
+                    largest[j] = max(largest[j], abs(row[j]))
+                    total[j] += row[j]
 
         return run
 
@@ -179,6 +180,21 @@ class CompiledAlgorithm(Algorithm):
 
     def between(self, state: dict, stop: int, rng: np.random.Generator) -> None:
         """A step in plain Python on the state (in place) after the update of the users up to `stop`."""
+
+    def round_weights(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+        """(largest |weight|, mean weight) of the users [start, stop), entry-wise over the message row."""
+        layout = self.layout()
+        largest, total = np.zeros(layout.width), np.zeros(layout.width)
+        weight_loop(self.steps())(self.compiled_consts(), np.arange(start, stop, dtype=np.int64), largest, total)
+        return largest, total / max(stop - start, 1)
+
+    def anonymous_sums(self) -> bool:
+        """Under the shuffle model the server sees a round's messages as a multiset, so it cannot weigh a message
+        by its user's index (and weighing at the client would give the index away, e.g. in the norm of eta_t Z):
+        the aggregate is then the plain sum of the messages, and `update` applies the round's mean weight to it.
+        The expectation is unchanged where the users of a round are exchangeable (they all act on one published
+        model)."""
+        return self.shuffle is not None and self.steps().weigh is not no_weights
 
     def central_sources(self) -> dict | None:
         """Under the central trust model: {aggregate field: the message field whose values it carries}, where each
@@ -287,7 +303,7 @@ class CompiledAlgorithm(Algorithm):
 
     def aggregate(self, messages, users):
         steps = self.steps()
-        if steps.weigh is no_weights and steps.fold is None:
+        if (steps.weigh is no_weights or self.anonymous_sums()) and steps.fold is None:
             return super().aggregate(messages, users)
         layout, sums = self.layout(), self.sum_layout()
         users = np.asarray(users, dtype=np.int64)
@@ -298,13 +314,15 @@ class CompiledAlgorithm(Algorithm):
 
     def aggregate_bounds(self, users):
         """Plain sums: each field's domain summed over the users; a weighted aggregate declares its own."""
-        if self.steps().weigh is not no_weights or self.steps().fold is not None:
+        if (self.steps().weigh is not no_weights and not self.anonymous_sums()) or self.steps().fold is not None:
             raise NotImplementedError(f"{self.name}: aggregate is weighted or folded; declare aggregate_bounds")
         return {field: domain.sum_bounds(users) for field, domain in self.cached_domains().items()}
 
     def update(self, state, sums, start, stop, rng):
         new = {key: np.array(value, copy=True) for key, value in state.items()}
         joined = self.sum_layout().join(sums)
+        if self.anonymous_sums():
+            joined = joined * self.round_weights(int(start), int(stop))[1]
         if self.central is not None:
             joined = joined + self.central_noise(sums, int(start), int(stop), rng)
         self.steps().update(self.state_tuple(new), self.compiled_consts(), joined, int(start),
@@ -329,10 +347,7 @@ class CompiledAlgorithm(Algorithm):
         private message field gets that field's twin's noise on the entries users can touch (central_touched),
         scaled by the users' largest weight on each entry."""
         steps, layout = self.steps(), self.layout()
-        weights = None
-        if steps.weigh is not no_weights:
-            weights = np.zeros(layout.width)
-            weight_loop(steps)(self.compiled_consts(), np.arange(start, stop, dtype=np.int64), weights)
+        weights = self.round_weights(start, stop)[0] if steps.weigh is not no_weights else None
         touched = self.central_touched(sums, start, stop)
         aggregate = self.sum_layout()
         noise = np.zeros(aggregate.width)

@@ -347,6 +347,8 @@ class LdpSgd(_SingleBase):
     def aggregate_bounds(self, users):
         # sum_i eta_i Z_i with public eta_i > 0 and ||Z_i|| = B: per slot row, norm <= sum_i eta_i B; the sums of
         # the weights are read off `aggregate` itself (on outputs of one coordinate, 1 in the sent slots)
+        if self.anonymous_sums():     # shuffled: plain sums (CompiledAlgorithm.anonymous_sums)
+            return super().aggregate_bounds(users)
         spec, users, domains = self.message_spec(), np.asarray(users), self.cached_domains()
         if domains["Z"].slots is None:
             eta_sums = np.array([self._eta(users).sum()])

@@ -24,6 +24,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from ldpfed.config import TRUST_MODELS  # noqa: F401  (re-exported: the trust models are named once, in config)
 from ldpfed.errors import ConfigError
 from ldpfed.mechanisms import shuffle
@@ -102,6 +104,27 @@ def local_config(config, cls, world):
     plan = shuffle_plan(config, pure=all(float(row["delta"]) == 0.0 for row in rows))
     local = config.replace(eps=plan.eps0, delta=plan.delta0 if plan.delta0 else config.delta, trust="local")
     return local, plan
+
+
+def check_shuffled(algo) -> None:
+    """Under the shuffle model: the server sees each round's messages as a multiset, so the algorithm must be written
+    once (its aggregate is then a sum or a fold of the rows) and weigh each row by a public scaling only, which
+    the server applies as the round's mean (CompiledAlgorithm.anonymous_sums). ConfigError naming trust otherwise,
+    e.g. for the BCO reductions, whose weighted sum multiplies two entries of a message."""
+    compiled_steps = getattr(algo, "compiled_steps", None)
+    if compiled_steps is None or compiled_steps() is None:
+        raise ConfigError("trust", "shuffle", f"{algo.name} is not written as compiled steps "
+                                              f"(ldpfed.algorithms.compiled): its aggregate may use who sent what")
+    if algo.anonymous_sums():
+        weigh, consts, width = algo.steps().weigh, algo.compiled_consts(), algo.layout().width
+        for user in (0, max(algo.T - 1, 0)):
+            ones, twos = np.ones(width), np.full(width, 2.0)
+            weigh(consts, user, ones)
+            weigh(consts, user, twos)
+            if not np.allclose(twos, 2.0 * ones, rtol=1e-12, atol=0.0):
+                raise ConfigError("trust", "shuffle", f"{algo.name} weighs a message by a function of its content "
+                                                      f"(not a public scaling): a shuffled server, which cannot "
+                                                      f"tell who sent what, cannot apply it")
 
 
 def central_twins(algo) -> dict:
