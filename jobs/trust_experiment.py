@@ -111,12 +111,12 @@ def horizon_table(runs: pd.DataFrame) -> list[str]:
     regret) over log(T)."""
     ok = runs[runs["refused"] == ""]
     horizons = sorted(ok["users"].unique())
-    lines = ["| algorithm | trust | " + " | ".join(f"T = {T:,.0f}" for T in horizons) + " | slope |",
-             "|---" * (3 + len(horizons)) + "|"]
-    for (algorithm, trust), group in ok.groupby(["algorithm", "trust"], sort=True):
+    lines = ["| algorithm | central eps | trust | " + " | ".join(f"T = {T:,.0f}" for T in horizons) + " | slope |",
+             "|---" * (4 + len(horizons)) + "|"]
+    for (algorithm, eps, trust), group in ok.groupby(["algorithm", "eps", "trust"], sort=True):
         med = group.groupby("users")["final_regret"].median()
         slope = np.polyfit(np.log(med.index.astype(float)), np.log(med.values), 1)[0] if len(med) > 1 else np.nan
-        lines.append(f"| {algorithm} | {trust} | " + " | ".join(f"{med.get(T, np.nan):,.0f}" for T in horizons)
+        lines.append(f"| {algorithm} | {eps:g} | {trust} | " + " | ".join(f"{med.get(T, np.nan):,.0f}" for T in horizons)
                      + f" | {slope:.2f} |")
     return lines
 
@@ -184,6 +184,7 @@ def plots(runs: pd.DataFrame, batch: pd.DataFrame | None, out: Path, horizons: p
         plt.close(fig)
     if horizons is not None and len(horizons[horizons["refused"] == ""]):
         ok = horizons[horizons["refused"] == ""]
+        ok = ok[ok["eps"] == ok["eps"].max()]
         algorithms = sorted(ok["algorithm"].unique())
         fig, axes = plt.subplots(1, len(algorithms), figsize=(4.2 * len(algorithms), 3.6), squeeze=False)
         for ax, algorithm in zip(axes[0], algorithms):
@@ -208,7 +209,7 @@ def _floats(text):
 
 
 def _ints(text):
-    return tuple(int(float(x)) for x in text.split(","))
+    return tuple(int(float(x)) for x in text.split(",") if x.strip())
 
 
 def main(argv=None) -> int:
@@ -225,8 +226,9 @@ def main(argv=None) -> int:
     parser.add_argument("--batch-eps", type=float, default=1.0)
     parser.add_argument("--trust", default=",".join(TRUSTS), help="comma-separated trust models")
     parser.add_argument("--horizons", type=_ints, default=(100_000, 1_000_000, 10_000_000),
-                        help="T of part 3 (ldp-sgd and ldp-ols at --batch-eps, --round-size); empty: no part 3")
+                        help="T of part 3 (ldp-sgd and ldp-ols at --horizon-eps, --round-size); empty: no part 3")
     parser.add_argument("--horizon-seeds", type=int, default=None, help="seeds of part 3 (default --seeds)")
+    parser.add_argument("--horizon-eps", type=_floats, default=(0.5, 1.0), help="central eps of part 3")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("results/trust"))
     parser.add_argument("--replot", action="store_true", help="only redraw the plots from OUT/runs.csv")
@@ -262,12 +264,16 @@ def main(argv=None) -> int:
         batch = run_jobs(jobs, args.workers)
     horizons = None
     if args.horizons:
-        jobs = [{"algorithm": a, "eps": args.batch_eps, "trust": t, "seed": s, "users": T,
-                 "round_size": args.round_size, "delta": args.delta}
-                for a in ("ldp-sgd", "ldp-ols") if a in names for T in args.horizons for t in trusts
-                for s in range(args.horizon_seeds or args.seeds)]
-        print(f"part 3: {len(jobs)} runs (T = {', '.join(f'{T:,}' for T in args.horizons)})", flush=True)
-        horizons = run_jobs(jobs, args.workers)
+        key = ["algorithm", "eps", "trust", "seed", "users", "round_size"]
+        jobs = pd.DataFrame([{"algorithm": a, "eps": e, "trust": t, "seed": s, "users": T,
+                              "round_size": args.round_size, "delta": args.delta}
+                             for a in ("ldp-sgd", "ldp-ols") if a in names for e in args.horizon_eps
+                             for T in args.horizons for t in trusts for s in range(args.horizon_seeds or args.seeds)])
+        done = jobs.merge(runs, on=key + ["delta"])            # part 1's runs at the same setting are reused
+        todo = jobs[~jobs.set_index(key).index.isin(done.set_index(key).index)]
+        print(f"part 3: {len(todo)} runs (T = {', '.join(f'{T:,}' for T in args.horizons)}; {len(done)} from "
+              f"part 1)", flush=True)
+        horizons = pd.concat([done, run_jobs(todo.to_dict("records"), args.workers)], ignore_index=True)
     parts = [runs.assign(part="eps"), *([batch.assign(part="batch")] if batch is not None else []),
              *([horizons.assign(part="horizon")] if horizons is not None else [])]
     pd.concat(parts).to_csv(args.out / "runs.csv", index=False)
@@ -279,8 +285,8 @@ def main(argv=None) -> int:
         text += ["", f"ldp-sgd (linear, d = 10, K = 10) at central eps {args.batch_eps:g}, over the round size:", "",
                  *batch_table(batch)]
     if horizons is not None:
-        text += ["", f"Final regret over T at central eps {args.batch_eps:g}, B = {args.round_size:,} "
-                     f"(median over seeds; slope of log regret over log T):", "", *horizon_table(horizons)]
+        text += ["", f"Final regret over T, B = {args.round_size:,} (median over seeds; slope of log median regret "
+                     f"over log T):", "", *horizon_table(horizons)]
     (args.out / "tables.md").write_text("\n".join(text) + "\n")
     plots(runs, batch, args.out, horizons)
     print("\n".join(text))
