@@ -9,6 +9,9 @@ Scenarios (each run is compared, table bit for bit, with an undisturbed run of t
   the engine noticing; recover = from then to the recreated actor being ready (the round is then redone).
 * actor frozen with SIGSTOP (SIGCONT later), default timeout (10x the slowest recent round, >= 5 s) or
   --round-timeout: detect = from the SIGSTOP to the timeout firing.
+* a worker node killed (its raylet and workers) or frozen (SIGSTOP on all of them), on a 3-node local cluster of
+  the job's own (ray.cluster_utils), the node hosting a population actor and a shard: the replacements go to the
+  other nodes (Ray marks the node dead only later).
 * driver SIGKILLed (a subprocess running `python -m ldpfed run --checkpoint-dir`): detect is whoever restarts
   it; recover = from the restart to the resumed run passing the round it was killed at; lost = rounds redone.
 Only processes this job started are ever signalled (the actors of its own Ray, by the pids the engine reports).
@@ -23,7 +26,7 @@ import time
 from pathlib import Path
 
 from ldpfed.config import RunConfig
-from ldpfed.drills import actor_fault, driver_kill, mlflow_outage
+from ldpfed.drills import actor_fault, driver_kill, mlflow_outage, node_fault
 from ldpfed.engine import run_local
 
 
@@ -38,6 +41,7 @@ def main(argv=None) -> int:
     parser.add_argument("--round-timeout", type=float, default=None, help="fixed round timeout (default: derived)")
     parser.add_argument("--at-round", type=int, default=None, help="round after which to inject (default: T/B/3)")
     parser.add_argument("--skip-actors", action="store_true")
+    parser.add_argument("--skip-nodes", action="store_true")
     parser.add_argument("--skip-driver", action="store_true")
     parser.add_argument("--skip-mlflow", action="store_true")
     args = parser.parse_args(argv)
@@ -74,6 +78,16 @@ def main(argv=None) -> int:
                   f"(+ the round redone), run {out['wall_s']:.1f} s, identical table: {same}", flush=True)
     finally:
         ray.shutdown()
+    if not args.skip_nodes:        # a cluster of its own: after the session above is shut down
+        node_config = config.replace(populations=max(config.populations, 6))
+        node_reference = run_local(node_config) if node_config != config else reference
+        for how in ("kill", "freeze"):
+            out = node_fault(node_config, how, at_round, {k: v for k, v in options.items() if k != "shards"})
+            same = out["result"].table.equals(node_reference.table)
+            name = f"worker node {'killed' if how == 'kill' else 'frozen'} (a population actor and a shard on it)"
+            rows.append((name, out["detect_s"], out["recover_s"], out["wall_s"], same))
+            print(f"  {name}: detected in {out['detect_s']:.2f} s, recovered in {out['recover_s']:.2f} s, actors "
+                  f"moved {out['moved']}, identical table: {same}", flush=True)
     if not args.skip_driver:
         driver_config = config.replace(round_size=max(config.populations, config.round_size // 10))
         out = driver_kill(driver_config)

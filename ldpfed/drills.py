@@ -16,6 +16,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from ldpfed.tracking import local_server
@@ -196,3 +197,144 @@ def mlflow_outage(root: Path, how: str = "kill", runs: int = 5, users: int = 20_
     finally:
         signal_group(server, signal.SIGCONT)
         signal_group(server, signal.SIGKILL)
+
+
+# ---- nodes: a cluster of its own (ray.cluster_utils), in a process where Ray is not started yet ----------------
+LOOPBACK = "127.0.0.2"     # 127.0.0.1 would be replaced by the machine's outward address
+
+
+class LocalNodes:
+    """A head and `workers` worker nodes of one CPU each on this machine (ray.cluster_utils.Cluster), this process
+    its driver; `kill(i)` ends worker i's raylet and every worker process it started, `freeze(i)` SIGSTOPs them
+    (SIGCONT on `close`), `add()` starts a new worker node (a lost node coming back)."""
+
+    def __init__(self, workers: int = 2):
+        import ray
+        from ray.cluster_utils import Cluster
+
+        self.cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False,
+                                                                     "node_ip_address": LOOPBACK})
+        self.workers = [self.cluster.add_node(num_cpus=1, node_ip_address=LOOPBACK) for _ in range(workers)]
+        self.cluster.wait_for_nodes()
+        self.stopped: list[int] = []
+        self.lost: list[float] = []      # when the nodes killed and not yet replaced were killed
+        ray.init(address=self.cluster.address, _node_ip_address=LOOPBACK, log_to_driver=False,
+                 logging_level="ERROR")
+
+    def alive(self) -> list:
+        return [w for w in self.workers if w is not None]
+
+    def kill(self, index: int) -> None:
+        node = self.workers[index]
+        self.cluster.remove_node(node, allow_graceful=False)
+        node.all_processes = {}      # what Ray's exit hook of a removed node reads (else an AttributeError at exit)
+        self.workers[index] = None
+
+    def freeze(self, index: int) -> None:
+        raylet = self.workers[index].all_processes["raylet"][0].process.pid
+        children = Path(f"/proc/{raylet}/task/{raylet}/children").read_text().split()
+        pids = [raylet] + [int(pid) for pid in children]
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        self.stopped.extend(pids)
+
+    def add(self) -> None:
+        self.workers.append(self.cluster.add_node(num_cpus=1, node_ip_address=LOOPBACK))
+
+    def close(self) -> None:
+        import ray
+
+        for pid in self.stopped:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        ray.shutdown()
+        self.cluster.shutdown()
+
+
+def node_fault(config, how: str, at_round: int, options: dict) -> dict:
+    """On a 3-node local cluster of its own (call it where Ray is not started): the last worker node, which hosts a
+    population actor and a shard, killed (how="kill") or frozen ("freeze") after round `at_round`. The result, the
+    time to detect and to recover."""
+    from ldpfed.engine.driver import drive
+    from ldpfed.engine.ray_engine import RayBackend
+
+    nodes = LocalNodes(workers=2)
+    injected = {}
+    at_users = (at_round + 1) * config.round_size
+
+    def progress(done, regret):
+        if done == at_users and not injected:
+            injected["at"] = time.time()
+            (nodes.kill if how == "kill" else nodes.freeze)(1)
+
+    backend = RayBackend(**{"actors": 3, "shards": 3, **options})
+    started = time.perf_counter()
+    try:
+        result = drive(config, backend, progress=progress)
+    finally:
+        backend.release(reuse=False)
+        nodes.close()
+    events = result.summary["recovery_events"]
+    first = events[0] if events else None
+    return {"result": result, "wall_s": time.perf_counter() - started, "recoveries": len(events),
+            "moved": [(a["kind"], a["old_node"] != a["new_node"]) for e in events for a in e["actors"]],
+            "detect_s": None if first is None else first["detected_at"] - injected["at"],
+            "recover_s": None if first is None else first["recover_s"]}
+
+
+def chaos_soak(config, every_s: float, seed: int, options: dict, node_share: float = 0.3, progress=None) -> dict:
+    """A run on a 3-node local cluster of its own while a seeded schedule injects a fault every `every_s` seconds
+    (between rounds): SIGKILL of a random actor of the run, or (with probability node_share, while a worker node is
+    left) a random worker node killed, replaced by a new node from the next fault `every_s` / 2 later on. Returns
+    the result and the faults injected, with the recoveries the engine made."""
+    from ldpfed.engine.driver import drive
+    from ldpfed.engine.ray_engine import RayBackend
+
+    nodes = LocalNodes(workers=2)
+    # every fault is a recovery: the run's limit on recoveries is lifted (a fault every every_s seconds)
+    backend = RayBackend(**{"actors": 3, "shards": 3, "max_recoveries": 10**6, **options})
+    rng = np.random.default_rng(seed)
+    faults = []
+
+    next_at = [None]
+
+    def tick(done, regret):
+        """Between rounds, in the driver's main thread (Ray starts nodes from there only): the next fault when it
+        is due; the schedule's clock starts after the first round (the actors started)."""
+        now = time.time()
+        if next_at[0] is None:
+            next_at[0] = now + every_s
+        elif now >= next_at[0]:
+            next_at[0] = now + every_s
+            inject(now)
+        if progress is not None:
+            progress(done, regret)
+
+    def inject(now):
+        if nodes.lost and now >= nodes.lost[0] + every_s / 2:
+            nodes.add()                   # a lost node comes back (a new machine)
+            nodes.lost.pop(0)
+        if rng.random() < node_share and nodes.alive():
+            index = nodes.workers.index(nodes.alive()[int(rng.integers(len(nodes.alive())))])
+            nodes.kill(index)
+            nodes.lost.append(now)
+            faults.append({"at": now, "fault": f"worker node {index} killed"})
+            return
+        pids = [pid for kind in ("population", "shard") for pid in backend.pids()[kind] if pid]
+        pid = int(pids[int(rng.integers(len(pids)))])
+        try:
+            os.kill(pid, signal.SIGKILL)
+            faults.append({"at": now, "fault": f"actor pid {pid} killed"})
+        except ProcessLookupError:
+            faults.append({"at": now, "fault": f"actor pid {pid} already gone"})
+
+    started = time.perf_counter()
+    try:
+        result = drive(config, backend, progress=tick)
+    finally:
+        backend.release(reuse=False)
+        nodes.close()
+    return {"result": result, "wall_s": time.perf_counter() - started, "faults": faults,
+            "recoveries": result.summary["recovery_events"]}

@@ -53,53 +53,18 @@ finally:
 
 
 NODE_LOSS = r"""
-import json, os, signal, sys
-import ray
-from ray.cluster_utils import Cluster
+import json, sys
 from ldpfed.config import RunConfig
+from ldpfed.drills import node_fault
 from ldpfed.engine import run_local
-from ldpfed.engine.ray_engine import run_ray
 
 algorithm, mode, fault = sys.argv[1:4]
-LOOPBACK = "127.0.0.2"
-cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False,
-                                                       "node_ip_address": LOOPBACK})
-workers = [cluster.add_node(num_cpus=1, node_ip_address=LOOPBACK) for _ in range(2)]
-cluster.wait_for_nodes()
-stopped = []
-try:
-    ray.init(address=cluster.address, _node_ip_address=LOOPBACK, log_to_driver=False, logging_level="ERROR")
-    config = RunConfig(algorithm, env="linear", users=3000, round_size=100, populations=6, seed=5,
-                       env_params={"d": 3, "K": 4})
-    local = run_local(config)
-    done = {}
-
-    def progress(users, regret):      # the fault, a third of the way in: the last worker node (a population
-        if users >= 1000 and not done:  # actor and a shard on it) is killed, or frozen with all it started
-            done["at"] = users
-            if fault == "kill":
-                cluster.remove_node(workers[1], allow_graceful=False)
-            else:
-                raylet = workers[1].all_processes["raylet"][0].process.pid
-                children = open(f"/proc/{raylet}/task/{raylet}/children").read().split()
-                stopped.extend([raylet] + [int(pid) for pid in children])
-                for pid in stopped:
-                    os.kill(pid, signal.SIGSTOP)
-
-    remote = run_ray(config, actors=3, shards=3, mode=mode, progress=progress, round_timeout=5.0)
-    s = remote.summary
-    print("RESULT " + json.dumps({"same": bool(local.table.equals(remote.table)), "recoveries": s["recoveries"],
-                                  "moved": [(a["kind"], a["old_node"] != a["new_node"]) for e in
-                                            s["recovery_events"] for a in e["actors"]],
-                                  "nodes": s["nodes"]}))
-finally:
-    for pid in stopped:
-        try:
-            os.kill(pid, signal.SIGCONT)
-        except ProcessLookupError:
-            pass
-    ray.shutdown()
-    cluster.shutdown()
+config = RunConfig(algorithm, env="linear", users=3000, round_size=100, populations=6, seed=5,
+                   env_params={"d": 3, "K": 4})
+out = node_fault(config, fault, at_round=9, options={"mode": mode, "round_timeout": 5.0})
+s = out["result"].summary
+print("RESULT " + json.dumps({"same": bool(run_local(config).table.equals(out["result"].table)),
+                              "recoveries": out["recoveries"], "moved": out["moved"], "nodes": s["nodes"]}))
 """
 
 

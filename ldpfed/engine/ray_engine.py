@@ -495,23 +495,47 @@ class RayBackend(Backend):
         # fail): its actors are placed on the other nodes; a node where some actor answered keeps its actors.
         answered = {self.where[key][0] for key in self.handles if key not in bad}
         suspect = {self.where[key][0] for key in bad} - answered
-        nodes = cluster_nodes()
-        self._place(list(bad), r, lambda key, avoid: (
-            self.where[key][0] if self.where[key][0] in nodes and self.where[key][0] not in suspect | avoid
-            else _node_for(key[1], nodes, suspect | avoid)))
+        replace, survivors = list(bad), [("shard", s) for s in self.active if ("shard", s) not in bad]
+        for _ in range(self.max_recoveries + 1):
+            nodes = cluster_nodes()
+            self._place(replace, r, lambda key, avoid: (
+                self.where[key][0] if self.where[key][0] in nodes and self.where[key][0] not in suspect | avoid
+                else _node_for(key[1], nodes, suspect | avoid)))
+            # the surviving shards forget the round; one that fails to (it died meanwhile) is replaced as well
+            replace = self._rewind(survivors, r)
+            if not replace:
+                break
+            survivors = [key for key in survivors if key not in replace]
+            events += [{"round": r, "kind": kind, "index": i, "cause": "died while recovering",
+                        "old_node": self.where[(kind, i)][0], "old_pid": self.where[(kind, i)][1]}
+                       for kind, i in replace]
+            suspect |= {self.where[key][0] for key in replace}
+            for key in replace:
+                _kill(self.handles[key])
+        else:
+            raise RunFault(f"round {r}: shards {replace} kept failing while the run recovered")
         for event in events:
             event["new_node"] = self.where[(event["kind"], event["index"])][0]
-        survivors = [s for s in self.active if ("shard", s) not in bad]
-        try:
-            ray.get([self.handles[("shard", s)].rewind.remote(r) for s in survivors], timeout=self.first_round_timeout)
-        except FAULTS as again:
-            raise RunFault(f"round {r}: a shard failed while recovering ({describe_error(again)})") from again
         recovered = time.perf_counter()
         self._add_spares(wait=False)      # the next spares start while the run goes on
         self.recoveries.append({
             "round": r, "error": describe_error(error), "actors": events,
             "detected_at": detected_at, "detect_s": detected - began, "recover_s": recovered - detected})
         self.round_times.clear()    # measure the recreated actors afresh (they may be slower at first)
+
+    def _rewind(self, keys, r: int) -> list:
+        """Rewind the shards `keys` to round r; returns those that failed with a fault (dead or gone)."""
+        refs = {key: self.handles[key].rewind.remote(r) for key in keys}
+        ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=self.first_round_timeout)
+        failed = []
+        for key, ref in refs.items():
+            try:
+                if ref not in ready:
+                    raise RoundTimeout(f"shard {key} did not rewind within {self.first_round_timeout:.0f} s")
+                ray.get(ref)
+            except FAULTS:
+                failed.append(key)
+        return failed
 
     def close(self, ok):
         extra = {
