@@ -257,7 +257,6 @@ def node_fault(config, how: str, at_round: int, options: dict) -> dict:
     """On a 3-node local cluster of its own (call it where Ray is not started): the last worker node, which hosts a
     population actor and a shard, killed (how="kill") or frozen ("freeze") after round `at_round`. The result, the
     time to detect and to recover."""
-    from ldpfed.engine.driver import drive
     from ldpfed.engine.ray_engine import RayBackend
 
     nodes = LocalNodes(workers=2)
@@ -269,16 +268,10 @@ def node_fault(config, how: str, at_round: int, options: dict) -> dict:
             injected["at"] = time.time()
             (nodes.kill if how == "kill" else nodes.freeze)(1)
 
-    backend = RayBackend(**{"actors": 3, "shards": 3, **options})
-    started = time.perf_counter()
-    try:
-        result = drive(config, backend, progress=progress)
-    finally:
-        backend.release(reuse=False)
-        nodes.close()
+    result, wall_s = _drive_on(nodes, config, RayBackend(**{"actors": 3, "shards": 3, **options}), progress)
     events = result.summary["recovery_events"]
     first = events[0] if events else None
-    return {"result": result, "wall_s": time.perf_counter() - started, "recoveries": len(events),
+    return {"result": result, "wall_s": wall_s, "recoveries": len(events),
             "moved": [(a["kind"], a["old_node"] != a["new_node"]) for e in events for a in e["actors"]],
             "detect_s": None if first is None else first["detected_at"] - injected["at"],
             "recover_s": None if first is None else first["recover_s"]}
@@ -289,7 +282,6 @@ def chaos_soak(config, every_s: float, seed: int, options: dict, node_share: flo
     (between rounds): SIGKILL of a random actor of the run, or (with probability node_share, while a worker node is
     left) a random worker node killed, replaced by a new node from the next fault `every_s` / 2 later on. Returns
     the result and the faults injected, with the recoveries the engine made."""
-    from ldpfed.engine.driver import drive
     from ldpfed.engine.ray_engine import RayBackend
 
     nodes = LocalNodes(workers=2)
@@ -330,11 +322,18 @@ def chaos_soak(config, every_s: float, seed: int, options: dict, node_share: flo
         except ProcessLookupError:
             faults.append({"at": now, "fault": f"actor pid {pid} already gone"})
 
+    result, wall_s = _drive_on(nodes, config, backend, tick)
+    return {"result": result, "wall_s": wall_s, "faults": faults, "recoveries": result.summary["recovery_events"]}
+
+
+def _drive_on(nodes, config, backend, progress):
+    """(result, wall seconds) of `drive` on the nodes' cluster; the run's actors and the cluster end with it."""
+    from ldpfed.engine.driver import drive
+
     started = time.perf_counter()
     try:
-        result = drive(config, backend, progress=tick)
+        result = drive(config, backend, progress=progress)
     finally:
         backend.release(reuse=False)
         nodes.close()
-    return {"result": result, "wall_s": time.perf_counter() - started, "faults": faults,
-            "recoveries": result.summary["recovery_events"]}
+    return result, time.perf_counter() - started
