@@ -396,3 +396,20 @@ def test_theta_warm_is_the_estimate_at_the_end_of_the_warm_up(algorithm, round_s
     later = run_local(RunConfig(algorithm, users=60, round_size=round_size, seed=4, **setting)).state
     np.testing.assert_array_equal(later["theta_warm"], end["theta"])
     assert not np.array_equal(later["theta"], later["theta_warm"])
+
+
+@pytest.mark.parametrize("algorithm", ["ols-multi", "ldp-ols-multi"])
+def test_multi_ols_solves_only_the_arms_whose_statistics_changed(algorithm):
+    """After every update theta_a = (V_a + shift_a I)^{-1} U_a for every arm, though ols-multi after the warm-up
+    (and both during it) solves only the arms whose slots carried something: the others keep the bits of their
+    last solve."""
+    from ldpfed.algorithms.glm_ldp import SHIFT_PER_ARM
+    result = run(algorithm, MULTI, users=3000, round_size=1)
+    state, K = result.state, MULTI["env_params"]["K"]
+    algo = make_algorithm(make_env(RunConfig(algorithm, users=3000, **MULTI)), RunConfig(algorithm, users=3000,
+                                                                                         **MULTI))
+    mode, scale = algo.shift_rule()
+    for a in range(K):
+        shift = scale * math.sqrt(max(state["n"][a], 1.0)) if mode == SHIFT_PER_ARM else scale
+        A = state["V"][a] + shift * np.eye(state["V"].shape[1])
+        np.testing.assert_allclose(state["theta"][a], np.linalg.solve(A, state["U"][a]), rtol=1e-10, atol=1e-12)

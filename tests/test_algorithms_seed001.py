@@ -244,3 +244,21 @@ def test_ledgers():
     assert row["sensitivity"] == pytest.approx(5 * paper.sensitivity_at(1))
     assert paper.ledger()[0]["sensitivity"] == pytest.approx(paper.sensitivity_at(1))
     assert make_algorithm(env, config.replace(algorithm="linucb")).ledger() == []
+
+
+def test_tree_partial_sums_are_the_prefix_noise():
+    """The compiled trees keep partial sums (central_linucb.tree_above): at every step, partial[lowbit(t)] is the
+    sum of the nodes of t's set bits, each node drawn once, when its level closes."""
+    from ldpfed.algorithms.central_linucb import tree_above, tree_level
+    horizon = 300
+    depth = tree_depth(horizon)
+    rng = np.random.default_rng(0)
+    nodes, partial = np.zeros((depth, 4)), np.zeros((depth, 4))
+    for t in range(1, horizon + 1):
+        level = tree_level(t)
+        above = tree_above(t, level, depth)
+        nodes[level] = rng.standard_normal(4)
+        partial[level] = nodes[level] + (partial[above] if above >= 0 else 0.0)
+        expected = sum(nodes[j] for j in range(depth) if (t >> j) & 1)
+        np.testing.assert_allclose(partial[level], expected, rtol=0, atol=1e-12)
+        assert above == next((j for j in range(level + 1, depth) if (t >> j) & 1), -1)

@@ -30,6 +30,7 @@ from ldpfed.algorithms.compiled import CompiledAlgorithm, Steps, no_weights
 from ldpfed.algorithms.fields import Field
 from ldpfed.algorithms.options import CALIBRATION, Option
 from ldpfed.clip import clip_value
+from ldpfed.linalg import spd_inverse
 from ldpfed.mechanisms import (Domain, DynamicTreeMechanism, Guarantee, SumBounds, TreeMechanism, gaussian_sigma,
                               tree_depth)
 
@@ -351,19 +352,6 @@ class LinUCB(CentralRows, CompiledAlgorithm):
 
 # ---- Private LinUCB ---------------------------------------------------------------------------------------------
 @njit(cache=True)
-def tree_noise(nodes, t):
-    """The noise of prefix t: the sum of the nodes of the set bits of t (ascending levels, from zeros)."""
-    out = np.zeros(nodes.shape[1:])
-    j, rest = 0, t
-    while rest:
-        if rest & 1:
-            out += nodes[j]
-        rest >>= 1
-        j += 1
-    return out
-
-
-@njit(cache=True)
 def tree_level(t):
     """The level of the node closing at step t: its lowest set bit."""
     level = 0
@@ -373,13 +361,25 @@ def tree_level(t):
 
 
 @njit(cache=True)
+def tree_above(t, level, depth):
+    """The next set bit of t above `level` (-1: none). The tree's noise is kept as partial sums: partial[j] = the
+    nodes of t's set bits >= j, added from the highest level down, valid at t's set bits. At step t the bits above
+    lowbit(t) are those of t - 1, so their partials hold, and the noise of prefix t is partial[above] + the node
+    closing now: one node's work per step instead of popcount(t) (the same nodes, summed in another order)."""
+    for j in range(level + 1, depth):
+        if (t >> j) & 1:
+            return j
+    return -1
+
+
+@njit(cache=True)
 def private_linucb_update(state, consts, sums, start, stop, server):
     """One stream element G = Z^T Z of the round into the Gaussian tree (its node noise: server[0], the upper
-    triangle row by row, times the node std, mirrored), then A~ = M[:d, :d] + shift I, A~^{-1} symmetrized and
-    theta~ = A~^{-1} M[:d, d] from the noisy prefix sum M."""
-    nodes, total, tree_t, Ainv, theta, rounds, users = state
+    triangle row by row, times the node std, mirrored; added to the partial sum above it: tree_above), then
+    A~ = M[:d, :d] + shift I, A~^{-1} (symmetric) and theta~ = A~^{-1} M[:d, d] from the noisy prefix sum M."""
+    partial, total, tree_t, Ainv, theta, rounds, users = state
     node_scale, shift = consts[5], consts[6]
-    w = nodes.shape[1]
+    w = partial.shape[1]
     d = w - 1
     G = np.zeros((w, w))                # the round's element Z^T Z, then added to the clean prefix sum
     for m in range(sums.shape[0] // w):
@@ -392,28 +392,27 @@ def private_linucb_update(state, consts, sums, start, stop, server):
     total += G
     t = tree_t[0] + 1
     tree_t[0] = t
-    node = nodes[tree_level(t)]
+    level = tree_level(t)
+    above = tree_above(t, level, partial.shape[0])
+    noisy = partial[level]              # the noise of prefix t
     k = 0
     noise = server[0]
     for a in range(w):
         for c in range(a, w):
             value = noise[k] * node_scale
             k += 1
-            node[a, c] = value
-            node[c, a] = value
-    M = total + tree_noise(nodes, t)
+            if above >= 0:
+                value += partial[above, a, c]
+            noisy[a, c] = value
+            noisy[c, a] = value
     A = np.empty((d, d))
-    for a in range(d):
-        for c in range(d):
-            A[a, c] = M[a, c]
-        A[a, a] += shift
-    inverse = np.linalg.inv(A)
-    for a in range(d):
-        for c in range(d):
-            Ainv[a, c] = (inverse[a, c] + inverse[c, a]) * 0.5
     u = np.empty(d)
     for a in range(d):
-        u[a] = M[a, d]
+        for c in range(d):
+            A[a, c] = total[a, c] + noisy[a, c]
+        A[a, a] += shift
+        u[a] = total[a, d] + noisy[a, d]
+    spd_inverse(A, Ainv)
     _matvec(Ainv, u, theta)
     rounds[0] += 1
     users[0] = stop
@@ -433,9 +432,9 @@ class PrivateLinUCB(LinUCB):
     ||z z^T - z' z'^T||_F <= sqrt(2) (L^2 + R^2) (neighbouring = one user's (x, r) replaced), which bounds the
     L2 norm of the upper triangle; node std = sqrt(depth) sigma(sensitivity, eps, delta) (TreeMechanism).
 
-    The tree's state is arrays: `tree_nodes` (depth, d+1, d+1), the clean prefix sum `tree_sum` and the step
-    `tree_t`; a node's noise is drawn by draw_server (standard normals of its upper triangle, as TreeMechanism
-    draws them) and scaled by the node std in the compiled update.
+    The tree's state is arrays: `tree_partial` (depth, d+1, d+1), the partial sums of its nodes (tree_above), the
+    clean prefix sum `tree_sum` and the step `tree_t`; a node's noise is drawn by draw_server (standard normals of
+    its upper triangle, as TreeMechanism draws them) and scaled by the node std in the compiled update.
     """
 
     name = "private-linucb"
@@ -448,7 +447,7 @@ class PrivateLinUCB(LinUCB):
                                     "(Shariff & Sheffet; a reconstruction)"),
         "calibration": CALIBRATION,  # of the tree's Gaussian nodes
     }
-    state_keys = ("tree_nodes", "tree_sum", "tree_t", "Ainv", "theta", "rounds", "users")
+    state_keys = ("tree_partial", "tree_sum", "tree_t", "Ainv", "theta", "rounds", "users")
 
     def setup(self):
         super().setup()
@@ -485,7 +484,7 @@ class PrivateLinUCB(LinUCB):
 
     def initial_state(self, rng):
         d, w = self.d, self.d + 1
-        return {"tree_nodes": np.zeros((self.mechanisms["gram"].depth, w, w)), "tree_sum": np.zeros((w, w)),
+        return {"tree_partial": np.zeros((self.mechanisms["gram"].depth, w, w)), "tree_sum": np.zeros((w, w)),
                 "tree_t": np.zeros(1, dtype=np.int64), "Ainv": np.eye(d) / self.shift, "theta": np.zeros(d),
                 "rounds": np.zeros(1, dtype=np.int64), "users": np.zeros(1, dtype=np.int64)}
 
@@ -496,7 +495,7 @@ def dgs_update(state, consts, sums, start, stop, server):
     """The clean LinUCB step, then the tree's noise of this round: the node closing now scaled to
     unit_scale * Delta_stop (its draws: server[0], standard normal or standard Laplace), released = theta + the
     noise of the nodes covering the round; the node scales and the noise actually drawn are recorded."""
-    (A, Ainv, b, theta, nodes, tree_t, level_scale, released, node_scale, noise_std, noise_norm, rounds,
+    (A, Ainv, b, theta, partial, tree_t, level_scale, released, node_scale, noise_std, noise_norm, rounds,
      users) = state
     refresh, unit_scale, numerator, lam, lambda_0, var_per_scale2 = consts[5:11]
     clean_update(A, Ainv, b, theta, rounds, sums, refresh)
@@ -505,10 +504,11 @@ def dgs_update(state, consts, sums, start, stop, server):
     t = tree_t[0] + 1
     tree_t[0] = t
     level = tree_level(t)
+    above = tree_above(t, level, partial.shape[0])
     draws = server[0]
-    for a in range(nodes.shape[1]):
-        nodes[level, a] = draws[a] * scale
-    noise = tree_noise(nodes, t)
+    noise = partial[level]              # the noise of prefix t (partial sums: tree_above)
+    for a in range(partial.shape[1]):
+        noise[a] = draws[a] * scale + (partial[above, a] if above >= 0 else 0.0)
     level_scale[level] = scale
     var = 0.0
     for j in range(level_scale.shape[0]):
@@ -551,8 +551,8 @@ class LinUCBDGS(LinUCB):
 
     The node scales are kept: state["node_scale"][r] (scale of the node closing at round r),
     state["noise_std"][r] (per-coordinate std of n_t, from the scales of the nodes covering t) and
-    state["noise_norm"][r] (||n_t|| actually drawn). The tree is arrays: `tree_nodes` (depth, d), the step
-    `tree_t`; a node's standard draws come from draw_server (as TreeNoise draws them), scaled in the update.
+    state["noise_norm"][r] (||n_t|| actually drawn). The tree is arrays: `tree_partial` (depth, d), the partial sums
+    of its nodes (tree_above), the step `tree_t`; a node's standard draws come from draw_server (as TreeNoise draws them), scaled in the update.
     """
 
     name = "linucb-dgs"
@@ -573,7 +573,7 @@ class LinUCBDGS(LinUCB):
                                  doc="scale the Laplace nodes by sqrt(d), a true L1 bound (the paper's is not; "
                                      "false reproduces its calibration, for comparison only)"),
     }
-    state_keys = ("A", "Ainv", "b", "theta", "tree_nodes", "tree_t", "level_scale", "released", "node_scale",
+    state_keys = ("A", "Ainv", "b", "theta", "tree_partial", "tree_t", "level_scale", "released", "node_scale",
                   "noise_std", "noise_norm", "rounds", "users")
     model_keys = ("released", "Ainv")
 
@@ -634,7 +634,7 @@ class LinUCBDGS(LinUCB):
         state = super().initial_state(rng)
         rounds = self.config.rounds
         state.update({
-            "tree_nodes": np.zeros((self.depth, self.d)), "tree_t": np.zeros(1, dtype=np.int64),
+            "tree_partial": np.zeros((self.depth, self.d)), "tree_t": np.zeros(1, dtype=np.int64),
             "level_scale": np.zeros(self.depth),
             "released": np.zeros(self.d),   # nothing released yet: the data-independent zero model
             "node_scale": np.zeros(rounds), "noise_std": np.zeros(rounds), "noise_norm": np.zeros(rounds),

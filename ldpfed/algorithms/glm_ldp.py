@@ -46,6 +46,7 @@ from ldpfed.algorithms.fields import Field
 from ldpfed.algorithms.options import CALIBRATION, Option
 from ldpfed.clip import CLIP_RTOL, clip_row, clip_value
 from ldpfed.errors import ConfigError
+from ldpfed.linalg import spd_solve
 from ldpfed.links import link_code, link_mean, mean_function
 from ldpfed.mechanisms import (Domain, GaussianMechanism, L2BallMechanism, SymmetricGaussianMechanism,
                               weighted_sphere_bounds)
@@ -634,13 +635,13 @@ def _ols_multi_finish(consts, user, row):
 
 @njit(cache=True)
 def _ols_multi_solve(V, U, theta, k, shift, A):
-    """theta_k = (V_k + shift I)^{-1} U_k."""
+    """theta_k = (V_k + shift I)^{-1} U_k (V_k is symmetric: ldpfed.linalg's Cholesky solve)."""
     d = U.shape[1]
     for p in range(d):
         for q in range(d):
             A[p, q] = V[k, p, q]
         A[p, p] = V[k, p, p] + shift
-    theta[k] = np.linalg.solve(A, U[k])
+    spd_solve(A, U[k], theta[k])
 
 
 @njit(cache=True)
@@ -653,16 +654,35 @@ def _add_ols_sums(V, U, sums, K, d):
 
 
 @njit(cache=True)
+def _slot_unchanged(sums, K, d, k, mode):
+    """Whether arm k's theta_k stays what it is: its slots of M and u are all zero (V_k, U_k unchanged) and so is
+    its shift (constant, or per arm with a zero count). Its solve would give the same bits again."""
+    if mode == SHIFT_ROOT_T or (mode == SHIFT_PER_ARM and sums[K * d * (d + 1) + k] != 0.0):
+        return False
+    for j in range(k * d * d, (k + 1) * d * d):
+        if sums[j] != 0.0:
+            return False
+    for j in range(K * d * d + k * d, K * d * d + (k + 1) * d):
+        if sums[j] != 0.0:
+            return False
+    return True
+
+
+@njit(cache=True)
 def _ols_multi_update(state, consts, sums, start, stop, server):
-    """V_a += sum M_a, U_a += sum u_a, n_a += sum n_a, theta_a = (V_a + shift_a I)^{-1} U_a for every arm; theta_warm
-    follows theta until the warm-up ends."""
+    """V_a += sum M_a, U_a += sum u_a, n_a += sum n_a, theta_a = (V_a + shift_a I)^{-1} U_a for every arm whose
+    statistics or shift changed (ols-multi after the warm-up: the pulled arm only; the others' psi(0, 0) is zero);
+    theta_warm follows theta until the warm-up ends."""
     V, U, n, theta, theta_warm = state
     K, d = consts[K_], consts[D_]
     mode, scale = consts[SHIFT_MODE_], consts[SHIFT_SCALE_]
     _add_ols_sums(V, U, sums, K, d)
     A = np.empty((d, d))
     for k in range(K):
+        unchanged = _slot_unchanged(sums, K, d, k, mode)
         n[k] += sums[K * d * (d + 1) + k]
+        if unchanged:
+            continue
         if mode == SHIFT_PER_ARM:
             # an arm whose slot has received nothing yet has V = 0 and U = 0: any positive shift gives theta = 0
             shift = scale * np.sqrt(max(n[k], 1.0))

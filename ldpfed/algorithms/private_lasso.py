@@ -41,7 +41,7 @@ fold (the row into its slot of the round's rows Z), both shared with seed 001 (c
 round's element into the episode's tree, theta_S) are compiled; what is not per user runs in plain Python through
 the protocol's breaks()/between(): at an episode start, SparseEstimation (the LASSO and the sparse vector pass)
 and the new episode's tree with its history element; when the buffer is full, its rows folded into the Gram (a
-symmetric rank-k BLAS update: `rows.T @ rows`). The server's randomness: a round's Wishart node is drawn by
+symmetric rank-k BLAS update in place, dsyrk). The server's randomness: a round's Wishart node is drawn by
 draw_server before the support it lands on is known, so it is drawn for the largest support (max_support + 1
 chi-squares, then the normals below the diagonal of the largest node; a node of a smaller support takes the
 chi-squares of its own degrees of freedom and the first normals): the same Wishart law for every support, and
@@ -56,6 +56,7 @@ import math
 import numpy as np
 
 from numba import njit
+from scipy.linalg import blas
 
 from ldpfed.algorithms.central_linucb import CentralRows, central_prepare, slot_fold
 from ldpfed.algorithms.compiled import CompiledAlgorithm, Steps, no_weights
@@ -142,6 +143,14 @@ def flush_rows(gram, buffer, buffered):
         rows = buffer[:k]
         gram += np.dot(rows.T, rows)
         buffered[0] = 0
+
+
+@njit(cache=True)
+def mirror_upper(G):
+    """G's lower triangle = its upper triangle."""
+    for i in range(G.shape[0]):
+        for j in range(i):
+            G[i, j] = G[j, i]
 
 
 @njit(cache=True)
@@ -480,8 +489,12 @@ class PrivateThresholdLasso(CentralRows, CompiledAlgorithm):
     def _flush(self, state):
         k = int(state["buffered"][0])
         if k:
-            rows = state["buffer"][:k]
-            state["gram"] += rows.T @ rows
+            # gram += rows^T rows in place: BLAS's symmetric rank-k update of the upper triangle (gram.T is its
+            # Fortran-order view, whose lower triangle that is), then mirrored: the bits of `gram += rows.T @ rows`
+            # (numpy's own syrk) without its d x d temporary
+            gram = state["gram"]
+            blas.dsyrk(1.0, state["buffer"][:k], beta=1.0, c=gram.T, trans=1, lower=1, overwrite_c=1)
+            mirror_upper(gram)
             state["buffered"][0] = 0
 
     def _sparse_estimation(self, state, n, rng):
