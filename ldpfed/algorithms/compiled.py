@@ -79,6 +79,17 @@ def no_finish(consts, user, row):
 Steps.__new__.__defaults__ = (no_finish, None)
 
 
+@njit(cache=True)
+def column_sums(counts):
+    """counts.sum(axis=0) of the (n, m) metric counters, in one pass (numpy's reduction over the short inner axis
+    makes a loop call per user)."""
+    totals = np.zeros(counts.shape[1], dtype=counts.dtype)
+    for i in range(counts.shape[0]):
+        for j in range(counts.shape[1]):
+            totals[j] += counts[i, j]
+    return totals
+
+
 def round_loops(steps: Steps):
     """The loops of a round of users for these steps, with the steps inlined (ldpfed.jit), built once per process:
     act, prepare, finish, and the weighted sum or the fold of the rows."""
@@ -233,7 +244,7 @@ class CompiledAlgorithm(Algorithm):
         finish = self.steps().finish
         if finish is not no_finish:
             round_loops(self.steps())[2](self.compiled_consts(), np.asarray(users, dtype=np.int64), rows)
-        totals = counts.sum(axis=0)
+        totals = column_sums(counts)
         return layout.split(rows), {name: int(totals[j]) for j, name in enumerate(self.metric_names)}
 
     def aggregate(self, messages, users):
