@@ -41,7 +41,9 @@ Everything the functions need that is not data is in `consts` (built in Python f
 compiled functions are the same for every instance and numba caches them on disk.
 
 The loops that call them (`round_loops` here, envs.base's step loop, the sequential engine's user loop) are built
-per algorithm by ldpfed.jit, with the functions inlined, once per process (about a second each), not cached on disk.
+per algorithm by ldpfed.jit, with the functions (and the compiled helpers they call) inlined, once per process (about
+a second each), not cached on disk; the fields' mechanisms are compiled per message layout
+(ldpfed.mechanisms.rows.FieldLayout.row_privatizer).
 """
 from __future__ import annotations
 

@@ -136,9 +136,9 @@ class StepsRunner:
         for hi in stops:
             if hi > lo or n == 0:       # (no users: compiles, or loads from numba's cache, before the clock starts)
                 s = slice(lo, hi)
-                run_users(self.env_steps.truth, state, self.model, self.consts, layout.params, t0 + lo, contexts[s], noise[s], client[0][s], client[1][s], server[s],
-                          actions[s], inputs[s], rows[s], folded, regret[s], counts[s],
-                          np.zeros(0) if estimate is None else estimate, in_loop[s], flat_snaps)
+                run_users(self.env_steps.truth, state, self.model, self.consts, layout.params, t0 + lo, contexts[s],
+                          noise[s], client[0][s], client[1][s], server[s], actions[s], inputs[s], rows[s], folded,
+                          regret[s], counts[s], np.zeros(0) if estimate is None else estimate, in_loop[s], flat_snaps)
             if t0 + hi in breaks:
                 algo.between(self.state_dict, t0 + hi, between_rng(t0 + hi - 1))
                 state = algo.state_tuple(self.state_dict)

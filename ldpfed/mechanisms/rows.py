@@ -49,7 +49,7 @@ def privatize_field(kind, off, size, dz, p, unit, count, params, x, z, y):
             y[off + j] = x[off + j] + scale * z[dz + j]
     elif kind == SYMMETRIC_GAUSSIAN:
         # in the output's order, the draw of (a, b) for b >= a and of (b, a) below the diagonal; unsigned indices:
-        # numba then skips its negative-index wraparound (a compare and select per access: ~40% of this loop)
+        # numba then skips its negative-index wraparound (a compare and select per access)
         sigma, d = params[p], unit
         for m in range(count):
             first = dz + m * (d * (d + 1) // 2)     # the draw of (0, 0)
@@ -92,8 +92,8 @@ def _then(field, rest):
 
 
 def privatize_loop(layout: "FieldLayout"):
-    """privatize_row_fields for every user (row) of inputs, `run(params, inputs, draws, out)`, compiled once per
-    process and layout (ldpfed.jit) with the layout frozen in as a constant (see FieldLayout.frozen)."""
+    """`run(params, inputs, draws, out)`: the layout's row privatizer (FieldLayout.row_privatizer) on every user (row)
+    of inputs, compiled once per process and layout (ldpfed.jit)."""
     def build(use):
         row = layout.row_privatizer()
 
@@ -136,8 +136,8 @@ class FieldLayout:
     def row_privatizer(self):
         """`row(params, x, z, y)`: every field's mechanism on one user's row x into y, from its draws z, compiled
         for this layout: each field's offsets and sizes are constants of the code, so numba compiles its loops for
-        their known sizes (unrolled; the l2 ball at dim 10 ~3x faster than over sizes read at run time). Inlined
-        into the loops that call it, which are therefore built per layout (`key`)."""
+        their known sizes (unrolled), not over sizes read at run time. Inlined into the loops that call it, which are
+        therefore built per layout (`key`)."""
         row = _no_field
         for field in reversed(self.layout.tolist()):
             row = _then(tuple(int(v) for v in field), row)
