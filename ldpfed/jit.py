@@ -13,7 +13,10 @@ closure grows a new entry in every process) and kept in `_LOOPS`.
 """
 from __future__ import annotations
 
+import types
+
 from numba import njit
+from numba.core.dispatcher import Dispatcher
 from numba.core.errors import TypingError
 
 _INLINED: dict = {}
@@ -21,12 +24,39 @@ _LOOPS: dict = {}
 
 
 def inlined(function):
-    """A copy of the compiled `function` that numba inlines into its callers (None stays None)."""
+    """A copy of the compiled `function` that numba inlines into its callers (None stays None), calling inlined
+    copies of the compiled functions it calls by name in turn: a helper left as a real call (e.g. a clip or a dot
+    product) costs the call and, for each array view passed to it, a reference count taken and dropped (atomic
+    operations) per user."""
     if function is None:
         return None
     if function not in _INLINED:
-        _INLINED[function] = njit(inline="always")(function.py_func)
+        _INLINED[function] = function       # a call back into it while its copy is built stays a plain call
+        options = {key: value for key, value in function.targetoptions.items() if key != "nopython"}
+        options["inline"] = "always"
+        _INLINED[function] = njit(**options)(_with_inlined_calls(function.py_func))
     return _INLINED[function]
+
+
+def _with_inlined_calls(py_func):
+    """py_func with the compiled functions its code names as globals bound to their inlined copies (in a copy of
+    its module's globals: the module's own names stay as they are)."""
+    names = set()
+    stack = [py_func.__code__]
+    while stack:
+        code = stack.pop()
+        names.update(code.co_names)
+        stack.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+    called = {name: py_func.__globals__[name] for name in names
+              if isinstance(py_func.__globals__.get(name), Dispatcher)}
+    if not called:
+        return py_func
+    namespace = dict(py_func.__globals__)
+    namespace.update({name: inlined(f) for name, f in called.items()})
+    copy = types.FunctionType(py_func.__code__, namespace, py_func.__name__, py_func.__defaults__,
+                              py_func.__closure__)
+    copy.__kwdefaults__, copy.__qualname__ = py_func.__kwdefaults__, py_func.__qualname__
+    return copy
 
 
 def as_is(function):

@@ -41,7 +41,9 @@ Everything the functions need that is not data is in `consts` (built in Python f
 compiled functions are the same for every instance and numba caches them on disk.
 
 The loops that call them (`round_loops` here, envs.base's step loop, the sequential engine's user loop) are built
-per algorithm by ldpfed.jit, with the functions inlined, once per process (about a second each), not cached on disk.
+per algorithm by ldpfed.jit, with the functions (and the compiled helpers they call) inlined, once per process (about
+a second each), not cached on disk; the fields' mechanisms are compiled per message layout
+(ldpfed.mechanisms.rows.FieldLayout.row_privatizer).
 """
 from __future__ import annotations
 
@@ -77,6 +79,17 @@ def no_finish(consts, user, row):
 
 
 Steps.__new__.__defaults__ = (no_finish, None)
+
+
+@njit(cache=True)
+def column_sums(counts):
+    """counts.sum(axis=0) of the (n, m) metric counters, in one pass (numpy's reduction over the short inner axis
+    makes a loop call per user)."""
+    totals = np.zeros(counts.shape[1], dtype=counts.dtype)
+    for i in range(counts.shape[0]):
+        for j in range(counts.shape[1]):
+            totals[j] += counts[i, j]
+    return totals
 
 
 def round_loops(steps: Steps):
@@ -298,7 +311,7 @@ class CompiledAlgorithm(Algorithm):
         finish = self.steps().finish
         if finish is not no_finish:
             round_loops(self.steps())[2](self.compiled_consts(), np.asarray(users, dtype=np.int64), rows)
-        totals = counts.sum(axis=0)
+        totals = column_sums(counts)
         return layout.split(rows), {name: int(totals[j]) for j, name in enumerate(self.metric_names)}
 
     def aggregate(self, messages, users):

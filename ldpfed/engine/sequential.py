@@ -34,20 +34,21 @@ from ldpfed.engine.core import RunResult, checkpoint_rounds, make_result, privac
 from ldpfed.envs import make_env
 from ldpfed.errors import ConfigError
 from ldpfed.jit import loops
-from ldpfed.mechanisms.rows import privatize_row_fields
 from ldpfed.rng import derive
 
 CHUNK = 4096   # users per block of pre-drawn randomness (part of the stream definition: changing it changes results)
 ENGINE_NAME = "sequential"
 
-def user_loop(steps, env_step):
-    """The loop over users for these steps and this env step, all inlined (ldpfed.jit), built once per process."""
+def user_loop(steps, env_step, layout):
+    """The loop over users for these steps, this env step and this message layout (its fields' mechanisms compiled
+    for it: FieldLayout.row_privatizer), all inlined (ldpfed.jit), built once per process."""
     def build(use):
         act, prepare, finish = use(steps.act), use(steps.prepare), use(steps.finish)
         weigh, fold, update, env = use(steps.weigh), use(steps.fold), use(steps.update), use(env_step)
+        privatize_row = layout.row_privatizer()
 
         @njit
-        def run_users(truth, state, model, consts, layout, params, t0, contexts, noise, act_draws, enc_draws, server,
+        def run_users(truth, state, model, consts, params, t0, contexts, noise, act_draws, enc_draws, server,
                       actions, inputs, rows, folded, regret, counts, estimate, snap_at, snaps):
             """Users t0, t0 + 1, ... of a block one at a time, each on the model its predecessor left: act, the
             env's step, prepare, the fields' mechanisms, finish, the weight (or fold), the server's update; after
@@ -58,7 +59,7 @@ def user_loop(steps, env_step):
                 act(model, consts, contexts, i, user, act_draws, actions)
                 reward, regret[i] = env(truth, contexts, i, user, actions, noise)
                 prepare(model, consts, contexts, actions, reward, user, i, inputs, counts)
-                privatize_row_fields(layout, params, inputs[i], enc_draws[i], rows[i])
+                privatize_row(params, inputs[i], enc_draws[i], rows[i])
                 finish(consts, user, rows[i])
                 if fold is None:
                     weigh(consts, user, rows[i])
@@ -72,7 +73,7 @@ def user_loop(steps, env_step):
 
         return run_users
 
-    return loops(("users", env_step) + tuple(steps), build)
+    return loops(("users", env_step, layout.key) + tuple(steps), build)
 
 
 class StepsRunner:
@@ -116,7 +117,7 @@ class StepsRunner:
 
     def run_block(self, t0, world, client, server, snap_at, snaps, regret, counts, between_rng):
         algo, layout = self.algo, self.layout
-        run_users = user_loop(self.steps, self.env_steps.step)
+        run_users = user_loop(self.steps, self.env_steps.step, layout)
         contexts, noise = world
         n = len(regret)
         actions, inputs = algo.new_actions(n), np.zeros((n, layout.width))
@@ -135,10 +136,9 @@ class StepsRunner:
         for hi in stops:
             if hi > lo or n == 0:       # (no users: compiles, or loads from numba's cache, before the clock starts)
                 s = slice(lo, hi)
-                run_users(self.env_steps.truth, state, self.model, self.consts, layout.layout,
-                          layout.params, t0 + lo, contexts[s], noise[s], client[0][s], client[1][s], server[s],
-                          actions[s], inputs[s], rows[s], folded, regret[s], counts[s],
-                          np.zeros(0) if estimate is None else estimate, in_loop[s], flat_snaps)
+                run_users(self.env_steps.truth, state, self.model, self.consts, layout.params, t0 + lo, contexts[s],
+                          noise[s], client[0][s], client[1][s], server[s], actions[s], inputs[s], rows[s], folded,
+                          regret[s], counts[s], np.zeros(0) if estimate is None else estimate, in_loop[s], flat_snaps)
             if t0 + hi in breaks:
                 algo.between(self.state_dict, t0 + hi, between_rng(t0 + hi - 1))
                 state = algo.state_tuple(self.state_dict)

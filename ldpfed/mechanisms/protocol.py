@@ -64,7 +64,7 @@ KIND_NAMES = ("pass", "gaussian", "symmetric-gaussian", "l2-ball", "randomized-r
 
 class RowKernel(NamedTuple):
     kind: int               # one of the kinds above
-    params: tuple = ()      # floats, read by the kind's branch of rows.privatize_fields
+    params: tuple = ()      # floats, read by the kind's branch of rows.privatize_field
     draws: int = 0          # random numbers per user for one field
 
 

@@ -23,6 +23,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ldpfed.jit import loops
+
 from .l2ball import privatize_at
 from .protocol import (GAUSSIAN, L2_BALL, LAPLACE, PASS, PASS_KERNEL, RANDOMIZED_RESPONSE,  # noqa: F401
                        SYMMETRIC_GAUSSIAN, RowKernel)
@@ -35,47 +37,74 @@ COLUMNS = 7
 
 
 @njit(cache=True, inline="always")
-def privatize_row_fields(layout, params, x, z, y):
-    """y = every field's mechanism applied to its part of one user's row x, from the user's draws z. layout: int64
-    (F, COLUMNS), one row per field (the columns above); params: float64, every field's parameters one after the
-    other. Inlined into its callers' loops (a call per user cost a third of the l2-ball's time)."""
-    for f in range(layout.shape[0]):
-        kind, off, size = layout[f, KIND], layout[f, OFFSET], layout[f, SIZE]
-        dz, p, unit, count = layout[f, DRAW_OFFSET], layout[f, PARAM_OFFSET], layout[f, UNIT], layout[f, COUNT]
-        if kind == PASS:
-            for j in range(size):
-                y[off + j] = x[off + j]
-        elif kind == GAUSSIAN or kind == LAPLACE:       # x + scale * (a standard normal or Laplace draw)
-            scale = params[p]
-            for j in range(size):
-                y[off + j] = x[off + j] + scale * z[dz + j]
-        elif kind == SYMMETRIC_GAUSSIAN:
-            sigma, d = params[p], unit
-            for m in range(count):
-                base, k = off + m * d * d, dz + m * (d * (d + 1) // 2)
-                for a in range(d):
-                    for b in range(a, d):
-                        w = sigma * z[k]
-                        k += 1
-                        y[base + a * d + b] = w + x[base + a * d + b]
-                        if b != a:
-                            y[base + b * d + a] = w + x[base + b * d + a]
-        elif kind == L2_BALL:
-            radius, big_b, tanh_half, dim = params[p], params[p + 1], params[p + 2], unit
-            for m in range(count):
-                privatize_at(x, off + m * dim, dim, radius, big_b, tanh_half, z, dz + m * dim, z[dz + count * dim + m],
-                             y, off + m * dim)
-        elif kind == RANDOMIZED_RESPONSE:
-            p_keep = params[p]
-            for j in range(size):
-                y[off + j] = x[off + j] if z[dz + j] < p_keep else 1.0 - x[off + j]
+def privatize_field(kind, off, size, dz, p, unit, count, params, x, z, y):
+    """y = one field's mechanism applied to its part of one user's row x, from the user's draws z: the field's row
+    of the layout (the columns above) and params, float64, every field's parameters one after the other."""
+    if kind == PASS:
+        for j in range(size):
+            y[off + j] = x[off + j]
+    elif kind == GAUSSIAN or kind == LAPLACE:       # x + scale * (a standard normal or Laplace draw)
+        scale = params[p]
+        for j in range(size):
+            y[off + j] = x[off + j] + scale * z[dz + j]
+    elif kind == SYMMETRIC_GAUSSIAN:
+        # in the output's order, the draw of (a, b) for b >= a and of (b, a) below the diagonal; unsigned indices:
+        # numba then skips its negative-index wraparound (a compare and select per access)
+        sigma, d = params[p], unit
+        for m in range(count):
+            first = dz + m * (d * (d + 1) // 2)     # the draw of (0, 0)
+            diagonal = first                        # the draw of (a, a)
+            for a in range(d):
+                row = off + m * d * d + a * d
+                below = first                       # the draw of (b, b)
+                for b in range(a):
+                    y[np.uint64(row + b)] = sigma * z[np.uint64(below + a - b)] + x[np.uint64(row + b)]
+                    below += d - b
+                for b in range(a, d):
+                    y[np.uint64(row + b)] = sigma * z[np.uint64(diagonal + b - a)] + x[np.uint64(row + b)]
+                diagonal += d - a
+    elif kind == L2_BALL:
+        radius, big_b, tanh_half, dim = params[p], params[p + 1], params[p + 2], unit
+        for m in range(count):
+            privatize_at(x, off + m * dim, dim, radius, big_b, tanh_half, z, dz + m * dim, z[dz + count * dim + m],
+                         y, off + m * dim)
+    elif kind == RANDOMIZED_RESPONSE:
+        p_keep = params[p]
+        for j in range(size):
+            y[off + j] = x[off + j] if z[dz + j] < p_keep else 1.0 - x[off + j]
 
 
-@njit(cache=True)
-def privatize_fields(layout, params, inputs, draws, out):
-    """privatize_row_fields for every user (row) of inputs."""
-    for i in range(inputs.shape[0]):
-        privatize_row_fields(layout, params, inputs[i], draws[i], out[i])
+@njit(inline="always")
+def _no_field(params, x, z, y):
+    return None
+
+
+def _then(field, rest):
+    """privatize_field for this field's layout row (closure constants), then `rest`."""
+    kind, off, size, dz, p, unit, count = field
+
+    @njit(inline="always")
+    def row(params, x, z, y):
+        privatize_field(kind, off, size, dz, p, unit, count, params, x, z, y)
+        rest(params, x, z, y)
+
+    return row
+
+
+def privatize_loop(layout: "FieldLayout"):
+    """`run(params, inputs, draws, out)`: the layout's row privatizer (FieldLayout.row_privatizer) on every user (row)
+    of inputs, compiled once per process and layout (ldpfed.jit)."""
+    def build(use):
+        row = layout.row_privatizer()
+
+        @njit
+        def run(params, inputs, draws, out):
+            for i in range(inputs.shape[0]):
+                row(params, inputs[i], draws[i], out[i])
+
+        return run
+
+    return loops(("privatize", layout.key), build)
 
 
 class FieldLayout:
@@ -102,6 +131,17 @@ class FieldLayout:
         self.params = np.array(params, dtype=float)
         self.width, self.draw_width = offset, draw_offset
         self.slices = {name: slice(int(r[OFFSET]), int(r[OFFSET] + r[SIZE])) for name, r in zip(self.names, rows)}
+        self.key = tuple(int(v) for v in self.layout.ravel())
+
+    def row_privatizer(self):
+        """`row(params, x, z, y)`: every field's mechanism on one user's row x into y, from its draws z, compiled
+        for this layout: each field's offsets and sizes are constants of the code, so numba compiles its loops for
+        their known sizes (unrolled), not over sizes read at run time. Inlined into the loops that call it, which are
+        therefore built per layout (`key`)."""
+        row = _no_field
+        for field in reversed(self.layout.tolist()):
+            row = _then(tuple(int(v) for v in field), row)
+        return row
 
     def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """Every field's random numbers for n users, (n, draw_width), field by field in declaration order."""
@@ -113,7 +153,7 @@ class FieldLayout:
 
     def privatize(self, inputs: np.ndarray, draws: np.ndarray) -> np.ndarray:
         out = np.empty_like(inputs)
-        privatize_fields(self.layout, self.params, inputs, draws, out)
+        privatize_loop(self)(self.params, inputs, draws, out)
         return out
 
     def split(self, rows: np.ndarray) -> dict:
