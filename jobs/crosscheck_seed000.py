@@ -148,28 +148,31 @@ def tables(rows: list[dict], profiles: list[str], users: int = 100_000) -> str:
     lines = [f"### Single parameter: linear env, d = 2, K = 10, T = {horizon(users)}, round size 1, delta = 0.01",
              "", "Final cumulative regret, median [25% - 75%] over seeds (n = number of seeds); p: two-sided "
              "Mann-Whitney U test of ldpfed's authors-code sample against the reference's run here; ratios: ldpfed "
-             "authors-code median / reference median" + (" (run here; issue 8's at eps = 1)." if quote else "."), "",
+             "authors-code median / reference median" + (" (run here; issue 8's at eps = 1)" if quote else "") +
+             "; 95%: bootstrap interval of that ratio (10,000 resamples of both samples).", "",
              "| eps | algorithm | reference (run here) | " + ("reference (issue 8) | " if quote else "") +
-             " | ".join(f"ldpfed {p}" for p in profiles) + " | ratio (run here) | " +
+             " | ".join(f"ldpfed {p}" for p in profiles) + " | ratio (run here) | 95% | " +
              ("ratio (issue 8) | " if quote else "") + "Mann-Whitney p |",
-             "|---|---|---|" + "---|" * (len(profiles) + (4 if quote else 2))]
+             "|---|---|---|" + "---|" * (len(profiles) + (5 if quote else 3))]
     eps_values = sorted({float(r["eps"]) for r in rows if r["setting"] == "single"}, reverse=True)
     for eps in eps_values:
         for algorithm in SINGLE:
             ref = [r["final_regret"] for r in sample("reference", "single", algorithm, eps)]
-            cells, ratio, ratio_quoted, p = [], "-", "-", "-"
+            cells, ratio, ratio_quoted, p, interval = [], "-", "-", "-", "-"
             for profile in profiles:
                 mine = [r["final_regret"] for r in sample("ldpfed", "single", algorithm, eps, profile)]
                 cells.append(f"{quartiles(mine)} (n={len(mine)})" if mine else "-")
                 if profile == "authors-code" and mine:
                     if ref:
                         ratio = f"{np.median(mine) / np.median(ref):.2f}"
+                        low, high = bootstrap_ratio(mine, ref)
+                        interval = f"{low:.2f} - {high:.2f}"
                         p = f"{mannwhitneyu(mine, ref, alternative='two-sided').pvalue:.3f}"
                     if eps == 1.0:
                         ratio_quoted = f"{np.median(mine) / QUOTED_MEDIAN[algorithm]:.2f}"
             quoted = (QUOTED[algorithm] if eps == 1.0 else "-") + " | " if quote else ""
             lines.append(f"| {eps:g} | {algorithm} | {quartiles(ref) + f' (n={len(ref)})' if ref else '-'} | "
-                         f"{quoted}" + " | ".join(cells) + f" | {ratio} | " + (f"{ratio_quoted} | " if quote else "")
+                         f"{quoted}" + " | ".join(cells) + f" | {ratio} | {interval} | " + (f"{ratio_quoted} | " if quote else "")
                          + f"{p} |")
     lines += ["", "Final estimation error ||theta_hat - theta*||, median [25% - 75%]:", "",
               "| eps | algorithm | reference | " + " | ".join(f"ldpfed {p}" for p in profiles) + " |",
@@ -218,6 +221,15 @@ def tables(rows: list[dict], profiles: list[str], users: int = 100_000) -> str:
                 lines.append(f"| {profile} | {algorithm} | {quartiles(regret)} (n={len(regret)}) | {share} | {below} | "
                              f"{_errors(errors)} | {claim} |")
     return "\n".join(lines)
+
+
+def bootstrap_ratio(mine, ref, draws: int = 10_000) -> tuple[float, float]:
+    """95% percentile-bootstrap interval of median(mine) / median(ref), both samples resampled (fixed seed)."""
+    rng = np.random.default_rng(0)
+    mine, ref = np.asarray(mine, dtype=float), np.asarray(ref, dtype=float)
+    ratios = (np.median(rng.choice(mine, (draws, len(mine))), axis=1)
+              / np.median(rng.choice(ref, (draws, len(ref))), axis=1))
+    return tuple(np.percentile(ratios, [2.5, 97.5]))
 
 
 def _errors(values) -> str:
