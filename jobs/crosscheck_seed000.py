@@ -4,16 +4,19 @@
     python jobs/crosscheck_seed000.py --reference /tmp/ldpbandit_ref      # everything (long: see below)
     python jobs/crosscheck_seed000.py --part ldpfed --eps 1               # one part; results are cached per run
     python jobs/crosscheck_seed000.py --part table                        # the tables from the cached runs
+    python jobs/crosscheck_seed000.py --users 1000000 --reference-seeds 10 --seeds 40 \
+        --out results/crosscheck_seed000_1e6                              # the horizon of the shuffle experiment
 
-Single parameter (seed 000's setting: linear env, d = 2, K = 10, T = 1e5, round size 1, delta = 0.01): ldp-sgd,
-ldp-ols, ldp-gloc, ldp-ucb under --profile (default authors-code) and, given --reference PATH (a clone of the
+Single parameter (seed 000's setting: linear env, d = 2, K = 10, T = --users (1e5), round size 1, delta = 0.01):
+ldp-sgd, ldp-ols, ldp-gloc, ldp-ucb under --profile (default authors-code) and, given --reference PATH (a clone of the
 reference repository), the reference itself on the same setting and seeds, one user at a time, in a subprocess.
 Multi parameter (d = 20, K = 3, delta = 0.1, eps = 1, T = 1e5, s0 = 3000 users in total): ldp-sgd-multi,
 ldp-ols-multi and uniform play. Prints medians [quartiles] of the final cumulative regret and, per algorithm and
 eps, a two-sided Mann-Whitney U test of ldpfed's final regrets against the reference's (scipy.stats.mannwhitneyu).
 
 Every finished run is appended to OUT/runs.jsonl and skipped when the job is run again, so the job can be split
-over processes (--part) and resumed. Nothing in the tests depends on the reference code.
+over processes (--part) and resumed; the cache is keyed by T (--users) too, and the tables show the runs of the
+given --users only. Nothing in the tests depends on the reference code.
 ldpfed's runs at round size 1 use the compiled sequential engine wherever it has a kernel (both profiles of the
 seed-000 algorithms); --streams generic feeds it the generic engine's own random draws instead of its chunked
 streams (the generic engine's results up to rounding, much faster): run it with another --out and compare.
@@ -75,7 +78,15 @@ def append(out: Path, row: dict) -> None:
 
 
 def key(row: dict) -> tuple:
-    return (row["source"], row["setting"], row["algorithm"], float(row["eps"]), int(row["seed"]), row["profile"])
+    # rows cached before --users existed are T = 1e5 runs
+    return (row["source"], row["setting"], row["algorithm"], float(row["eps"]), int(row["seed"]), row["profile"],
+            int(row.get("users", 100_000)))
+
+
+def horizon(users: int) -> str:
+    """T as the tables write it: 1e5, 1e6, ... for powers of ten."""
+    power = round(np.log10(users))
+    return f"1e{power}" if 10 ** power == users else f"{users:,}"
 
 
 def run_ldpfed(algorithm: str, setting: str, eps: float, seed: int, users: int, profile: str,
@@ -125,37 +136,44 @@ def quartiles(values) -> str:
     return f"{med:,.0f} [{q1:,.0f} - {q3:,.0f}]"
 
 
-def tables(rows: list[dict], profiles: list[str]) -> str:
+def tables(rows: list[dict], profiles: list[str], users: int = 100_000) -> str:
+    """The tables of the runs at T = users; issue 8's quoted reference figures are at T = 1e5 only."""
     from scipy.stats import mannwhitneyu
 
     def sample(source, setting, algorithm, eps, profile=None):
         return [r for r in rows if r["source"] == source and r["setting"] == setting and r["algorithm"] == algorithm
                 and float(r["eps"]) == eps and (profile is None or r["profile"] == profile)]
 
-    lines = ["### Single parameter: linear env, d = 2, K = 10, T = 1e5, round size 1, delta = 0.01",
+    quote = users == 100_000   # issue 8's columns
+    lines = [f"### Single parameter: linear env, d = 2, K = 10, T = {horizon(users)}, round size 1, delta = 0.01",
              "", "Final cumulative regret, median [25% - 75%] over seeds (n = number of seeds); p: two-sided "
              "Mann-Whitney U test of ldpfed's authors-code sample against the reference's run here; ratios: ldpfed "
-             "authors-code median / reference median (run here; issue 8's at eps = 1).", "",
-             "| eps | algorithm | reference (run here) | reference (issue 8) | " +
-             " | ".join(f"ldpfed {p}" for p in profiles) + " | ratio (run here) | ratio (issue 8) | Mann-Whitney p |",
-             "|---|---|---|---|" + "---|" * len(profiles) + "---|---|---|"]
+             "authors-code median / reference median" + (" (run here; issue 8's at eps = 1)" if quote else "") +
+             "; 95%: bootstrap interval of that ratio (10,000 resamples of both samples).", "",
+             "| eps | algorithm | reference (run here) | " + ("reference (issue 8) | " if quote else "") +
+             " | ".join(f"ldpfed {p}" for p in profiles) + " | ratio (run here) | 95% | " +
+             ("ratio (issue 8) | " if quote else "") + "Mann-Whitney p |",
+             "|---|---|---|" + "---|" * (len(profiles) + (5 if quote else 3))]
     eps_values = sorted({float(r["eps"]) for r in rows if r["setting"] == "single"}, reverse=True)
     for eps in eps_values:
         for algorithm in SINGLE:
             ref = [r["final_regret"] for r in sample("reference", "single", algorithm, eps)]
-            cells, ratio, ratio_quoted, p = [], "-", "-", "-"
+            cells, ratio, ratio_quoted, p, interval = [], "-", "-", "-", "-"
             for profile in profiles:
                 mine = [r["final_regret"] for r in sample("ldpfed", "single", algorithm, eps, profile)]
                 cells.append(f"{quartiles(mine)} (n={len(mine)})" if mine else "-")
                 if profile == "authors-code" and mine:
                     if ref:
                         ratio = f"{np.median(mine) / np.median(ref):.2f}"
+                        low, high = bootstrap_ratio(mine, ref)
+                        interval = f"{low:.2f} - {high:.2f}"
                         p = f"{mannwhitneyu(mine, ref, alternative='two-sided').pvalue:.3f}"
                     if eps == 1.0:
                         ratio_quoted = f"{np.median(mine) / QUOTED_MEDIAN[algorithm]:.2f}"
-            quoted = QUOTED[algorithm] if eps == 1.0 else "-"
+            quoted = (QUOTED[algorithm] if eps == 1.0 else "-") + " | " if quote else ""
             lines.append(f"| {eps:g} | {algorithm} | {quartiles(ref) + f' (n={len(ref)})' if ref else '-'} | "
-                         f"{quoted} | " + " | ".join(cells) + f" | {ratio} | {ratio_quoted} | {p} |")
+                         f"{quoted}" + " | ".join(cells) + f" | {ratio} | {interval} | " + (f"{ratio_quoted} | " if quote else "")
+                         + f"{p} |")
     lines += ["", "Final estimation error ||theta_hat - theta*||, median [25% - 75%]:", "",
               "| eps | algorithm | reference | " + " | ".join(f"ldpfed {p}" for p in profiles) + " |",
               "|---|---|---|" + "---|" * len(profiles)]
@@ -182,8 +200,8 @@ def tables(rows: list[dict], profiles: list[str]) -> str:
             lines.append(f"| {eps:g} | {algorithm} | " + " | ".join(cells) + " |")
     multi = [r for r in rows if r["setting"] == "multi"]
     if multi:
-        lines += ["", "### Multi parameter: d = 20, K = 3, T = 1e5, eps = 1, delta = 0.1, s0 = 3000 users in total, "
-                  "round size 1", "", "p (< 0.4 uniform): one-sided Mann-Whitney U test that the algorithm's final "
+        lines += ["", f"### Multi parameter: d = 20, K = 3, T = {horizon(users)}, eps = 1, delta = 0.1, "
+                  "s0 = 3000 users in total, round size 1", "", "p (< 0.4 uniform): one-sided Mann-Whitney U test that the algorithm's final "
                   "regrets are below 0.4 times uniform play's (same seeds' sample, scaled); small p: the target is met.",
                   "", "| profile | algorithm | final regret | / uniform's median | p (< 0.4 uniform) | estimation error |"
                   " privacy claim |", "|---|---|---|---|---|---|---|"]
@@ -205,6 +223,15 @@ def tables(rows: list[dict], profiles: list[str]) -> str:
     return "\n".join(lines)
 
 
+def bootstrap_ratio(mine, ref, draws: int = 10_000) -> tuple[float, float]:
+    """95% percentile-bootstrap interval of median(mine) / median(ref), both samples resampled (fixed seed)."""
+    rng = np.random.default_rng(0)
+    mine, ref = np.asarray(mine, dtype=float), np.asarray(ref, dtype=float)
+    ratios = (np.median(rng.choice(mine, (draws, len(mine))), axis=1)
+              / np.median(rng.choice(ref, (draws, len(ref))), axis=1))
+    return tuple(np.percentile(ratios, [2.5, 97.5]))
+
+
 def _errors(values) -> str:
     if not values:
         return "-"
@@ -218,6 +245,7 @@ def main(argv=None) -> int:
     parser.add_argument("--part", choices=["all", "reference", "ldpfed", "multi", "table"], default="all")
     parser.add_argument("--profile", default="authors-code", help="comma-separated profiles of the ldpfed runs")
     parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--reference-seeds", type=int, default=None, help="seeds of the reference (default --seeds)")
     parser.add_argument("--eps", default="1,0.5", help="comma-separated eps of the single-parameter runs")
     parser.add_argument("--users", type=int, default=100_000)
     parser.add_argument("--algorithms", default=None, help="comma-separated subset")
@@ -241,7 +269,7 @@ def main(argv=None) -> int:
             print("no --reference: the reference runs are skipped", file=sys.stderr)
         else:
             jobs += [todo("reference", "single", a, e, s, "reference")
-                     for e in eps_values for s in range(args.seeds) for a in SINGLE]
+                     for e in eps_values for s in range(args.reference_seeds or args.seeds) for a in SINGLE]
     if args.part in ("all", "ldpfed"):
         jobs += [todo("ldpfed", "single", a, e, s, p)
                  for p in profiles for e in eps_values for s in range(args.seeds) for a in SINGLE]
@@ -259,10 +287,10 @@ def main(argv=None) -> int:
         print(f"[{i}/{len(jobs)}] {job['source']} {job['setting']} {job['algorithm']} {job['profile']} "
               f"eps={job['eps']:g} seed={job['seed']}: regret {row['final_regret']:,.1f} "
               f"({row['cpu_s']:.0f} s CPU)", flush=True)
-    rows = load(args.out)
+    rows = [r for r in load(args.out) if int(r.get("users", 100_000)) == args.users]
     if rows:
         table = tables(rows, sorted({r["profile"] for r in rows if r["source"] == "ldpfed"}, reverse=True)
-                       or profiles)
+                       or profiles, args.users)
         (args.out / "crosscheck.md").write_text(table + "\n")
         print(table)
     return 0
