@@ -85,8 +85,8 @@ def main(argv=None) -> int:
     # message is lambda ~ 1/(K d) (pulled a third of the time, E[x x^T] = I/d on the unit sphere); the best step
     # c = 1/lambda leaves an error ~ B / (lambda sqrt(j)) after j messages.
     lam = 1.0 / (K * d)
-    B = algo.mech.B
-    lines += ["", f"l2-ball output norm B = {B:.1f} (R = {algo.R:g}, eps/2 = {algo.eps / 2:g}, d = {d}); curvature per "
+    B = algo.mech.output_radius
+    lines += ["", f"l2-ball output norm B = {B:.1f} (R = {algo.grad_radius:g}, eps/2 = {algo.eps / 2:g}, d = {d}); curvature per "
               f"message lambda ~ 1/(K d) = {lam:.4f}; best-step error per arm ~ B / (lambda sqrt(j)) = "
               f"{B / (lam * math.sqrt(args.users)):.1f} at j = {args.users:,}; error 0.3 needs j ~ "
               f"{(B / (lam * 0.3)) ** 2:.1e} users."]

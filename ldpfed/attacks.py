@@ -68,7 +68,7 @@ def out_of_domain(payload: dict, domains: dict, users, j: int, rng) -> dict:
 def sphere_point(algo, env, messages, users, bad) -> None:
     """ldp-sgd: every l2-ball output the same point of the sphere (theta <- theta - eta Z moves against the truth)."""
     direction = env.theta / np.linalg.norm(env.theta)
-    messages["Z"][bad] = algo.mech.B * direction
+    messages["Z"][bad] = algo.mech.output_radius * direction
 
 
 def tail_bound(algo, env, messages, users, bad) -> None:

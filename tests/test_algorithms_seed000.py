@@ -216,10 +216,10 @@ def test_l2_ball_input_is_clipped_and_counted():
     _, metrics = algo.encode(model, contexts, actions, rewards, users, derive(0, "privatize", 0, 0))
     x = contexts[np.arange(len(users)), actions]
     raw = (np.exp(x @ model["theta"]) - np.clip(rewards, -env.reward_bound, env.reward_bound))[:, None] * x
-    over = np.linalg.norm(raw, axis=1) > algo.R
+    over = np.linalg.norm(raw, axis=1) > algo.grad_radius
     assert 0 < over.sum() < len(users)
     assert metrics["clipped"] == over.sum()
-    assert np.linalg.norm(seen[0], axis=1).max() <= algo.R * (1 + 1e-12)   # the mechanism never sees more than R
+    assert np.linalg.norm(seen[0], axis=1).max() <= algo.grad_radius * (1 + 1e-12)   # the mechanism never sees more than R
 
     result = run_local(config)                              # the count reaches the result table
     assert "clipped" in result.table.columns
@@ -376,11 +376,11 @@ def test_sgd_multi_messages_hide_the_pulled_arm():
     algo, env, _, _, actions, _, msg = _multi_round("ldp-sgd-multi", users)
     n, K, d = len(users), env.K, env.d
     np.testing.assert_array_equal(msg["n"], np.ones((n, K)))
-    np.testing.assert_allclose(np.linalg.norm(msg["Z"], axis=-1), algo.mech.B, rtol=1e-12)
+    np.testing.assert_allclose(np.linalg.norm(msg["Z"], axis=-1), algo.mech.output_radius, rtol=1e-12)
     pulled = np.zeros((n, K), dtype=bool)
     pulled[np.arange(n), actions] = True
     others = msg["Z"][~pulled]                          # uniform on the sphere of radius B: coordinate var B^2/d
-    assert np.all(np.abs(others.mean(axis=0)) <= 5 * algo.mech.B / math.sqrt(d * len(others)))
+    assert np.all(np.abs(others.mean(axis=0)) <= 5 * algo.mech.output_radius / math.sqrt(d * len(others)))
 
 
 @pytest.mark.parametrize("algorithm", ["ols-multi", "ldp-sgd-multi"])

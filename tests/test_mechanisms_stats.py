@@ -30,13 +30,13 @@ def test_l2_ball_unbiased_and_on_sphere(dim, n):
     for name, g in _inputs(dim, R, rng).items():
         z, clipped = mech.privatize_counted(np.broadcast_to(g, (n, dim)), rng)
         assert clipped == 0, name
-        np.testing.assert_allclose(np.linalg.norm(z, axis=1), mech.B, rtol=1e-12)
-        se = mech.B / math.sqrt(dim * n)  # per-coordinate variance of Z is B^2/d - g_i^2 <= B^2/d
+        np.testing.assert_allclose(np.linalg.norm(z, axis=1), mech.output_radius, rtol=1e-12)
+        se = mech.output_radius / math.sqrt(dim * n)  # per-coordinate variance of Z is B^2/d - g_i^2 <= B^2/d
         dev = np.abs(z.mean(axis=0) - g) / se
         assert dev.max() < ZMAX, (name, dev.max())
         # second moment: v is uniform on a half-sphere, E[v v^T] = I/d, so E[Z Z^T] = B^2 I / d
         if dim <= 5:
-            second = z.T @ z / n / (mech.B**2 / dim)
+            second = z.T @ z / n / (mech.output_radius**2 / dim)
             np.testing.assert_allclose(second, np.eye(dim), atol=ZMAX * math.sqrt(2 / n) * 2)
 
 
@@ -51,7 +51,7 @@ def test_l2_ball_clipping_counted_and_unbiased_for_clipped_input():
     z, clipped = mech.privatize_counted(batch, rng)
     assert clipped == n  # the norm-5 rows; rows of norm R (rounding) and R/2 are not counted
     target = g * R / 5.0
-    se = mech.B / math.sqrt(dim * n)
+    se = mech.output_radius / math.sqrt(dim * n)
     assert np.abs(z[:n].mean(axis=0) - target).max() < ZMAX * se
 
 

@@ -106,8 +106,8 @@ def test_authors_code_ledgers_of_the_single_parameter_algorithms():
     eps, delta = 1.0, 0.01
     sigma = 6 * math.sqrt(2 * math.log(2.5 / delta)) / eps
     sgd = _algo("ldp-sgd", "authors-code")
-    assert sgd.R == 1.0 and sgd.mech.radius == 1.0 and not any("claim_void" in r for r in sgd.ledger())
-    assert _algo("ldp-sgd", "paper").R == pytest.approx(2 * (1 + 3 * 0.1))        # paper: 2 c_r C_B
+    assert sgd.grad_radius == 1.0 and sgd.mech.radius == 1.0 and not any("claim_void" in r for r in sgd.ledger())
+    assert _algo("ldp-sgd", "paper").grad_radius == pytest.approx(2 * (1 + 3 * 0.1))        # paper: 2 c_r C_B
     for name in ("ldp-ols", "ldp-ucb"):
         algo = _algo(name, "authors-code")
         assert algo.mechanisms["M"].sigma == pytest.approx(sigma) == algo.mechanisms["u"].sigma

@@ -59,8 +59,8 @@ def test_shuffling_buys_a_larger_eps0_so_less_noise_than_local():
     local = make_algorithm(make_env(config), config)
     mixed = make_algorithm(make_env(config), config.replace(trust="shuffle"))
     assert mixed.eps > 3 * 0.5
-    assert mixed.mech.B / local.mech.B == pytest.approx(math.tanh(0.25) / math.tanh(mixed.eps / 2))
-    assert mixed.mech.B < local.mech.B / 2.9
+    assert mixed.mech.output_radius / local.mech.output_radius == pytest.approx(math.tanh(0.25) / math.tanh(mixed.eps / 2))
+    assert mixed.mech.output_radius < local.mech.output_radius / 2.9
 
 
 def test_the_smallest_round_is_the_batch():

@@ -173,12 +173,12 @@ class CentralRows:
     def client_bounds(self):
         bound = self.world.context_bound
         self.L = 1.0 if bound is None else float(bound)
-        self.R = float(self.world.reward_bound)
+        self.reward_bound = float(self.world.reward_bound)
 
     def row_consts(self) -> tuple:
         """(L, R, linf, B): the first consts of every central-rows algorithm (central_prepare and slot_fold read
         them; B the rows of the aggregate)."""
-        return float(self.L), float(self.R), self.context_norm == "linf", int(self.config.round_size)
+        return float(self.L), float(self.reward_bound), self.context_norm == "linf", int(self.config.round_size)
 
     def sum_fields(self):
         # the round's rows (slot_fold): one at B = 1
@@ -188,7 +188,7 @@ class CentralRows:
         # z = [x; r], raw (no mechanism makes it: the server is trusted; the private algorithms' mechanisms are the
         # server's releases, in self.mechanisms); the trusted server still accepts only the public bounds:
         # ||x|| <= L (l2) or |x_i| <= L (linf), |r| <= R
-        high = np.append(np.full(self.d, self.L), self.R)
+        high = np.append(np.full(self.d, self.L), self.reward_bound)
         z = Domain((self.d + 1,), low=-high, high=high, norm_part=self.d,
                    max_radius=self.L if self.context_norm == "l2" else None,
                    source=f"raw [x; r], {self.context_norm} ||x|| <= L, |r| <= R")
@@ -199,7 +199,7 @@ class CentralRows:
         users = np.asarray(users)
         rows = 1 if self.config.round_size == 1 else self.config.round_size
         high = np.zeros((rows, self.d + 1))
-        high[users % rows] = np.append(np.full(self.d, self.L), self.R)
+        high[users % rows] = np.append(np.full(self.d, self.L), self.reward_bound)
         row_max = high[:, 0] if self.context_norm == "l2" else np.full(rows, np.inf)
         groups = np.arange(high.size) // (self.d + 1) + rows * (np.arange(high.size) % (self.d + 1) == self.d)
         return {"Z": SumBounds(-high.reshape(-1), high.reshape(-1), groups=groups,
@@ -453,7 +453,7 @@ class PrivateLinUCB(LinUCB):
         super().setup()
         self.upsilon_alpha = self.params["upsilon_alpha"]
         self.calibration = self.params["calibration"]
-        self.sensitivity = math.sqrt(2.0) * (self.L ** 2 + self.R ** 2)
+        self.sensitivity = math.sqrt(2.0) * (self.L ** 2 + self.reward_bound ** 2)
         self.mechanisms["gram"] = self._tree()
         tree = self.mechanisms["gram"]
         self.upsilon = tree.node_scale * math.sqrt(tree.depth) * (
@@ -588,7 +588,7 @@ class LinUCBDGS(LinUCB):
         self.noise = self.params["noise"]
         self.calibration = self.params["calibration"]
         self.depth = tree_depth(self.config.rounds)
-        self.numerator = 2.0 * self.L * (self.R + self.L * self.S)
+        self.numerator = 2.0 * self.L * (self.reward_bound + self.L * self.S)
         factor = math.sqrt(self.d) if (self.params["l1_sensitivity"] and self.noise == "laplace") else 1.0
         if self.noise == "laplace":
             # node scale per unit of sensitivity; the variance of one coordinate of a node is 2 b^2

@@ -312,8 +312,8 @@ class LdpSgd(_SingleBase):
 
     def _setup(self):
         self._set_step()
-        self.R = self._radius()
-        self.mech = L2BallMechanism(self.R, self.eps, self.d)
+        self.grad_radius = self._radius()
+        self.mech = L2BallMechanism(self.grad_radius, self.eps, self.d)
         self.mechanisms = {"Z": self.mech}
         self.decay = 0.05 if self.authors and self.link != "identity" else 0.0
         self.predict_clip = 20.0 if self.authors else math.inf    # |x^T theta| cap inside mu (authors' code)
@@ -357,7 +357,7 @@ class LdpSgd(_SingleBase):
             sent = np.asarray(domains["Z"].slots(users), dtype=float)
             ones = {"Z": sent[..., None], "n": sent}
             eta_sums = np.asarray(self.aggregate(ones, users)["Z"]).reshape(-1)
-        bounds = {"Z": weighted_sphere_bounds(eta_sums, self.mech.B, int(np.prod(spec["Z"])), self.d)}
+        bounds = {"Z": weighted_sphere_bounds(eta_sums, self.mech.output_radius, int(np.prod(spec["Z"])), self.d)}
         if "n" in domains:
             bounds["n"] = domains["n"].sum_bounds(users)
         return bounds
@@ -373,7 +373,7 @@ class LdpSgd(_SingleBase):
         return Steps(greedy_act, _sgd_prepare, _sgd_weigh, _sgd_update)
 
     def consts(self):
-        return (self.C_B, self.c_r, self.R, link_code(self.link), self.predict_clip, self.step,
+        return (self.C_B, self.c_r, self.grad_radius, link_code(self.link), self.predict_clip, self.step,
                 1.0 + self.step_offset, self.decay)
 
 
@@ -959,8 +959,8 @@ class LdpSgdMulti(_MultiBase, LdpSgd):
             self._setup_authors()
             return
         self.state_keys = ("theta", "n", "theta_warm")
-        self.R = 2.0 * self.c_r * self.C_B
-        self.mech = L2BallMechanism(self.R, self.eps / 2, self.d)
+        self.grad_radius = 2.0 * self.c_r * self.C_B
+        self.mech = L2BallMechanism(self.grad_radius, self.eps / 2, self.d)
         self.mechanisms = {"Z": self.mech}
 
     def _setup_authors(self):
@@ -971,9 +971,9 @@ class LdpSgdMulti(_MultiBase, LdpSgd):
         self.mech_M, _ = authors_gaussian(SymmetricGaussianMechanism, sigma, sens_M, self.eps / 2, self.delta / 2)
         self.mech_u, _ = authors_gaussian(GaussianMechanism, sigma, sens_u, self.eps / 2, self.delta / 2)
         self.c_shift = 2.0 * sigma * (4.0 * math.sqrt(self.d) + 2.0 * math.log(2.0 * self.T / 0.1))  # alpha = 0.1
-        self.R = 1.0
+        self.grad_radius = 1.0
         self.predict_clip = 20.0                     # |x^T theta| cap inside mu (the code's)
-        self.mech = L2BallMechanism(self.R, self.eps, self.K * self.d)
+        self.mech = L2BallMechanism(self.grad_radius, self.eps, self.K * self.d)
         self.b_scale = l2_ball_gamma_ratio(self.d) / l2_ball_gamma_ratio(self.K * self.d)
         self.decay = 0.05
         self.mechanisms = {"M": self.mech_M, "u": self.mech_u, "Z": self.mech}
@@ -1004,7 +1004,7 @@ class LdpSgdMulti(_MultiBase, LdpSgd):
         return Steps(_multi_act, _sgd_multi_prepare, _sgd_multi_weigh, _sgd_multi_update, _sgd_multi_finish)
 
     def consts(self):
-        return (*self.multi_consts(), link_code(self.link), float(self.R), float(self.step),
+        return (*self.multi_consts(), link_code(self.link), float(self.grad_radius), float(self.step),
                 float(self.step_offset), bool(self.authors), float(self.predict_clip), float(self.b_scale),
                 float(self.decay), float(self.c_shift))
 
@@ -1015,5 +1015,5 @@ class LdpSgdMulti(_MultiBase, LdpSgd):
         sent = np.asarray(domains["Z"].slots(users), dtype=float)
         ones = {"Z": np.repeat(sent[..., None], self.d, axis=-1), "n": sent}
         eta_sums = np.asarray(self.aggregate(ones, users)["Z"])[:, 0]
-        return {"Z": weighted_sphere_bounds(eta_sums, self.mech.B, int(np.prod(spec["Z"])), self.d),
+        return {"Z": weighted_sphere_bounds(eta_sums, self.mech.output_radius, int(np.prod(spec["Z"])), self.d),
                 "n": domains["n"].sum_bounds(users)}

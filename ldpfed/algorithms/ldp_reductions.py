@@ -439,7 +439,7 @@ class _BallBco(_OnePointScalar, CompiledAlgorithm):
     def _domain(self):
         world = self.world
         self.R, self.r = float(world.radius), float(world.inner_radius)
-        self.B, self.G = float(world.reward_bound), float(world.lipschitz)
+        self.value_bound, self.G = float(world.reward_bound), float(world.lipschitz)
 
     def _set_steps(self, eta: float, rho: float):
         if not 0 < rho < self.r:
@@ -483,7 +483,7 @@ class _BallBco(_OnePointScalar, CompiledAlgorithm):
         return unit_sphere(rng, n, self.d)
 
     def _scalar_bound(self) -> float:
-        return self.diff_bound if self.private_field == "diff" else self.B
+        return self.diff_bound if self.private_field == "diff" else self.value_bound
 
     def fields(self):
         # u: public (drawn by the user's own coins, independently of its data); the scalar (loss or difference):
@@ -530,8 +530,8 @@ class LdpBcoOnePoint(_BallBco):
 
     def setup(self):
         self._domain()
-        self.sigma = self._build_mechanism(self.B)
-        C = math.sqrt(self.B ** 2 + self.sigma ** 2)
+        self.sigma = self._build_mechanism(self.value_bound)
+        C = math.sqrt(self.value_bound ** 2 + self.sigma ** 2)
         T, d, R, r, G = self.T, self.d, self.R, self.r, self.G
         nu = R / (C * math.sqrt(T))
         rho = self.params["rho_scale"] * T ** -0.25 * math.sqrt(R * d * C * r / (3.0 * (G * r + C)))

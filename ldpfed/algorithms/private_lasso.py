@@ -296,7 +296,7 @@ class PrivateThresholdLasso(CentralRows, CompiledAlgorithm):
     model_keys = ("support", "theta_S")
 
     def setup(self):
-        self.client_bounds()   # self.L: coordinate bound C_X, self.R: reward bound C_r
+        self.client_bounds()   # self.L: coordinate bound C_X, self.reward_bound: C_r
         # None: a public value of the env (or one derived from the other options), held to the option's check
         s0 = self.resolved("s0", self.world.sparsity)   # seed 003 assumes s0 known (public)
         if s0 > self.d:
@@ -305,9 +305,9 @@ class PrivateThresholdLasso(CentralRows, CompiledAlgorithm):
         self.lambda_0 = self.params["lambda_0"]
         self.phi2 = self.resolved("phi2", 1.0 if self.world.context_min_eig is None else self.world.context_min_eig)
         self.C_theta = self.params["C_theta"]
-        self.s_bar = self.resolved("s_bar", 1.0 + 4.0 * self.R * self.L * math.sqrt(self.s0) / self.phi2)
+        self.s_bar = self.resolved("s_bar", 1.0 + 4.0 * self.reward_bound * self.L * math.sqrt(self.s0) / self.phi2)
         self.lasso_sensitivity = self.resolved(
-            "lasso_sensitivity", 2.0 * self.L * (self.R + self.L * math.sqrt(self.s0) * self.C_theta) / self.phi2)
+            "lasso_sensitivity", 2.0 * self.L * (self.reward_bound + self.L * math.sqrt(self.s0) * self.C_theta) / self.phi2)
         self.gap, self.ridge, self.debias = self.params["gap"], self.params["ridge"], self.params["debias"]
         self.max_support = min(self.d, int(math.floor(self.s0 + math.sqrt(self.s_bar))))
 
@@ -364,7 +364,7 @@ class PrivateThresholdLasso(CentralRows, CompiledAlgorithm):
 
     def row_bound(self, size: int) -> float:
         """||[x_S; r]|| <= sqrt(|S| C_X^2 + C_r^2): the Wishart sensitivity on a support of that size."""
-        return math.sqrt(size * self.L ** 2 + self.R ** 2)
+        return math.sqrt(size * self.L ** 2 + self.reward_bound ** 2)
 
     def _svt(self, threshold, n):
         return AboveNoisyThreshold(threshold, self.eps1, sensitivity=self.lasso_sensitivity / n,

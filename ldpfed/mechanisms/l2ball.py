@@ -98,7 +98,7 @@ class L2BallMechanism:
         self.radius = V.positive("radius", radius)
         self.eps = V.eps(eps)
         self.dim = V.integer("dim", dim)
-        self.B = l2_ball_radius(self.radius, self.eps, self.dim)
+        self.output_radius = l2_ball_radius(self.radius, self.eps, self.dim)
         self.tanh_half = math.tanh(self.eps / 2.0)
         self.guarantee = Guarantee("l2-ball", V.model(model), self.eps, 0.0, self.radius, "l2")
 
@@ -120,7 +120,7 @@ class L2BallMechanism:
         if not shape or int(np.prod(shape, dtype=np.int64)) % self.dim:
             raise ConfigError("shape", shape, f"must hold whole rows of the mechanism's dim {self.dim}")
         rows = int(np.prod(shape, dtype=np.int64)) // self.dim
-        return RowKernel(L2_BALL, (self.radius, self.B, self.tanh_half, self.dim), rows * (self.dim + 1))
+        return RowKernel(L2_BALL, (self.radius, self.output_radius, self.tanh_half, self.dim), rows * (self.dim + 1))
 
     def draw_rows(self, rng: np.random.Generator, n: int, shape) -> np.ndarray:
         """n users' draws, (n, rows (dim + 1)): every row's normals, then every row's uniform (the order of
@@ -138,7 +138,7 @@ class L2BallMechanism:
         gauss = normal_array(rng, x.shape)
         unif = rng.random(x.shape[0])
         out = np.empty_like(gauss)
-        n_clipped = _privatize_rows(x, self.radius, self.B, self.tanh_half, CLIP_RTOL, gauss, unif, out)
+        n_clipped = _privatize_rows(x, self.radius, self.output_radius, self.tanh_half, CLIP_RTOL, gauss, unif, out)
         return out, int(n_clipped)
 
     def output_domain(self, shape, data_bound=None, **schedule) -> Domain:
@@ -146,7 +146,7 @@ class L2BallMechanism:
         needed: ignored). `shape` (..., dim) and `schedule` (e.g. slots=) describe the message field that carries
         the outputs."""
         shape = tuple(shape)
-        return Domain(shape, low=-self.B, high=self.B, radius=self.B, source=f"l2-ball sphere of radius B={self.B:.6g}",
+        return Domain(shape, low=-self.output_radius, high=self.output_radius, radius=self.output_radius, source=f"l2-ball sphere of radius B={self.output_radius:.6g} (the output radius)",
                       **schedule)
 
     def dp_event(self) -> dict:
@@ -154,4 +154,4 @@ class L2BallMechanism:
         return {}
 
     def __repr__(self):
-        return f"L2BallMechanism(radius={self.radius}, eps={self.eps}, dim={self.dim}, B={self.B:.6g})"
+        return f"L2BallMechanism(radius={self.radius}, eps={self.eps}, dim={self.dim}, B={self.output_radius:.6g})"
