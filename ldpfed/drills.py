@@ -224,16 +224,24 @@ class LocalNodes:
     def alive(self) -> list:
         return [w for w in self.workers if w is not None]
 
+    def _processes(self, index: int) -> list:
+        """The pids of worker node `index`: its raylet, then the processes it started (the actors' workers)."""
+        raylet = self.workers[index].all_processes["raylet"][0].process.pid
+        return [raylet] + [int(pid) for pid in Path(f"/proc/{raylet}/task/{raylet}/children").read_text().split()]
+
     def kill(self, index: int) -> None:
-        node = self.workers[index]
+        node, pids = self.workers[index], self._processes(index)
         self.cluster.remove_node(node, allow_graceful=False)
+        for pid in pids[1:]:         # the actors die with their machine, not when they notice the raylet is gone
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         node.all_processes = {}      # what Ray's exit hook of a removed node reads (else an AttributeError at exit)
         self.workers[index] = None
 
     def freeze(self, index: int) -> None:
-        raylet = self.workers[index].all_processes["raylet"][0].process.pid
-        children = Path(f"/proc/{raylet}/task/{raylet}/children").read_text().split()
-        pids = [raylet] + [int(pid) for pid in children]
+        pids = self._processes(index)
         for pid in pids:
             os.kill(pid, signal.SIGSTOP)
         self.stopped.extend(pids)

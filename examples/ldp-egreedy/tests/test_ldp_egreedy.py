@@ -26,7 +26,7 @@ def ray_session():
     loopback node, private token, no metrics exporter); an instance already running (the repository's own test
     session, RAY_ADDRESS) is used and left running. Skips if Ray cannot start."""
     ray = pytest.importorskip("ray")
-    from ldpfed.engine.ray_engine import POOL, ensure_ray
+    from ldpfed.engine.ray_engine import IDLE_ACTORS, ensure_ray
 
     try:
         started = ensure_ray(None, num_cpus=2, log_to_driver=False, logging_level="ERROR",
@@ -35,7 +35,7 @@ def ray_session():
         pytest.skip(f"Ray cannot start here: {type(error).__name__}: {error}")
     yield ray
     if started:
-        POOL.clear()
+        IDLE_ACTORS.clear()
         ray.shutdown()
 
 
