@@ -93,14 +93,11 @@ def local_config(config, cls, world):
         raise ConfigError("trust", config.trust, f"{cls.name} is not a local-DP algorithm (privacy model "
                                                  f"{cls.privacy_model!r}): there is no local randomizer to "
                                                  f"{'shuffle' if config.trust == 'shuffle' else 'move to the server'}")
+    if config.trust == "central":       # built at the run's budget: central_twins checks the built algorithm
+        return config, None
     probe = cls(world, config)
     rows = probe.ledger()
-    if any(row.get("claim_void") for row in rows):
-        raise ConfigError("trust", config.trust, f"{cls.name} under profile {config.profile!r} claims no guarantee "
-                                                 f"(its ledger is void): nothing to "
-                                                 f"{'amplify' if config.trust == 'shuffle' else 'move to the server'}")
-    if config.trust == "central":
-        return config, None
+    refuse_void(probe, rows, "amplify")
     plan = shuffle_plan(config, pure=all(float(row["delta"]) == 0.0 for row in rows))
     local = config.replace(eps=plan.eps0, delta=plan.delta0 if plan.delta0 else config.delta, trust="local")
     return local, plan
@@ -127,11 +124,19 @@ def check_shuffled(algo) -> None:
                                                       f"tell who sent what, cannot apply it")
 
 
+def refuse_void(algo, rows, what: str) -> None:
+    """ConfigError naming trust when the algorithm's ledger voids its own claim (nothing to `what`)."""
+    if any(row.get("claim_void") for row in rows):
+        raise ConfigError("trust", algo.config.trust, f"{algo.name} under profile {algo.config.profile!r} claims no "
+                                                      f"guarantee (its ledger is void): nothing to {what}")
+
+
 def central_twins(algo) -> dict:
     """Under the central trust model: {message field: the central twin of its mechanism} (ldpfed.mechanisms.central).
     The algorithm must be written once (its clipped rows are what a user sends; the twins' means and the server's
     noise are applied around its steps), and an algorithm that folds its rows into an aggregate of other fields
     must say which aggregate field carries which message field (`central_sources`)."""
+    refuse_void(algo, algo.ledger(), "move to the server")
     compiled_steps = getattr(algo, "compiled_steps", None)        # a CompiledAlgorithm's
     if compiled_steps is None or compiled_steps() is None:
         raise ConfigError("trust", "central", f"{algo.name} is not written as compiled steps "
