@@ -78,8 +78,10 @@ def timed_local(config):
     return result, config.users / (time.perf_counter() - w0), config.users / (time.process_time() - c0)
 
 
-# The floor of another checkout of this repository (--before DIR), in a subprocess with DIR first on sys.path:
-# its CPU users/s on the same config, after an untimed two-round run (kernels loaded).
+# The floor of a checkout of this repository, in a fresh subprocess with its directory first on sys.path: its CPU
+# users/s on the same config, after an untimed two-round run (kernels loaded). --before runs both checkouts this way,
+# so neither is measured in a process that has imported Ray and run other benchmarks (that alone cost this
+# checkout ~10% of ldp-ols's floor in session 8).
 _BEFORE = """
 import sys, time
 sys.path.insert(0, sys.argv[1])
@@ -95,8 +97,9 @@ print(users / (time.process_time() - c0))
 """
 
 
-def before_floor(directory: Path, algorithm: str, args) -> float:
-    """CPU users/s of run_local in the checkout at `directory` (an older commit), on this benchmark's config."""
+def floor_in(directory: Path, algorithm: str, args) -> float:
+    """CPU users/s of run_local in the checkout at `directory` (this one, or an older commit), on this benchmark's
+    config, in a fresh process."""
     done = subprocess.run([sys.executable, "-c", _BEFORE, str(directory), algorithm, str(args.users),
                            str(args.round_size), str(args.populations), str(args.d), str(args.K), str(args.seed)],
                           capture_output=True, text=True, check=True)
@@ -107,10 +110,9 @@ def compare_before(args) -> int:
     """--before DIR: the floor of DIR's code and of this code, alternating --repeat times (CPU users/s, medians)."""
     print(f"floor (run_local, CPU users/s) of {args.before} against this checkout, alternating {args.repeat} times; "
           f"{args.users:,} users, d = {args.d}, K = {args.K}, B = {args.round_size}, {args.populations} populations")
+    here = Path(__file__).resolve().parent.parent
     for algorithm in args.algorithms:
-        config = config_for(algorithm, args.users, args)
-        run_local(config_for(algorithm, 2 * args.round_size, args))
-        pairs = [(before_floor(args.before, algorithm, args), timed_local(config)[2]) for _ in range(args.repeat)]
+        pairs = [(floor_in(args.before, algorithm, args), floor_in(here, algorithm, args)) for _ in range(args.repeat)]
         before, now = (float(np.median(v)) for v in zip(*pairs))
         ratios = ", ".join(f"{b / a:.2f}" for a, b in pairs)
         print(f"{algorithm:<9} before {before:>10,.0f}   now {now:>10,.0f}   now/before {now / before:.2f} "
