@@ -116,6 +116,17 @@ def _fill_normals(state, out, zx, zr):
     state[0], state[1], state[2], state[3] = s0, s1, s2, s3
 
 
+@njit(cache=True)
+def _fill_normal_rows(state, out, zx, zr):
+    """_fill_normals on a 2-d (possibly strided: a column block of a wider buffer) out, in C order."""
+    s0, s1, s2, s3 = state[0], state[1], state[2], state[3]
+    for i in range(out.shape[0]):
+        for j in range(out.shape[1]):
+            x, s0, s1, s2, s3 = next_normal(s0, s1, s2, s3, zx, zr)
+            out[i, j] = x
+    state[0], state[1], state[2], state[3] = s0, s1, s2, s3
+
+
 def xoshiro_state(rng: np.random.Generator) -> np.ndarray:
     """The xoshiro state of one call: 4 raw words of rng (all zero, probability 2^-256, is xoshiro's one fixed
     point: replaced by a fixed nonzero state)."""
@@ -130,6 +141,13 @@ def standard_normals(rng: np.random.Generator, n: int) -> np.ndarray:
     out = np.empty(int(n))
     if out.size:
         _fill_normals(xoshiro_state(rng), out, ZX, ZR)
+    return out
+
+
+def fill_normal_rows(rng: np.random.Generator, out: np.ndarray) -> np.ndarray:
+    """out (n, m), a view, filled with the numbers normal_array(rng, (n, m)) gives: no array of its own to copy."""
+    if out.size:
+        _fill_normal_rows(xoshiro_state(rng), out, ZX, ZR)
     return out
 
 

@@ -306,7 +306,7 @@ class CompiledAlgorithm(Algorithm):
     def encode(self, model, contexts, actions, rewards, users, rng):
         inputs, counts = self.client_inputs(model, contexts, actions, rewards, users)
         layout = self._layout
-        rows = layout.privatize(inputs, layout.draw(rng, len(users))) if self.central is None else \
+        rows = layout.privatize(inputs, layout.draw(rng, len(users)), overwrite=True) if self.central is None else \
             self.central_rows(inputs)
         finish = self.steps().finish
         if finish is not no_finish:

@@ -10,7 +10,7 @@ from numba import njit
 from scipy import optimize, special
 
 from ldpfed.errors import ConfigError
-from ldpfed.normals import normal_array
+from ldpfed.normals import fill_normal_rows, normal_array
 
 from . import _validate as V
 from .domains import Domain, gaussian_tail_z
@@ -113,6 +113,10 @@ class GaussianMechanism:
     def draw_rows(self, rng: np.random.Generator, n: int, shape) -> np.ndarray:
         """The standard normals of n users' fields, (n, draws): the draws privatize makes for (n, *shape)."""
         return normal_array(rng, (int(n), self.noisy_coordinates(shape)))
+
+    def fill_rows(self, rng: np.random.Generator, out: np.ndarray) -> None:
+        """draw_rows's numbers written into out (n, draws), a view of the round's draw buffer (no copy)."""
+        fill_normal_rows(rng, out)
 
     def output_domain(self, shape, data_bound=None, **schedule) -> Domain:
         """Contract: the finite reals, narrowed to |output - data| <= z sigma per entry, where |data| <= data_bound

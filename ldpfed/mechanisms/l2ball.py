@@ -10,7 +10,7 @@ from scipy import special
 
 from ldpfed.clip import CLIP_RTOL
 from ldpfed.errors import ConfigError
-from ldpfed.normals import normal_array
+from ldpfed.normals import fill_normal_rows, normal_array
 
 from . import _validate as V
 from .domains import Domain
@@ -126,8 +126,15 @@ class L2BallMechanism:
         """n users' draws, (n, rows (dim + 1)): every row's normals, then every row's uniform (the order of
         _sample on the (n rows, dim) matrix of their inputs, so both give the same outputs)."""
         rows = int(np.prod(shape, dtype=np.int64)) // self.dim
-        gauss = normal_array(rng, (int(n), rows * self.dim))
-        return np.concatenate([gauss, rng.random(int(n) * rows).reshape(int(n), rows)], axis=1)
+        out = np.empty((int(n), rows * (self.dim + 1)))
+        self.fill_rows(rng, out)
+        return out
+
+    def fill_rows(self, rng: np.random.Generator, out: np.ndarray) -> None:
+        """draw_rows's numbers written into out (n, draws), a view of the round's draw buffer (no copy)."""
+        rows = out.shape[1] // (self.dim + 1)
+        fill_normal_rows(rng, out[:, :rows * self.dim])
+        out[:, rows * self.dim:] = rng.random(out.shape[0] * rows).reshape(out.shape[0], rows)
 
     def _sample(self, g, rng: np.random.Generator) -> tuple[np.ndarray, int]:
         x = V.finite_array("g", g)

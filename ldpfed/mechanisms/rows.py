@@ -8,7 +8,8 @@ and adding noise).
 
 A mechanism takes part by offering `row_kernel(shape) -> RowKernel` (its kind, its float parameters, how many random
 numbers one user's field needs) and `draw_rows(rng, n, shape) -> (n, draws)` (those numbers, drawn in the order its
-batched `privatize` draws them, so both give the same outputs from the same Generator). Kinds:
+batched `privatize` draws them, so both give the same outputs from the same Generator), and optionally
+`fill_rows(rng, out)`: the same numbers written into a view of the round's draw buffer. Kinds:
 
 * PASS: the value as it is (a public field, or a raw field sent to a trusted server): no draws.
 * GAUSSIAN: x + sigma z, one standard normal per entry.
@@ -132,6 +133,7 @@ class FieldLayout:
         self.width, self.draw_width = offset, draw_offset
         self.slices = {name: slice(int(r[OFFSET]), int(r[OFFSET] + r[SIZE])) for name, r in zip(self.names, rows)}
         self.key = tuple(int(v) for v in self.layout.ravel())
+        self.elementwise = all(kernel.kind != L2_BALL for kernel in self.kernels.values())
 
     def row_privatizer(self):
         """`row(params, x, z, y)`: every field's mechanism on one user's row x into y, from its draws z, compiled
@@ -145,14 +147,23 @@ class FieldLayout:
 
     def draw(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """Every field's random numbers for n users, (n, draw_width), field by field in declaration order."""
-        parts = [self.mechanisms[name].draw_rows(rng, n, self.shapes[name]) for name in self.names
-                 if self.kernels[name].draws]
-        if not parts:
-            return np.zeros((n, 0))
-        return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
+        out = np.empty((n, self.draw_width))
+        start = 0
+        for name in self.names:
+            mechanism, width = self.mechanisms[name], self.kernels[name].draws
+            if not width:
+                continue
+            if hasattr(mechanism, "fill_rows"):         # written in place: no part to copy
+                mechanism.fill_rows(rng, out[:, start:start + width])
+            else:
+                out[:, start:start + width] = mechanism.draw_rows(rng, n, self.shapes[name])
+            start += width
+        return out
 
-    def privatize(self, inputs: np.ndarray, draws: np.ndarray) -> np.ndarray:
-        out = np.empty_like(inputs)
+    def privatize(self, inputs: np.ndarray, draws: np.ndarray, overwrite: bool = False) -> np.ndarray:
+        """The privatized rows; with overwrite, written over `inputs` when every field's mechanism reads only the
+        entry it writes (not the l2-ball, which reads its whole row after writing its first entry)."""
+        out = inputs if overwrite and self.elementwise else np.empty_like(inputs)
         privatize_loop(self)(self.params, inputs, draws, out)
         return out
 
