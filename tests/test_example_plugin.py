@@ -73,11 +73,13 @@ def assert_spread_over_the_nodes(summary: dict) -> None:
     assert summary["nodes"] == NODES
 
 
+@pytest.mark.slow     # a 3-node cluster: ~2 min; run by jobs/slow_tests.py
 def test_ray_job_submit_runs_the_installed_plugin_on_three_nodes(three_node_cluster, tmp_path):
     assert len(three_node_cluster[0]["nodes"]) == NODES
     assert_spread_over_the_nodes(submit_run(three_node_cluster, "ldp-egreedy", tmp_path / "run"))
 
 
+@pytest.mark.slow     # a 3-node cluster: ~2 min; run by jobs/slow_tests.py
 def test_a_plugin_shipped_with_the_jobs_runtime_env_runs_on_three_nodes(three_node_cluster, tmp_path):
     """A copy of the example package under another import name (importable nowhere but through py_modules),
     its class renamed so that it does not clash with the installed ldp-egreedy."""

@@ -68,6 +68,7 @@ print("RESULT " + json.dumps({"same": bool(run_local(config).table.equals(out["r
 """
 
 
+@pytest.mark.slow     # a 3-node cluster per case: ~70 s in all; run by jobs/slow_tests.py
 @pytest.mark.parametrize("fault, mode", [("kill", "per-user"), ("freeze", "pre-aggregated")])
 def test_a_lost_node_is_left_behind_and_the_run_ends_bit_identical(fault, mode):
     """A 3-node cluster (ray.cluster_utils, in a subprocess): a third of the way in, the node hosting a population
