@@ -158,7 +158,8 @@ def privacy_summary(config, algo) -> dict:
     return {"privacy_eps_composed": amplified.eps, "privacy_delta_composed": amplified.delta,
             "privacy_eps_dp_accounting": None, "privacy_trust": "shuffle", "privacy_eps0": local.eps,
             "privacy_delta0": local.delta, "privacy_eps0_dp_accounting": local.eps_pld,
-            "privacy_shuffle_batch": amplified.n, "privacy_shuffle_bound": amplified.bound}
+            "privacy_shuffle_batch": amplified.n, "privacy_shufflers": config.shufflers,
+            "privacy_shuffle_bound": amplified.bound}
 
 
 @dataclass

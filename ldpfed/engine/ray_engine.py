@@ -14,12 +14,17 @@ One round:
 4. The coordinator reassembles the aggregate from the shards' totals, runs `algo.update` (the server half),
    records the round (`RoundRecorder`) and reports progress.
 Per round: at most one `ray.put`, one call per population actor, one call per shard; the driver never touches
-messages.
+messages. Under the shuffle trust model (per-user mode) step 3 goes through S shuffler actors (`ShufflerActor`,
+one call each per round): a population actor returns one object per shuffler (its users' messages in that
+shuffler's share, ldpfed.shuffling), each shuffler permutes its share and returns one object per shard of chunks
+that carry no population and no user index, and the shards fold those chunks.
 
 The result equals `run_local`'s for the same config, whatever the number of actors, shards or nodes: the same
 derived random streams are used per (population, round), regret and metrics are added in population order, and
 every element of the aggregate is summed in population order (by the one shard that owns it, or, in per-user
-mode's "population" layout, by the coordinator from the shards' per-population sums; see `ray_shard`).
+mode's "population" layout, by the coordinator from the shards' per-population sums; see `ray_shard`); under the
+shuffle model the chunks' sums are added in (shuffler, chunk) order (S, like the seed, is part of the run's
+configuration: it changes the shares and the permutations, hence the rounding).
 Memory does not grow with the number of users: at most one round's objects are alive at a time, and the shards
 keep one round's totals.
 """
@@ -207,6 +212,13 @@ class ShardActor:
 RemotePopulation = ray.remote(PopulationActor)
 RemoteShuffler = ray.remote(ShufflerActor)
 RemoteShard = ray.remote(ShardActor)
+
+
+def check_mode(config, mode: str) -> None:
+    """ConfigError naming mode when the run's trust model cannot run in it (before Ray starts, and at open)."""
+    if config.trust == "shuffle" and mode != "per-user":
+        raise ConfigError("mode", mode, "the shuffle trust model runs in per-user mode: its shuffler actors mix the "
+                                        "users' messages, which a population's sum would bypass; use --mode per-user")
 
 
 def _check_int(name, value, low=1):
@@ -435,10 +447,7 @@ class RayBackend(Backend):
 
     def open(self, config, algo, env, first_round):
         self.config = config
-        if config.trust == "shuffle" and self.mode != "per-user":
-            raise ConfigError("mode", self.mode, "the shuffle trust model runs in per-user mode: its shuffler actors "
-                                                 "mix the users' messages, which a population's sum would bypass; "
-                                                 "use --mode per-user")
+        check_mode(config, self.mode)
         self.shufflers = config.shufflers if config.trust == "shuffle" else 0
         self.actors = min(self.actors, config.populations)
         self.max_in_flight = self.actors if self.max_in_flight is None else self.max_in_flight
@@ -735,6 +744,7 @@ def run_ray(config, *, actors: int = 2, shards: int = 1, mode: str = "pre-aggreg
     see `checkpoint.Checkpointer`. recovery: RayBackend's timeouts and max_recoveries.
     """
     backend = RayBackend(actors, shards, mode, max_in_flight, layout, **recovery)
+    check_mode(config, mode)
     if progress is True:
         from ldpfed.progress import Progress
         progress = Progress(config.users, label=f"{config.algorithm} (ray)")

@@ -20,9 +20,18 @@ ranges, as in pre-aggregated mode) is used in per-user mode only when asked for 
 bit-identical sums on column slices (checked at start by a probe; not true of e.g. a BLAS product whose rounding
 depends on the width); each user's message is then cut into one slice per shard.
 
+Under the shuffle trust model (layout "shuffled", per-user mode only) no population reaches a shard: shuffler
+actors send `ShuffledChunk`s (algorithm, round, shuffler, chunk, payload), a permuted chunk of a shuffler's share of
+the round with no population and no user index (ldpfed.shuffling fixes the shares, chunk sizes and which shard gets
+which chunk). The shard aggregates each chunk without its users (`shuffling.anonymous_aggregate`) and keeps the sums
+per (shuffler, chunk); the coordinator adds them in that order, as run_local does (`core.shuffled_sums`). A chunk's
+domain checks are those of its users as a multiset (`Domain.anonymous_reason`): what depends on no user as usual,
+and a public schedule (exact counts, sent slots, scheduled arms) against the schedule of the shuffler's users.
+
 A message is REJECTED and COUNTED, the shard's state unchanged, when: it is not a 4-tuple; the algorithm is not
 the run's; the round is not open (closed, or beyond the window of open rounds); the population has no users in
-that round; the (population, round) was already received; the payload's fields, dtype (float64) or shapes do not
+that round (shuffled: a chunk the plan does not send this shard); the (population, round) or (shuffler, chunk,
+round) was already received; the payload's fields, dtype (float64) or shapes do not
 match the plan (derived from `algo.message_spec()` and the probe); a value is not finite; a value lies outside
 the field's output domain (below); or aggregating it fails.
 
