@@ -167,3 +167,21 @@ def test_a_scheduled_arm_is_checked_as_a_multiset_of_the_public_schedule():
     twice[twice == 0] = 1          # arm 0 is one user's (user 0) and the published arm's: move them to arm 1
     assert "not on the public schedule" in domain.anonymous_reason(twice, users, model)
     assert core.fold(chunks) == (2, 0)
+
+
+def test_public_slots_are_checked_as_a_multiset_of_the_schedule():
+    """ldp-sgd-multi: a user t < K s0 sends slot t % K only, later ones every slot (public `sent_slots`); its fields
+    Z (slots) and n (exact public counts) are checked per chunk against the shuffler's users as a multiset."""
+    config = shuffled("ldp-sgd-multi", users=3000, shufflers=2)
+    algo, plan, core = _shard(config)
+    chunks = _chunks(config, algo, plan)
+    assert core.fold(chunks) == (2, 0)
+    domain, users = algo.cached_domains()["n"], plan.share_users(0, 0)
+    counts = np.concatenate([c.payload["n"] for c in chunks])
+    assert domain.anonymous_reason(counts, users) is None
+    warm = int((np.asarray(algo.sent_slots(users)).sum(axis=1) == 1).sum())   # users that send one slot
+    assert 0 < warm < len(users)
+    tampered = counts.copy()
+    every = np.flatnonzero(tampered.sum(axis=1) == algo.K)[:warm + 1]
+    tampered[every] = np.eye(algo.K)[0]          # more "slot 0 only" messages than users with that schedule
+    assert "not on the public schedule" in domain.anonymous_reason(tampered, users)
