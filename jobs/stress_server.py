@@ -9,7 +9,8 @@
     python jobs/stress_server.py --capacity [--algorithm ldp-sgd --users-per-message 1250 --populations 8]
                                  [--shards 1,2,4] [--levels 25,50,75,100,125] [--level-seconds 4]
                                  [--batch 256] [--linger-ms 20] [--max-in-flight 2] [--probe-rounds 8000]
-                                 [--shufflers 1,2 [--round-users 10000]]   (the shuffler stage; --shards '' skips the shards)
+                                 [--shufflers 1,2 [--round-users 10000]]   (the shuffler stage too)
+    (--capacity --shards '' --shufflers 1,2: the shuffler stage only)
     add --no-domain-checks to any of them to measure what the shards' domain checks cost (that measurement only)
 
 Three jobs, each a module of ldpfed.stress (its docstring says what is measured and how):

@@ -16,8 +16,8 @@ from ldpfed.tracking.store import TrackingUnavailable
 # Where a RunConfig field comes from on the command line, so an error names the option the user typed.
 OPTION_OF_FIELD = {"algorithm": "ALGORITHM", "env": "--env", "users": "--users", "round_size": "--round-size",
                    "populations": "--populations", "eps": "--eps", "delta": "--delta", "seed": "--seed",
-                   "profile": "--profile", "trust": "--trust", "shufflers": "--shufflers", "mode": "--mode", "out": "--out",
-                   "resume": "--resume"}
+                   "profile": "--profile", "trust": "--trust", "shufflers": "--shufflers", "mode": "--mode",
+                   "out": "--out", "resume": "--resume"}
 
 
 def _key_value(text: str):
@@ -322,10 +322,10 @@ def cmd_run(args) -> int:
     if error is not None:
         print(f"final estimation error: {error:.4f}")
     if s.get("privacy_trust") == "shuffle":
+        among = "" if s.get("privacy_shufflers", 1) == 1 else f" (a round among {s['privacy_shufflers']} shufflers)"
         print(f"privacy (shuffle): each user's randomizer at eps0 = {s['privacy_eps0']:.4g} (delta0 = "
               f"{s['privacy_delta0']:.3g}); a shuffled batch of {s['privacy_shuffle_batch']:,} users"
-              f"{'' if s['privacy_shufflers'] == 1 else ' (a round among ' + str(s['privacy_shufflers']) + ' shufflers)'}"
-              f" gives (eps, delta) "
+              f"{among} gives (eps, delta) "
               f"= ({s['privacy_eps_composed']:.6g}, {s['privacy_delta_composed']:.3g}) ({s['privacy_shuffle_bound']} "
               f"bound, Feldman-McMillan-Talwar 2021)")
     if s.get("privacy_trust") == "central":

@@ -31,7 +31,7 @@ class RunConfig:
     params: dict = field(default_factory=dict)   # algorithm options, validated by the algorithm
     profile: str = "paper"            # one of PROFILES: sets the defaults of env_params and params
     trust: str = "local"              # one of TRUST_MODELS: where the noise is added (ldpfed.algorithms.trust)
-    shufflers: int = 1                # trust "shuffle": S shufflers, each mixing its share of a round (ldpfed.shuffling)
+    shufflers: int = 1                # trust "shuffle": S shufflers, each mixes its share of a round (ldpfed.shuffling)
 
     def __post_init__(self):
         from ldpfed.algorithms import REGISTRY

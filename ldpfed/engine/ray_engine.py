@@ -85,7 +85,7 @@ class PopulationActor:
         trust model (*one object per shuffler: [(population, its users' messages in that shuffler's share)],
         metrics)."""
         config, plan = self.config, self.plan
-        per_shard = [[] for _ in range(self.shufflers or self.shards)]
+        outgoing = [[] for _ in range(self.shufflers or self.shards)]   # per shard, or per shuffler
         metrics = []
         for p in self.populations:
             users = population_users(start, stop, p, config.populations)
@@ -97,12 +97,12 @@ class PopulationActor:
             if payload and self.shufflers:     # the shuffler knows who sent a piece; it tells no one
                 for s, piece in enumerate(shuffler_pieces(payload, users, start, stop, self.shufflers)):
                     if piece is not None:
-                        per_shard[s].append((p, piece))
+                        outgoing[s].append((p, piece))
             elif payload and plan.sum_spec:
                 for s, part in enumerate(plan.split(payload, len(users), p)):
                     if part is not None:
-                        per_shard[s].append(WireMessage(config.algorithm, round_index, p, part))
-        return (*per_shard, metrics)
+                        outgoing[s].append(WireMessage(config.algorithm, round_index, p, part))
+        return (*outgoing, metrics)
 
     def stats(self) -> dict:
         return {"peak_rss": peak_rss_bytes(), "rss": current_rss_bytes(), "pid": os.getpid(),

@@ -263,7 +263,8 @@ def make_plan(algo, config, shards: int, mode: str, layout: str | None = None) -
     segments = _cut(sum_spec, shards)
     chosen = "block"
     if mode == "per-user" and spec:
-        exact = not shuffled and layout == "block" and set(sum_spec) == set(spec) and all(sum_spec[f] == spec[f] for f in spec)
+        exact = (not shuffled and layout == "block" and set(sum_spec) == set(spec)
+                 and all(sum_spec[f] == spec[f] for f in spec))
         for segs in segments if exact else ():
             try:
                 part = algo.aggregate({s.field: np.ascontiguousarray(probe[s.field].reshape(n, -1)[:, s.lo:s.hi])
