@@ -185,3 +185,28 @@ def test_public_slots_are_checked_as_a_multiset_of_the_schedule():
     every = np.flatnonzero(tampered.sum(axis=1) == algo.K)[:warm + 1]
     tampered[every] = np.eye(algo.K)[0]          # more "slot 0 only" messages than users with that schedule
     assert "not on the public schedule" in domain.anonymous_reason(tampered, users)
+
+
+def test_a_fold_that_reads_the_users_index_cannot_be_shuffled():
+    """The shuffled server folds a chunk with no user index: an aggregate that files a message by its user's index
+    (here: arm = user mod K, instead of the message's arm) is refused, naming trust."""
+    from numba import njit
+
+    from ldpfed.algorithms.ldp_reductions import LdpMabUcb
+    from ldpfed.algorithms.trust import check_shuffled
+
+    @njit
+    def fold_by_user(consts, user, row, out):
+        K = out.shape[0] // 2
+        out[user % K] += 1.0
+        out[K + user % K] += row[1]
+
+    class ByUser(LdpMabUcb):
+        def steps(self):
+            return super().steps()._replace(fold=fold_by_user)
+
+    config = RunConfig("ldp-mab-ucb", users=3000, round_size=1000)
+    world = make_env(config).public()
+    check_shuffled(LdpMabUcb(world, config))                  # its fold reads the message's arm only
+    with pytest.raises(ConfigError, match="trust.*folds a message by its user's index"):
+        check_shuffled(ByUser(world, config))

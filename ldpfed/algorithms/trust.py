@@ -128,6 +128,12 @@ def check_shuffled(algo) -> None:
                 raise ConfigError("trust", "shuffle", f"{algo.name} weighs a message by a function of its content "
                                                       f"(not a public scaling): a shuffled server, which cannot "
                                                       f"tell who sent what, cannot apply it")
+    if algo.steps().fold is not None:   # the shuffled server folds with no user index (ldpfed.shuffling.UNKNOWN_USER)
+        ones = algo.layout().split(np.ones((1, algo.layout().width)))
+        sums = [algo.aggregate(ones, np.array([user], dtype=np.int64)) for user in (0, 1, max(algo.T - 1, 0))]
+        if any(not all(np.array_equal(other[key], sums[0][key]) for key in sums[0]) for other in sums[1:]):
+            raise ConfigError("trust", "shuffle", f"{algo.name} folds a message by its user's index, which a "
+                                                  f"shuffled server does not know")
 
 
 def refuse_void(algo, rows, what: str) -> None:
