@@ -166,6 +166,9 @@ def test_a_scheduled_arm_is_checked_as_a_multiset_of_the_public_schedule():
     twice = arms.copy()
     twice[twice == 0] = 1          # arm 0 is one user's (user 0) and the published arm's: move them to arm 1
     assert "not on the public schedule" in domain.anonymous_reason(twice, users, model)
+    # without the published model only the arms' range can be checked: round 0's mixed arms pass, arm K does not
+    assert domain.anonymous_reason(twice, users) is None
+    assert domain.anonymous_reason(np.append(arms, algo.K), users) is not None
     assert core.fold(chunks) == (2, 0)
 
 

@@ -189,8 +189,11 @@ class Domain:
         batch = np.asarray(batch, dtype=np.int64)
         theirs = self._schedule_signature(batch, model)
         ours = self._message_signature(values)
-        if theirs is None:      # a scheduled arm without the published model: the arms' range only
-            return self.reason(values, np.full(n, self.scheduled, dtype=np.int64), model=None)
+        if theirs is None:
+            # a scheduled arm without the published model: its range only, each message checked as the user whose
+            # scheduled arm it names (an arm outside [0, K) names no such user and fails)
+            arms = np.nan_to_num(ours[:, -1], nan=-1.0, posinf=-1.0, neginf=-1.0).astype(np.int64)
+            return self.reason(values, arms, model=None)
         keys, first, counts = np.unique(theirs, axis=0, return_index=True, return_counts=True)
         found, inverse, used = np.unique(ours, axis=0, return_inverse=True, return_counts=True)
         inverse = inverse.reshape(-1)
