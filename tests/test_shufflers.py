@@ -213,3 +213,12 @@ def test_a_fold_that_reads_the_users_index_cannot_be_shuffled():
     check_shuffled(LdpMabUcb(world, config))                  # its fold reads the message's arm only
     with pytest.raises(ConfigError, match="trust.*folds a message by its user's index"):
         check_shuffled(ByUser(world, config))
+
+
+def test_the_shuffler_stage_of_the_stress_job_runs_small(ray_session):
+    from ldpfed.stress.shuffler import measure_shufflers, shuffler_table
+
+    row = measure_shufflers("ldp-sgd", d=3, K=4, shufflers=2, round_users=2000, populations=2, seconds=0.3,
+                            in_flight=1, log=lambda line: None)     # round 0's chunks checked against the plan
+    assert row["share_users"] == 1000 and row["calls"] >= 2 and row["messages_per_s"] > 0
+    assert len(shuffler_table([row])) == 3

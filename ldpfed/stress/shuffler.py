@@ -22,7 +22,7 @@ import ray
 from ldpfed.algorithms import make_algorithm
 from ldpfed.config import RunConfig
 from ldpfed.engine.core import join_pieces, population_users, shuffler_pieces, simulate_population
-from ldpfed.engine.ray_engine import RemoteShuffler
+from ldpfed.engine.ray_engine import IDLE_ACTORS, RemoteShuffler, cluster_nodes
 from ldpfed.engine.ray_shard import LatencyHistogram, make_plan
 from ldpfed.envs import make_env
 from ldpfed.shuffling import shuffle_share
@@ -55,7 +55,11 @@ def measure_shufflers(algorithm: str, d: int, K: int, shufflers: int, round_user
     plan = make_plan(algo, config, 1, "per-user")
     pieces = _pieces(config, algo, env)
     refs = [ray.put(batch) for batch in pieces]
-    actors = [RemoteShuffler.options(num_cpus=0).remote() for _ in range(shufflers)]
+    nodes = cluster_nodes()
+    # the session's idle shuffler processes if any (as the engine reuses them), given back at the end
+    homes = [nodes[s % len(nodes)] for s in range(shufflers)]
+    placed = [(node, IDLE_ACTORS.take(RemoteShuffler, node)) for node in homes]
+    actors = [actor for _, actor in placed]
     ray.get([a.configure.remote(config, plan, s) for s, a in enumerate(actors)])
     for s, actor in enumerate(actors):      # exactness: the actor's chunks are the plan's
         got = ray.get(actor.shuffle_round.remote(0, refs[s]))
@@ -94,8 +98,8 @@ def measure_shufflers(algorithm: str, d: int, K: int, shufflers: int, round_user
         mixing.merge(st["latency_counts"])
     for st in before:
         mixing.counts -= st["latency_counts"]
-    for actor in actors:
-        ray.kill(actor)
+    for node, actor in placed:
+        IDLE_ACTORS.give_back(RemoteShuffler, node, actor)
     messages = sum(n * size for n, size in zip(done, share))
     busy = sum(a["busy_s"] - b["busy_s"] for a, b in zip(after, before)) / (elapsed * shufflers)
     cpu = sum(a["cpu_s"] - b["cpu_s"] for a, b in zip(after, before)) / (elapsed * shufflers)
