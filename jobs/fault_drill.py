@@ -7,6 +7,8 @@
 Scenarios (each run is compared, table bit for bit, with an undisturbed run of the same config):
 * population actor SIGKILLed, shard actor SIGKILLed (Ray engine, 2 actors, 2 shards): detect = from the kill to
   the engine noticing; recover = from then to the recreated actor being ready (the round is then redone).
+* with --shufflers S: a shuffler actor SIGKILLed and frozen, in a run under --trust shuffle with S shufflers
+  (per-user mode), compared with its own undisturbed run.
 * actor frozen with SIGSTOP (SIGCONT later), default timeout (10x the slowest recent round, >= 5 s) or
   --round-timeout: detect = from the SIGSTOP to the timeout firing.
 * a worker node killed (its raylet and workers) or frozen (SIGSTOP on all of them), on a 3-node local cluster of
@@ -30,6 +32,13 @@ from ldpfed.drills import actor_fault, driver_kill, mlflow_outage, node_fault
 from ldpfed.engine import run_local
 
 
+def _actor_row(name: str, out: dict, reference) -> tuple:
+    same = out["result"].table.equals(reference.table)
+    print(f"  {name}: detected in {out['detect_s']:.2f} s, recovered in {out['recover_s']:.2f} s "
+          f"(+ the round redone), run {out['wall_s']:.1f} s, identical table: {same}", flush=True)
+    return name, out["detect_s"], out["recover_s"], out["wall_s"], same
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--algorithm", default="ldp-ols")
@@ -41,6 +50,8 @@ def main(argv=None) -> int:
     parser.add_argument("--round-timeout", type=float, default=None, help="fixed round timeout (default: derived)")
     parser.add_argument("--at-round", type=int, default=None, help="round after which to inject (default: T/B/3)")
     parser.add_argument("--skip-actors", action="store_true")
+    parser.add_argument("--shufflers", type=int, default=0,
+                        help="also kill and freeze a shuffler actor of a --trust shuffle run with this many shufflers")
     parser.add_argument("--skip-nodes", action="store_true")
     parser.add_argument("--skip-driver", action="store_true")
     parser.add_argument("--skip-mlflow", action="store_true")
@@ -71,11 +82,15 @@ def main(argv=None) -> int:
                 ("shard actor frozen", "shard", "freeze", 0),
                 ("population actor killed, 1 spare", "population", "kill", 1),
                 ("shard actor killed, 1 spare", "shard", "kill", 1)):
-            out = actor_fault(config, kind, how, at_round, {**options, "spares": spares})
-            same = out["result"].table.equals(reference.table)
-            rows.append((name, out["detect_s"], out["recover_s"], out["wall_s"], same))
-            print(f"  {name}: detected in {out['detect_s']:.2f} s, recovered in {out['recover_s']:.2f} s "
-                  f"(+ the round redone), run {out['wall_s']:.1f} s, identical table: {same}", flush=True)
+            rows.append(_actor_row(name, actor_fault(config, kind, how, at_round, {**options, "spares": spares}),
+                                   reference))
+        if args.shufflers:
+            shuffled = config.replace(trust="shuffle", shufflers=args.shufflers)
+            shuffled_reference = run_local(shuffled)
+            for how in ("kill", "freeze"):
+                name = f"shuffler actor {'killed' if how == 'kill' else 'frozen'} ({args.shufflers} shufflers)"
+                rows.append(_actor_row(name, actor_fault(shuffled, "shuffler", how, at_round,
+                                                         {**options, "mode": "per-user"}), shuffled_reference))
     finally:
         ray.shutdown()
     if not args.skip_nodes:        # a cluster of its own: after the session above is shut down

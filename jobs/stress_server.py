@@ -9,6 +9,8 @@
     python jobs/stress_server.py --capacity [--algorithm ldp-sgd --users-per-message 1250 --populations 8]
                                  [--shards 1,2,4] [--levels 25,50,75,100,125] [--level-seconds 4]
                                  [--batch 256] [--linger-ms 20] [--max-in-flight 2] [--probe-rounds 8000]
+                                 [--shufflers 1,2 [--round-users 10000]]   (the shuffler stage too)
+    (--capacity --shards '' --shufflers 1,2: the shuffler stage only)
     add --no-domain-checks to any of them to measure what the shards' domain checks cost (that measurement only)
 
 Three jobs, each a module of ldpfed.stress (its docstring says what is measured and how):
@@ -18,7 +20,9 @@ Three jobs, each a module of ldpfed.stress (its docstring says what is measured 
   --attack in-domain: a fraction of the users poison within the domain; every message accepted; how far the
       estimate and the regret move (the poisoning table);
   --capacity: an open-loop load generator; per S, the closed-loop capacity then levels at percents of it (the
-      capacity table of docs/figures.md), every aggregate checked bit for bit.
+      capacity table of docs/figures.md), every aggregate checked bit for bit. With --shufflers, the shuffler stage
+      of the shuffle trust model too: messages/s through S shuffler actors and the latency of a share (closed
+      loop, --level-seconds per S; ldpfed/stress/shuffler.py).
 Loopback only: it starts a local Ray (or uses RAY_ADDRESS), bounded in count and in time.
 """
 from __future__ import annotations
@@ -59,6 +63,10 @@ def parse_args(argv=None):
     parser.add_argument("--capacity", action="store_true", help="the open-loop capacity curve")
     parser.add_argument("--levels", default="25,50,75,100,125", help="capacity: percent of the measured capacity")
     parser.add_argument("--level-seconds", type=float, default=4.0, help="capacity: seconds of load per level")
+    parser.add_argument("--shufflers", default="", help="capacity: also the shuffler stage at these comma-separated "
+                        "numbers of shuffler actors (trust shuffle)")
+    parser.add_argument("--round-users", type=int, default=10_000,
+                        help="shuffler stage: users per round (split among --populations and the shufflers)")
     parser.add_argument("--probe-rounds", type=int, default=8000,
                         help="capacity: rounds of the closed-loop probe (8000 x 10,000 users by default)")
     parser.add_argument("--no-domain-checks", action="store_true",
@@ -107,6 +115,22 @@ def capacity(args, shard_counts, checks):
     return ok, rows
 
 
+def shuffler_stage(args):
+    from ldpfed.stress.shard import loadavg
+    from ldpfed.stress.shuffler import measure_shufflers, shuffler_table
+
+    algorithm = args.algorithm or "ldp-sgd"
+    P, in_flight = args.populations or 8, args.max_in_flight or 2
+    counts = [int(x) for x in args.shufflers.split(",") if x.strip()]
+    print(f"stress: shuffler stage of {algorithm} d={args.d} under --trust shuffle, rounds of {args.round_users:,} "
+          f"users from {P} populations, S in {counts}, {in_flight} calls in flight per shuffler, "
+          f"{args.level_seconds:g} s each; load average {loadavg()}", flush=True)
+    rows = [measure_shufflers(algorithm, args.d, args.K, S, args.round_users, P, args.level_seconds, in_flight,
+                              seed=args.seed, log=log) for S in counts]
+    print("\n".join(["stress: the shuffler stage:"] + shuffler_table(rows)), flush=True)
+    return True, rows
+
+
 def exactness(args, shard_counts, checks):
     from ldpfed.algorithms import REGISTRY
     from ldpfed.stress.exactness import run_stress
@@ -137,7 +161,13 @@ def main(argv=None) -> int:
 
         started = start_ray()
         try:
-            ok, rows = capacity(args, shard_counts, checks) if args.capacity else exactness(args, shard_counts, checks)
+            if not args.capacity:
+                ok, rows = exactness(args, shard_counts, checks)
+            else:
+                ok, rows = capacity(args, shard_counts, checks) if shard_counts else (True, [])
+                if args.shufflers.strip():
+                    stage_ok, stage_rows = shuffler_stage(args)
+                    ok, rows = ok and stage_ok, rows + stage_rows
         finally:
             if started:
                 ray.shutdown()

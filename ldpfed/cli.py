@@ -16,7 +16,8 @@ from ldpfed.tracking.store import TrackingUnavailable
 # Where a RunConfig field comes from on the command line, so an error names the option the user typed.
 OPTION_OF_FIELD = {"algorithm": "ALGORITHM", "env": "--env", "users": "--users", "round_size": "--round-size",
                    "populations": "--populations", "eps": "--eps", "delta": "--delta", "seed": "--seed",
-                   "profile": "--profile", "trust": "--trust", "out": "--out", "resume": "--resume"}
+                   "profile": "--profile", "trust": "--trust", "shufflers": "--shufflers", "mode": "--mode",
+                   "out": "--out", "resume": "--resume"}
 
 
 def _key_value(text: str):
@@ -97,6 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="local: every user privatizes with --eps/--delta (the papers); shuffle: users privatize at "
                           "the largest eps0 whose batch of --round-size users, shuffled, meets --eps/--delta; "
                           "central: a trusted server adds the noise once to each round's sum, at --eps/--delta")
+    run.add_argument("--shufflers", type=_positive_int, default=1,
+                     help="with --trust shuffle: S shufflers, each mixing its share of a round (round size / S "
+                          "users: the shuffled batch); on the ray engine, S shuffler actors (--mode per-user)")
     run.add_argument("--param", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
                      help="algorithm option (repeatable; see `describe`)")
     run.add_argument("--env-param", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
@@ -246,7 +250,7 @@ def cmd_run(args) -> int:
     config = RunConfig(algorithm=args.algorithm, env=args.env, users=args.users, round_size=args.round_size,
                        populations=args.populations, eps=args.eps, delta=args.delta, seed=args.seed,
                        params=dict(args.param), env_params=dict(args.env_param), profile=args.profile,
-                       trust=args.trust)
+                       trust=args.trust, shufflers=args.shufflers)
     from ldpfed.engine import run
     from ldpfed.engine.checkpoint import Checkpointer, CheckpointError
     from ldpfed.signals import Terminated, exit_status, interruptible
@@ -318,8 +322,10 @@ def cmd_run(args) -> int:
     if error is not None:
         print(f"final estimation error: {error:.4f}")
     if s.get("privacy_trust") == "shuffle":
+        among = "" if s.get("privacy_shufflers", 1) == 1 else f" (a round among {s['privacy_shufflers']} shufflers)"
         print(f"privacy (shuffle): each user's randomizer at eps0 = {s['privacy_eps0']:.4g} (delta0 = "
-              f"{s['privacy_delta0']:.3g}); a shuffled batch of {s['privacy_shuffle_batch']:,} users gives (eps, delta) "
+              f"{s['privacy_delta0']:.3g}); a shuffled batch of {s['privacy_shuffle_batch']:,} users"
+              f"{among} gives (eps, delta) "
               f"= ({s['privacy_eps_composed']:.6g}, {s['privacy_delta_composed']:.3g}) ({s['privacy_shuffle_bound']} "
               f"bound, Feldman-McMillan-Talwar 2021)")
     if s.get("privacy_trust") == "central":

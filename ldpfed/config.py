@@ -31,6 +31,7 @@ class RunConfig:
     params: dict = field(default_factory=dict)   # algorithm options, validated by the algorithm
     profile: str = "paper"            # one of PROFILES: sets the defaults of env_params and params
     trust: str = "local"              # one of TRUST_MODELS: where the noise is added (ldpfed.algorithms.trust)
+    shufflers: int = 1                # trust "shuffle": S shufflers, each mixes its share of a round (ldpfed.shuffling)
 
     def __post_init__(self):
         from ldpfed.algorithms import REGISTRY
@@ -62,6 +63,12 @@ class RunConfig:
             raise ConfigError("profile", self.profile, f"unknown; choose from {list(PROFILES)}")
         if self.trust not in TRUST_MODELS:
             raise ConfigError("trust", self.trust, f"unknown; choose from {list(TRUST_MODELS)}")
+        if isinstance(self.shufflers, bool) or not isinstance(self.shufflers, int) or self.shufflers < 1:
+            raise ConfigError("shufflers", self.shufflers, "must be a positive integer")
+        if self.shufflers != 1 and self.trust != "shuffle":
+            raise ConfigError("shufflers", self.shufflers, f"only the shuffle trust model has shufflers (this run's "
+                                                           f"trust is {self.trust!r}); use --trust shuffle or drop "
+                                                           f"--shufflers")
         for name in ("env_params", "params"):
             if not isinstance(getattr(self, name), dict):
                 raise ConfigError(name, getattr(self, name), "must be a mapping")

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def actor_fault(config, kind: str, how: str, at_round: int, options: dict) -> dict:
-    """The first `kind` actor ("population" or "shard") of a Ray run SIGKILLed (how="kill") or SIGSTOPped
+    """The first `kind` actor ("population", "shuffler" or "shard") of a Ray run SIGKILLed (how="kill") or SIGSTOPped
     ("freeze", SIGCONT 60 s later) after round `at_round`: the result, the time to detect and to recover."""
     from ldpfed.engine.driver import drive
     from ldpfed.engine.ray_engine import RayBackend

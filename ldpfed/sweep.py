@@ -56,6 +56,7 @@ class Sweep:
     engine: str = "local"
     profile: str = "paper"
     trust: str = "local"                   # the LDP algorithms' trust model (others keep theirs)
+    shufflers: int = 1                     # trust "shuffle": shufflers per round (RunConfig.shufflers)
     ray: dict = field(default_factory=dict)
     params: dict = field(default_factory=dict)
     env_params: dict = field(default_factory=dict)
@@ -167,7 +168,8 @@ def build(data: dict, source: str = "sweep") -> Sweep:
         users=None if users is None else _positive(users, f"{source}: users"),
         round_size=_positive(data.get("round_size", 1), f"{source}: round_size"),
         populations=_positive(data.get("populations", 1), f"{source}: populations"),
-        delta=None if delta is None else float(delta), engine=engine, profile=profile, trust=trust)
+        delta=None if delta is None else float(delta), engine=engine, profile=profile, trust=trust,
+        shufflers=_positive(data.get("shufflers", 1), f"{source}: shufflers"))
     for key in ("ray", "params", "env_params"):
         value = data.get(key, {})
         if not isinstance(value, dict):
@@ -254,13 +256,14 @@ def configs(sweep: Sweep) -> list:
     for name, env, env_params, users, delta, params in worlds:
         private = REGISTRY[name].privacy_model != "none"
         # eps is a required field of a RunConfig; a non-private algorithm ignores it: one run per seed at eps 1
+        trust = sweep.trust if REGISTRY[name].privacy_model == "ldp" else "local"
         for eps in (sweep.eps if private else (1.0,)):
             for seed in sweep.seeds:
                 out.append(RunConfig(algorithm=name, env=env, users=users, round_size=min(sweep.round_size, users),
                                      populations=min(sweep.populations, sweep.round_size, users), eps=eps,
                                      delta=delta, seed=seed, env_params=env_params, params=params,
-                                     profile=sweep.profile,
-                                     trust=sweep.trust if REGISTRY[name].privacy_model == "ldp" else "local"))
+                                     profile=sweep.profile, trust=trust,
+                                     shufflers=sweep.shufflers if trust == "shuffle" else 1))
     return out
 
 

@@ -91,6 +91,14 @@ def test_cli_runs_shuffle_and_names_the_option_it_refuses(capsys, tmp_path):
     with pytest.raises(SystemExit) as caught:
         main(["run", "ldp-sgd", "--users", "50", "--trust", "shuffle", "--quiet"])
     assert caught.value.code == 2 and "--round-size" in capsys.readouterr().err
+    # S shufflers: the batch is a shuffler's share of the round
+    assert main(["run", "ldp-sgd", "--users", "4000", "--round-size", "2000", "--trust", "shuffle", "--shufflers", "2",
+                 "--delta", "1e-6", "--quiet"]) == 0
+    assert "batch of 1,000 users (a round among 2 shufflers)" in capsys.readouterr().out
+    for bad in (["--shufflers", "0", "--trust", "shuffle"], ["--shufflers", "2"]):
+        with pytest.raises(SystemExit) as caught:
+            main(["run", "ldp-sgd", "--users", "4000", "--round-size", "2000", "--quiet", *bad])
+        assert caught.value.code == 2 and "--shufflers" in capsys.readouterr().err
 
 
 def test_local_is_unchanged():
@@ -109,6 +117,9 @@ def test_a_sweep_file_shuffles_its_ldp_algorithms(tmp_path):
                     'delta = 1e-6\ntrust = "shuffle"\n')
     runs = {c.algorithm: c for c in configs(build(read(path)))}
     assert runs["ldp-sgd"].trust == "shuffle" and runs["linucb"].trust == "local"   # central: its own model
+    path.write_text(path.read_text() + "shufflers = 2\n")
+    runs = {c.algorithm: c for c in configs(build(read(path)))}
+    assert runs["ldp-sgd"].shufflers == 2 and runs["linucb"].shufflers == 1
 
 
 def test_the_ray_engine_builds_the_same_shuffled_algorithm(ray_session):

@@ -30,6 +30,7 @@ from ldpfed.config import TRUST_MODELS  # noqa: F401  (re-exported: the trust mo
 from ldpfed.errors import ConfigError
 from ldpfed.mechanisms import shuffle
 from ldpfed.mechanisms.central import central_twin
+from ldpfed.shuffling import smallest_share
 
 SHUFFLE_BOUND = "numerical"       # FMT's numerical bound: the tighter of their two (shuffle.BOUNDS)
 # A batch "too small to amplify": its eps0 is less than 5% above the target (shuffling any batch never hurts, so
@@ -53,33 +54,37 @@ class ShufflePlan:
 
 
 def smallest_batch(config) -> int:
-    """Users in the run's smallest round (the last one may be short): the batch every user is shuffled in is at
-    least this large."""
+    """The fewest users a shuffler mixes: each of the S shufflers mixes its share of a round (ldpfed.shuffling), so
+    the batch every user is shuffled in is at least the smallest share of the run's smallest round (the last one
+    may be short)."""
     last = config.users - (config.rounds - 1) * config.round_size
-    return min(config.round_size, last)
+    return smallest_share(min(config.round_size, last), config.shufflers)
 
 
 def shuffle_plan(config, pure: bool) -> ShufflePlan:
     """The largest local eps0 (and its delta0) whose shuffled batch meets the run's (eps, delta); ConfigError naming
-    round_size (or eps) when the batch is too small to amplify."""
+    round_size (or eps, or the shufflers that split it) when the batch is too small to amplify."""
     n = smallest_batch(config)
+    # the batch is a shuffler's share of the smallest round: with S > 1 fewer shufflers also make it larger
+    batch = f"{n} users" if config.shufflers == 1 else f"{n} users (a round split among {config.shufflers} shufflers)"
+    fewer = "" if config.shufflers == 1 else " or lower --shufflers"
     if n < 2:
         raise ConfigError("round_size", config.round_size,
                           f"the shuffle trust model needs batches of at least 2 users to hide a user among others "
-                          f"(this run's smallest round has {n}); raise --round-size (or --users)")
+                          f"(this run's smallest batch has {batch}); raise --round-size (or --users){fewer}")
     delta_pure = config.delta if pure else config.delta / 2.0
     delta0 = 0.0 if pure else (config.delta / 2.0) / ((math.exp(config.eps) + 1.0) * 1.5 * n)
     try:
         eps0 = shuffle.largest_eps0(config.eps, n, delta_pure, bound=SHUFFLE_BOUND)
     except ConfigError as error:
         raise ConfigError("round_size", config.round_size,
-                          f"a shuffled batch of {n} users cannot reach eps = {config.eps:g} at delta = "
-                          f"{config.delta:g} ({error.reason}); raise --round-size or --eps") from None
+                          f"a shuffled batch of {batch} cannot reach eps = {config.eps:g} at delta = "
+                          f"{config.delta:g} ({error.reason}); raise --round-size or --eps{fewer}") from None
     if eps0 < MIN_GAIN * config.eps:
         raise ConfigError("round_size", config.round_size,
-                          f"a shuffled batch of {n} users amplifies too little at eps = {config.eps:g}, delta = "
+                          f"a shuffled batch of {batch} amplifies too little at eps = {config.eps:g}, delta = "
                           f"{config.delta:g}: its largest local eps0 is {eps0:.4g} (less than {MIN_GAIN:g} x eps); "
-                          f"raise --round-size (or --users, if the last round is short) or --eps")
+                          f"raise --round-size (or --users, if the last round is short) or --eps{fewer}")
     return ShufflePlan(eps0, delta0, n, delta_pure, SHUFFLE_BOUND)
 
 
@@ -99,7 +104,8 @@ def local_config(config, cls, world):
     rows = probe.ledger()
     refuse_void(probe, rows, "amplify")
     plan = shuffle_plan(config, pure=all(float(row["delta"]) == 0.0 for row in rows))
-    local = config.replace(eps=plan.eps0, delta=plan.delta0 if plan.delta0 else config.delta, trust="local")
+    local = config.replace(eps=plan.eps0, delta=plan.delta0 if plan.delta0 else config.delta, trust="local",
+                           shufflers=1)
     return local, plan
 
 
@@ -122,6 +128,12 @@ def check_shuffled(algo) -> None:
                 raise ConfigError("trust", "shuffle", f"{algo.name} weighs a message by a function of its content "
                                                       f"(not a public scaling): a shuffled server, which cannot "
                                                       f"tell who sent what, cannot apply it")
+    if algo.steps().fold is not None:   # the shuffled server folds with no user index (ldpfed.shuffling.UNKNOWN_USER)
+        ones = algo.layout().split(np.ones((1, algo.layout().width)))
+        sums = [algo.aggregate(ones, np.array([user], dtype=np.int64)) for user in (0, 1, max(algo.T - 1, 0))]
+        if any(not all(np.array_equal(other[key], sums[0][key]) for key in sums[0]) for other in sums[1:]):
+            raise ConfigError("trust", "shuffle", f"{algo.name} folds a message by its user's index, which a "
+                                                  f"shuffled server does not know")
 
 
 def refuse_void(algo, rows, what: str) -> None:

@@ -12,6 +12,7 @@ from ldpfed.algorithms import make_algorithm
 from ldpfed.envs import make_env
 from ldpfed.mechanisms import accounting
 from ldpfed.rng import derive
+from ldpfed.shuffling import anonymous_aggregate, share_bounds, shuffle_share
 
 
 # The per-round table's first columns, in order (metric counters follow): what every engine's RunResult.table has.
@@ -99,6 +100,40 @@ def add_sums(total: dict | None, part: dict) -> dict:
     return total
 
 
+# ---- the shuffle trust model (ldpfed.shuffling): what populations, shufflers and the reference engine do -----------
+def shuffler_pieces(payload: dict, users: np.ndarray, start: int, stop: int, shufflers: int) -> list[dict | None]:
+    """One population's messages (its users [start, stop)-round positions in order) cut by shuffler share: one
+    piece per shuffler (None: none of the population's users is in that share)."""
+    first = int(users[0]) - start
+    pieces = []
+    for s in range(shufflers):
+        lo, hi = share_bounds(stop - start, s, shufflers)
+        a, b = max(lo, first), min(hi, first + len(users))
+        pieces.append({key: value[a - first:b - first] for key, value in payload.items()} if a < b else None)
+    return pieces
+
+
+def join_pieces(pieces: list) -> dict:
+    """A shuffler's share from its pieces, given in population order (which is user order)."""
+    return {key: np.concatenate([piece[key] for piece in pieces]) for key in pieces[0]}
+
+
+def shuffled_sums(algo, config, round_index: int, populations: list) -> dict:
+    """The round's aggregate under the shuffle model, as the shuffler actors and shards of the Ray engine compute it:
+    populations = [(users, messages)] in population order; each shuffler's share permuted and cut into chunks
+    (ldpfed.shuffling), each chunk aggregated without its users, the chunks added in (shuffler, chunk) order."""
+    if not populations:
+        return {}
+    start, stop = round_bounds(round_index, config.round_size, config.users)
+    cut = [shuffler_pieces(messages, users, start, stop, config.shufflers) for users, messages in populations]
+    total = None
+    for s in range(config.shufflers):
+        share = join_pieces([pieces[s] for pieces in cut if pieces[s] is not None])
+        for chunk in shuffle_share(config.seed, round_index, s, share):
+            total = add_sums(total, anonymous_aggregate(algo, chunk))
+    return total
+
+
 def checkpoint_rounds(rounds: int, points: int = 2000) -> set[int]:
     """Rounds at which the (costly) estimation error is measured: evenly spread, always the last."""
     return set(np.unique(np.linspace(0, rounds - 1, min(rounds, points)).astype(int)).tolist())
@@ -123,7 +158,8 @@ def privacy_summary(config, algo) -> dict:
     return {"privacy_eps_composed": amplified.eps, "privacy_delta_composed": amplified.delta,
             "privacy_eps_dp_accounting": None, "privacy_trust": "shuffle", "privacy_eps0": local.eps,
             "privacy_delta0": local.delta, "privacy_eps0_dp_accounting": local.eps_pld,
-            "privacy_shuffle_batch": amplified.n, "privacy_shuffle_bound": amplified.bound}
+            "privacy_shuffle_batch": amplified.n, "privacy_shufflers": config.shufflers,
+            "privacy_shuffle_bound": amplified.bound}
 
 
 @dataclass

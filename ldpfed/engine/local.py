@@ -1,31 +1,39 @@
 """The single-process engine: the reference every other engine must reproduce, and the fast path for tests."""
 from __future__ import annotations
 
-from ldpfed.engine.core import PopulationRow, add_sums, population_users, simulate_population
+from ldpfed.engine.core import PopulationRow, add_sums, population_users, shuffled_sums, simulate_population
 from ldpfed.engine.driver import Backend, drive
 from ldpfed.memory import keep_freed_memory
 
 
 class LocalBackend(Backend):
-    """Every population of a round in this process, one after the other, their sums added in population order."""
+    """Every population of a round in this process, one after the other, their sums added in population order.
+    Under the shuffle trust model the round's messages go through the shuffle plan instead (`shuffled_sums`): the
+    same permutation and chunk sums as the Ray engine's shuffler actors and shards."""
 
     name = "single-process"
 
     def open(self, config, algo, env, first_round):
         self.config, self.algo, self.env = config, algo, env
+        self.shuffled = config.trust == "shuffle"
         keep_freed_memory()     # the populations' arrays reuse freed memory instead of faulting in new pages
 
     def simulate(self, model, round_index, start, stop):
         config = self.config
-        sums, rows = None, []
+        sums, rows, messages = None, [], []
         for p in range(config.populations):
             users = population_users(start, stop, p, config.populations)
             if len(users) == 0:
                 continue
             payload, regret, metrics = simulate_population(self.algo, self.env, model, config.seed, round_index, p,
-                                                           users)
-            sums = add_sums(sums, payload)
+                                                           users, pre_aggregate=not self.shuffled)
+            if self.shuffled:
+                messages.append((users, payload))
+            else:
+                sums = add_sums(sums, payload)
             rows.append(PopulationRow.of(p, users, payload, regret, metrics))
+        if self.shuffled:
+            sums = shuffled_sums(self.algo, config, round_index, messages)
         return sums or {}, rows
 
 

@@ -14,12 +14,17 @@ One round:
 4. The coordinator reassembles the aggregate from the shards' totals, runs `algo.update` (the server half),
    records the round (`RoundRecorder`) and reports progress.
 Per round: at most one `ray.put`, one call per population actor, one call per shard; the driver never touches
-messages.
+messages. Under the shuffle trust model (per-user mode) step 3 goes through S shuffler actors (`ShufflerActor`,
+one call each per round): a population actor returns one object per shuffler (its users' messages in that
+shuffler's share, ldpfed.shuffling), each shuffler permutes its share and returns one object per shard of chunks
+that carry no population and no user index, and the shards fold those chunks.
 
 The result equals `run_local`'s for the same config, whatever the number of actors, shards or nodes: the same
 derived random streams are used per (population, round), regret and metrics are added in population order, and
 every element of the aggregate is summed in population order (by the one shard that owns it, or, in per-user
-mode's "population" layout, by the coordinator from the shards' per-population sums; see `ray_shard`).
+mode's "population" layout, by the coordinator from the shards' per-population sums; see `ray_shard`); under the
+shuffle model the chunks' sums are added in (shuffler, chunk) order (S, like the seed, is part of the run's
+configuration: it changes the shares and the permutations, hence the rounding).
 Memory does not grow with the number of users: at most one round's objects are alive at a time, and the shards
 keep one round's totals.
 """
@@ -36,15 +41,16 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ldpfed.algorithms import make_algorithm
-from ldpfed.engine.core import PopulationRow, population_users, simulate_population
+from ldpfed.engine.core import PopulationRow, join_pieces, population_users, shuffler_pieces, simulate_population
 from ldpfed.engine.driver import Backend, drive
 from ldpfed.engine.ray_security import disable_metrics_export, enable_token_auth
-from ldpfed.engine.ray_shard import (MODES, LatencyHistogram, ShardCore, WireMessage, current_rss_bytes, make_plan,
-                                     peak_rss_bytes)
+from ldpfed.engine.ray_shard import (MODES, LatencyHistogram, ShardCore, ShuffledChunk, WireMessage, current_rss_bytes,
+                                     make_plan, peak_rss_bytes)
 from ldpfed.envs import make_env
 from ldpfed.errors import ConfigError, describe_error
 from ldpfed.memory import keep_freed_memory
 from ldpfed.plugins import PLUGINS_VAR
+from ldpfed.shuffling import shard_of_chunk, shuffle_share
 from ldpfed.threads import limit as limit_threads
 
 
@@ -68,15 +74,18 @@ class PopulationActor:
         self.algo = make_algorithm(self.env, config)
         self.pre_aggregate = plan.mode == "pre-aggregated"
         self.shards = plan.shards
+        self.shufflers = plan.shufflers      # > 0: the messages go to the shufflers, not to the shards
         return self.node(), os.getpid()
 
     def node(self) -> str:
         return ray.get_runtime_context().get_node_id()
 
     def run_round(self, model, round_index: int, start: int, stop: int):
-        """All users of this actor's populations for one round: (*one object per shard, metrics)."""
+        """All users of this actor's populations for one round: (*one object per shard, metrics); under the shuffle
+        trust model (*one object per shuffler: [(population, its users' messages in that shuffler's share)],
+        metrics)."""
         config, plan = self.config, self.plan
-        per_shard = [[] for _ in range(self.shards)]
+        outgoing = [[] for _ in range(self.shufflers or self.shards)]   # per shard, or per shuffler
         metrics = []
         for p in self.populations:
             users = population_users(start, stop, p, config.populations)
@@ -85,15 +94,64 @@ class PopulationActor:
             payload, regret, pop_metrics = simulate_population(self.algo, self.env, model, config.seed, round_index,
                                                                p, users, pre_aggregate=self.pre_aggregate)
             metrics.append(PopulationRow.of(p, users, payload, regret, pop_metrics))
-            if payload and plan.sum_spec:
+            if payload and self.shufflers:     # the shuffler knows who sent a piece; it tells no one
+                for s, piece in enumerate(shuffler_pieces(payload, users, start, stop, self.shufflers)):
+                    if piece is not None:
+                        outgoing[s].append((p, piece))
+            elif payload and plan.sum_spec:
                 for s, part in enumerate(plan.split(payload, len(users), p)):
                     if part is not None:
-                        per_shard[s].append(WireMessage(config.algorithm, round_index, p, part))
-        return (*per_shard, metrics)
+                        outgoing[s].append(WireMessage(config.algorithm, round_index, p, part))
+        return (*outgoing, metrics)
 
     def stats(self) -> dict:
         return {"peak_rss": peak_rss_bytes(), "rss": current_rss_bytes(), "pid": os.getpid(),
                 "cpu_s": time.process_time()}
+
+
+class ShufflerActor:
+    """A shuffler of the shuffle trust model: mixes its share of each round (ldpfed.shuffling) and forwards it to the
+    shards in chunks that carry no population and no user index (`ShuffledChunk`). It keeps nothing between rounds,
+    so a recreated one simply redoes the round."""
+
+    def __init__(self, config=None, plan=None, shuffler: int = 0):
+        if config is not None:
+            self.configure(config, plan, shuffler)
+
+    def configure(self, config, plan, shuffler: int) -> tuple[str, int]:
+        limit_threads()
+        self.config, self.plan, self.shuffler = config, plan, shuffler
+        self.messages, self.busy_s = 0, 0.0
+        self.latency = LatencyHistogram()          # time to mix and cut one round's share
+        return self.node(), os.getpid()
+
+    def node(self) -> str:
+        return ray.get_runtime_context().get_node_id()
+
+    def shuffle_round(self, round_index: int, *batches):
+        """batches: one list of (population, messages) per population actor. Returns one list of ShuffledChunks per
+        shard (a single list with one shard)."""
+        began = time.perf_counter()
+        pieces = sorted((item for batch in batches for item in batch), key=lambda item: item[0])
+        users = self.plan.share_users(round_index, self.shuffler)
+        share = join_pieces([piece for _, piece in pieces]) if pieces else {}
+        got = len(next(iter(share.values()))) if share else 0
+        if got != len(users):     # the engine's own populations: a wrong count is a bug, not an attack
+            raise RuntimeError(f"shuffler {self.shuffler}: round {round_index} has {got} messages for "
+                               f"{len(users)} users")
+        per_shard = [[] for _ in range(self.plan.shards)]
+        for c, chunk in enumerate(shuffle_share(self.config.seed, round_index, self.shuffler, share)):
+            per_shard[shard_of_chunk(self.shuffler, c, self.plan.shards)].append(
+                ShuffledChunk(self.config.algorithm, round_index, self.shuffler, c, chunk))
+        self.messages += got
+        took = time.perf_counter() - began
+        self.busy_s += took
+        self.latency.add(took)
+        return tuple(per_shard) if self.plan.shards > 1 else per_shard[0]
+
+    def stats(self) -> dict:
+        return {"messages": self.messages, "busy_s": self.busy_s, "latency_counts": self.latency.counts,
+                "peak_rss": peak_rss_bytes(), "pid": os.getpid(), "cpu_s": time.process_time()}
 
 
 class ShardActor:
@@ -152,7 +210,15 @@ class ShardActor:
 
 
 RemotePopulation = ray.remote(PopulationActor)
+RemoteShuffler = ray.remote(ShufflerActor)
 RemoteShard = ray.remote(ShardActor)
+
+
+def check_mode(config, mode: str) -> None:
+    """ConfigError naming mode when the run's trust model cannot run in it (before Ray starts, and at open)."""
+    if config.trust == "shuffle" and mode != "per-user":
+        raise ConfigError("mode", mode, "the shuffle trust model runs in per-user mode: its shuffler actors mix the "
+                                        "users' messages, which a population's sum would bypass; use --mode per-user")
 
 
 def _check_int(name, value, low=1):
@@ -306,7 +372,8 @@ class RayBackend(Backend):
         self.probe_timeout = float(probe_timeout)
         self.max_recoveries = _check_int("max_recoveries", max_recoveries, low=0)
         self.spares = _check_int("spares", spares, low=0)
-        self.spare: dict = {"population": [], "shard": []}   # started, idle actor processes: a recovery takes one
+        self.spare: dict = {kind: [] for kind in self.CLASSES}   # started, idle actor processes: a recovery takes one
+        self.shufflers = 0           # S under the shuffle trust model (set by open)
         self.handles: dict = {}      # (kind, index) -> actor handle of this run
         self.where: dict = {}        # (kind, index) -> (node id, pid)
         self.recoveries: list[dict] = []
@@ -315,7 +382,9 @@ class RayBackend(Backend):
         self.in_flight: list = []    # the current round's calls
 
     # ---- actors ---------------------------------------------------------------------------------
-    CLASSES = {"population": RemotePopulation, "shard": RemoteShard}
+    CLASSES = {"population": RemotePopulation, "shuffler": RemoteShuffler, "shard": RemoteShard}
+    # the order a recovery probes them in: a shard's call waits for the shufflers', which wait for the populations'
+    KINDS = tuple(CLASSES)
 
     def _start(self, kind: str, index: int, first_round: int, node: str | None = None):
         """A (reused or new) actor for (kind, index) on `node` (default: its node if alive, else round robin);
@@ -331,6 +400,8 @@ class RayBackend(Backend):
         self.where[(kind, index)] = (node, None)
         if kind == "population":
             return handle.configure.remote(self.config, self.populations[index], self.plan)
+        if kind == "shuffler":
+            return handle.configure.remote(self.config, self.plan, index)
         return handle.configure.remote(self.config, self.plan, index, 1, first_round)
 
     def _configured(self, keys, refs) -> list:
@@ -365,13 +436,19 @@ class RayBackend(Backend):
                 _kill(self.handles[key])
         raise RunFault(f"actors {keys} died each time they were placed (nodes tried: {len(avoid)})")
 
+    def counts(self) -> dict:
+        """How many actors of each kind this run has."""
+        return {"population": self.actors, "shuffler": self.shufflers, "shard": self.shards}
+
     def pids(self) -> dict:
-        """The pids of this run's actors now: {"population": [...], "shard": [...]} (for fault drills)."""
-        return {kind: [self.where[(kind, i)][1] for i in range(n)]
-                for kind, n in (("population", self.actors), ("shard", self.shards))}
+        """The pids of this run's actors now: {"population": [...], "shuffler": [...], "shard": [...]} (for fault
+        drills; no shufflers but under the shuffle trust model)."""
+        return {kind: [self.where[(kind, i)][1] for i in range(n)] for kind, n in self.counts().items()}
 
     def open(self, config, algo, env, first_round):
         self.config = config
+        check_mode(config, self.mode)
+        self.shufflers = config.shufflers if config.trust == "shuffle" else 0
         self.actors = min(self.actors, config.populations)
         self.max_in_flight = self.actors if self.max_in_flight is None else self.max_in_flight
         self.plan = make_plan(algo, config, self.shards, self.mode, self.layout)
@@ -379,8 +456,8 @@ class RayBackend(Backend):
         self.shards_check_model = any(getattr(d, "published", None) for d in algo.cached_domains().values())
         self.populations = [[p for p in range(config.populations) if p % self.actors == a] for a in range(self.actors)]
         self.active = self.plan.active_shards()
-        keys = [("population", a) for a in range(self.actors)] + [("shard", s) for s in range(self.shards)]
-        nodes = cluster_nodes()   # population actor a on node a % N, shard s on node s % N
+        keys = [(kind, i) for kind, n in self.counts().items() for i in range(n)]
+        nodes = cluster_nodes()   # population actor a on node a % N, shuffler s and shard s on node s % N
         self._place(keys, first_round, lambda key, avoid: _node_for(key[1], nodes, avoid))
         self._add_spares(wait=True)
         # CPU seconds of each process so far (pooled processes served earlier runs): the run's share is the rise
@@ -392,7 +469,7 @@ class RayBackend(Backend):
         """Top up `spares` idle actors of each kind (their process started, `node()` called once)."""
         warming = []
         for kind, cls in self.CLASSES.items():
-            while len(self.spare[kind]) < self.spares:
+            while len(self.spare[kind]) < (self.spares if self.counts()[kind] else 0):
                 node = cluster_nodes()[len(self.spare[kind]) % len(cluster_nodes())]
                 handle = IDLE_ACTORS.take(cls, node)
                 self.spare[kind].append((node, handle))
@@ -426,6 +503,9 @@ class RayBackend(Backend):
         shards, pops, shard_actors = self.shards, self.handles, self.handles
         model_ref = model if _model_bytes(model) <= INLINE_MODEL_BYTES else ray.put(model)
         metric_refs, shard_refs = [], [[] for _ in range(shards)]
+        # the population actors' objects go to the shards, or under the shuffle model to the shufflers
+        receivers = self.shufflers or shards
+        sent_refs = shard_refs if not self.shufflers else [[] for _ in range(self.shufflers)]
         for a in range(self.actors):
             if len(metric_refs) >= self.max_in_flight:      # bound the population calls in flight
                 _, running = ray.wait(metric_refs, num_returns=len(metric_refs), timeout=0)
@@ -434,10 +514,15 @@ class RayBackend(Backend):
                     if not done:
                         raise RoundTimeout(f"round {r}: population calls still running at the timeout")
                     ray.get(done)      # raises at once if that actor died
-            refs = pops[("population", a)].run_round.options(num_returns=shards + 1).remote(model_ref, r, start, stop)
-            metric_refs.append(refs[shards])
-            for s in range(shards):
-                shard_refs[s].append(refs[s])
+            refs = pops[("population", a)].run_round.options(num_returns=receivers + 1).remote(model_ref, r, start,
+                                                                                                stop)
+            metric_refs.append(refs[receivers])
+            for s in range(receivers):
+                sent_refs[s].append(refs[s])
+        for s in range(self.shufflers):      # each shuffler's chunks, one object per shard
+            refs = self.handles[("shuffler", s)].shuffle_round.options(num_returns=shards).remote(r, *sent_refs[s])
+            for k, ref in enumerate(refs if shards > 1 else [refs]):
+                shard_refs[k].append(ref)
         # Each shard gets the references (Ray moves the data from the actors to it when they are ready, without
         # the driver), folds them in population order and returns the round's totals for its keys.
         published = model_ref if self.shards_check_model else None
@@ -483,7 +568,7 @@ class RayBackend(Backend):
     def _recover(self, r: int, error: BaseException, began: float) -> None:
         detected, detected_at = time.perf_counter(), time.time()
         bad = {}
-        for kind in ("population", "shard"):      # populations first: a shard call waits for their objects
+        for kind in self.KINDS:      # populations first: a shard call waits for their objects (via the shufflers)
             found = self._probe(kind)
             for key in found:
                 _kill(self.handles[key])
@@ -539,7 +624,8 @@ class RayBackend(Backend):
 
     def close(self, ok):
         extra = {
-            "actors": self.actors, "shards": self.shards, "mode": self.mode, "max_in_flight": self.max_in_flight,
+            "actors": self.actors, "shards": self.shards, "shufflers": self.shufflers, "mode": self.mode,
+            "max_in_flight": self.max_in_flight,
             "shard_layout": self.plan.layout if hasattr(self, "plan") else None, "fold_calls": self.fold_calls,
             "recoveries": len(self.recoveries), "recovery_s": sum(e["recover_s"] for e in self.recoveries),
             "recovery_events": self.recoveries,
@@ -551,6 +637,8 @@ class RayBackend(Backend):
                                   timeout=self.first_round_timeout)
             pop_stats = ray.get([self.handles[("population", a)].stats.remote() for a in range(self.actors)],
                                 timeout=self.first_round_timeout)
+            shuffler_stats = ray.get([self.handles[("shuffler", s)].stats.remote() for s in range(self.shufflers)],
+                                     timeout=self.first_round_timeout)
         except FAULTS as error:   # the rounds are done; only the figures below are lost
             return {**extra, "stats_error": describe_error(error)}
         def cpu(stats):   # a process recreated during the run counts whole
@@ -559,6 +647,15 @@ class RayBackend(Backend):
         for st in shard_stats:
             latency.merge(st["latency_counts"])
         p50, p99 = latency.quantile(0.5), latency.quantile(0.99)
+        shuffled = {}
+        if shuffler_stats:    # messages a shuffler mixed per second of its own work; its time per round's share
+            mixing = LatencyHistogram()
+            for st in shuffler_stats:
+                mixing.merge(st["latency_counts"])
+            busy = sum(st["busy_s"] for st in shuffler_stats)
+            shuffled = {"shuffler_messages": int(sum(st["messages"] for st in shuffler_stats)),
+                        "shuffler_busy_s": busy, "shuffle_latency_p50_ms": mixing.quantile(0.5) * 1e3,
+                        "shuffle_latency_p99_ms": mixing.quantile(0.99) * 1e3, "cpu_s_shufflers": cpu(shuffler_stats)}
         pop_nodes = [self.where[("population", a)][0] for a in range(self.actors)]
         shard_nodes = [self.where[("shard", s)][0] for s in range(self.shards)]
         return {
@@ -576,6 +673,7 @@ class RayBackend(Backend):
             # CPU seconds this run used in each kind of process (all its threads): where a round's time goes
             "cpu_s_driver": time.process_time() - self.driver_cpu_at_open,
             "cpu_s_populations": cpu(pop_stats), "cpu_s_shards": cpu(shard_stats),
+            **shuffled,
         }
 
     def release(self, reuse: bool) -> None:
@@ -646,6 +744,7 @@ def run_ray(config, *, actors: int = 2, shards: int = 1, mode: str = "pre-aggreg
     see `checkpoint.Checkpointer`. recovery: RayBackend's timeouts and max_recoveries.
     """
     backend = RayBackend(actors, shards, mode, max_in_flight, layout, **recovery)
+    check_mode(config, mode)
     if progress is True:
         from ldpfed.progress import Progress
         progress = Progress(config.users, label=f"{config.algorithm} (ray)")

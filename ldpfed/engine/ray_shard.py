@@ -20,9 +20,18 @@ ranges, as in pre-aggregated mode) is used in per-user mode only when asked for 
 bit-identical sums on column slices (checked at start by a probe; not true of e.g. a BLAS product whose rounding
 depends on the width); each user's message is then cut into one slice per shard.
 
+Under the shuffle trust model (layout "shuffled", per-user mode only) no population reaches a shard: shuffler
+actors send `ShuffledChunk`s (algorithm, round, shuffler, chunk, payload), a permuted chunk of a shuffler's share of
+the round with no population and no user index (ldpfed.shuffling fixes the shares, chunk sizes and which shard gets
+which chunk). The shard aggregates each chunk without its users (`shuffling.anonymous_aggregate`) and keeps the sums
+per (shuffler, chunk); the coordinator adds them in that order, as run_local does (`core.shuffled_sums`). A chunk's
+domain checks are those of its users as a multiset (`Domain.anonymous_reason`): what depends on no user as usual,
+and a public schedule (exact counts, sent slots, scheduled arms) against the schedule of the shuffler's users.
+
 A message is REJECTED and COUNTED, the shard's state unchanged, when: it is not a 4-tuple; the algorithm is not
 the run's; the round is not open (closed, or beyond the window of open rounds); the population has no users in
-that round; the (population, round) was already received; the payload's fields, dtype (float64) or shapes do not
+that round (shuffled: a chunk the plan does not send this shard); the (population, round) or (shuffler, chunk,
+round) was already received; the payload's fields, dtype (float64) or shapes do not
 match the plan (derived from `algo.message_spec()` and the probe); a value is not finite; a value lies outside
 the field's output domain (below); or aggregating it fails.
 
@@ -47,6 +56,7 @@ import numpy as np
 
 from ldpfed.engine.core import add_sums, population_users, round_bounds, sample_messages
 from ldpfed.mechanisms.domains import symmetric_reason
+from ldpfed.shuffling import anonymous_aggregate, chunk_bounds, chunks_of_shard, share_bounds
 
 FLOAT = np.dtype(np.float64)
 MODES = ("pre-aggregated", "per-user")
@@ -60,6 +70,18 @@ class WireMessage(NamedTuple):
     algorithm: str
     round: int
     population: int
+    payload: dict
+
+
+class ShuffledChunk(NamedTuple):
+    """What a shuffler sends a server shard under the shuffle trust model (layout "shuffled"): a chunk of its share of
+    a round, permuted, with no population and no user index. (shuffler, chunk) are the chunk's place in the public
+    plan (ldpfed.shuffling), which fixes its size and the order of the sums, not who sent it."""
+
+    algorithm: str
+    round: int
+    shuffler: int
+    chunk: int
     payload: dict
 
 
@@ -85,8 +107,10 @@ class ShardPlan:
     message_spec: dict           # field -> per-user shape (algo.message_spec())
     sum_spec: dict               # field -> shape of the aggregated field
     segments: tuple              # per shard: tuple of Segment
-    layout: str                  # "block" (key ranges) or "population" (per-user mode, whole messages by population)
+    layout: str                  # "block" (key ranges), "population" (per-user mode, whole messages by population)
+                                 # or "shuffled" (per-user mode through shufflers: whole messages by chunk)
     message_dtypes: dict = None  # field -> dtype of the per-user messages `encode` produces (per-user wire format)
+    shufflers: int = 0           # S under the shuffle trust model (layout "shuffled"), else 0
 
     # ---- what a round looks like ---------------------------------------------------------------
     def round_bounds(self, round_index: int) -> tuple[int, int]:
@@ -108,9 +132,28 @@ class ShardPlan:
         return [p for p in range(P) if n * (p + 1) // P > n * p // P and (shard is None or self.sends_to(p, shard))]
 
     def sends_to(self, population: int, shard: int) -> bool:
-        if not self.segments[shard]:
+        if not self.segments[shard] or self.layout == "shuffled":     # shuffled: populations send to shufflers
             return False
         return self.layout != "population" or population % self.shards == shard
+
+    # ---- shuffled layout (ldpfed.shuffling) ----------------------------------------------------------------
+    def share_users(self, round_index: int, shuffler: int) -> np.ndarray:
+        """The users shuffler `shuffler` mixes in round `round_index` (public), in user order."""
+        start, stop = self.round_bounds(round_index)
+        lo, hi = share_bounds(stop - start, shuffler, self.shufflers)
+        return np.arange(start + lo, start + hi)
+
+    def chunks_of(self, round_index: int, shard: int) -> list[tuple[int, int]]:
+        """The (shuffler, chunk) keys shard `shard` receives in round `round_index`, in fold order."""
+        start, stop = self.round_bounds(round_index)
+        return chunks_of_shard(stop - start, self.shufflers, self.shards, shard)
+
+    def senders_of(self, round_index: int, shard: int) -> list:
+        """What shard `shard` must receive to close round `round_index`: (shuffler, chunk) keys (shuffled layout)
+        or populations."""
+        if self.layout == "shuffled":
+            return self.chunks_of(round_index, shard)
+        return self.populations_of(round_index, shard)
 
     def active_shards(self) -> list[int]:
         return [s for s, segs in enumerate(self.segments) if segs]
@@ -135,9 +178,10 @@ class ShardPlan:
     # ---- coordinator side ----------------------------------------------------------------------
     def assemble(self, totals: list[dict]) -> dict:
         """The round's aggregate from the shards' totals ({field: flat segment} per shard)."""
-        if self.layout == "population":    # each shard's population sums, added in population order
-            sums: dict = {}
-            for _, part in sorted((item for shard in totals for item in shard.get("populations", ())),
+        if self.layout in ("population", "shuffled"):   # the shards' sums, added in population / (shuffler, chunk)
+            sums: dict = {}                               # order (ldpfed.shuffling)
+            key = "chunks" if self.layout == "shuffled" else "populations"
+            for _, part in sorted((item for shard in totals for item in shard.get(key, ())),
                                   key=lambda item: item[0]):
                 sums = add_sums(sums, part)
             return {f: sums[f].reshape(shape) for f, shape in self.sum_spec.items() if f in sums}
@@ -166,7 +210,7 @@ class ShardPlan:
             return {seg.field: (seg.size,) for seg in segs}
         if self.layout == "block":
             return {seg.field: (n_users, seg.size) for seg in segs}
-        return {f: (n_users, *shape) for f, shape in self.message_spec.items()}
+        return {f: (n_users, *shape) for f, shape in self.message_spec.items()}   # whole messages
 
 
 def _shape(value) -> tuple:
@@ -195,8 +239,12 @@ def make_plan(algo, config, shards: int, mode: str, layout: str | None = None) -
 
     pre-aggregated: layout "block" (key ranges). per-user: layout "population" by default (population p's messages
     go whole to shard p % shards: one message per population and round, whatever the number of shards), or
-    "block" if asked for and `aggregate` is bit-identical on column slices (else "population").
+    "block" if asked for and `aggregate` is bit-identical on column slices (else "population"). Under the shuffle
+    trust model: layout "shuffled" (per-user mode only: whole messages, by shuffled chunk).
     """
+    shuffled = config.trust == "shuffle"
+    if shuffled and mode != "per-user":
+        raise ValueError("the shuffle trust model runs in per-user mode (its shufflers mix users' messages)")
     if mode not in MODES:
         raise ValueError(f"mode={mode!r}: choose from {list(MODES)}")
     if layout not in (None, "block", "population"):
@@ -215,7 +263,8 @@ def make_plan(algo, config, shards: int, mode: str, layout: str | None = None) -
     segments = _cut(sum_spec, shards)
     chosen = "block"
     if mode == "per-user" and spec:
-        exact = layout == "block" and set(sum_spec) == set(spec) and all(sum_spec[f] == spec[f] for f in spec)
+        exact = (not shuffled and layout == "block" and set(sum_spec) == set(spec)
+                 and all(sum_spec[f] == spec[f] for f in spec))
         for segs in segments if exact else ():
             try:
                 part = algo.aggregate({s.field: np.ascontiguousarray(probe[s.field].reshape(n, -1)[:, s.lo:s.hi])
@@ -228,13 +277,14 @@ def make_plan(algo, config, shards: int, mode: str, layout: str | None = None) -
             if not exact:
                 break
         if not exact:
-            chosen = "population"
+            chosen = "shuffled" if shuffled else "population"
             whole = tuple(Segment(f, 0, int(np.prod(shape, dtype=np.int64))) for f, shape in sum_spec.items())
             segments = (whole,) * shards
     layout = chosen
     return ShardPlan(algorithm=config.algorithm, mode=mode, shards=shards, users=config.users,
                      round_size=config.round_size, populations=config.populations, message_spec=spec,
-                     sum_spec=sum_spec, segments=segments, layout=layout, message_dtypes=dtypes)
+                     sum_spec=sum_spec, segments=segments, layout=layout, message_dtypes=dtypes,
+                     shufflers=config.shufflers if shuffled else 0)
 
 
 class LatencyHistogram:
@@ -345,9 +395,11 @@ class ShardCore:
     def _fold_one(self, message) -> str | None:
         """None if folded, else the reason it was rejected (and nothing changed)."""
         plan = self.plan
-        if not isinstance(message, tuple) or len(message) != 4:
+        shuffled = plan.layout == "shuffled"
+        if not isinstance(message, tuple) or len(message) != (5 if shuffled else 4):
             return "malformed"
-        algorithm, round_index, population, payload = message      # a WireMessage, or anything a client sent
+        # a WireMessage (a ShuffledChunk when shuffled), or anything a client sent
+        algorithm, round_index, payload = message[0], message[1], message[-1]
         if algorithm != plan.algorithm:
             return "unknown algorithm"
         if isinstance(round_index, bool) or not isinstance(round_index, (int, np.integer)):
@@ -357,19 +409,26 @@ class ShardCore:
             return "unknown round"
         if round_index < self.next_round:
             return "closed round"
-        if isinstance(population, bool) or not isinstance(population, (int, np.integer)) \
-                or not 0 <= int(population) < plan.populations:
-            return "unknown population"
-        population = int(population)
+        if shuffled:    # users: the shuffler's whole share (public); which of them sent this chunk is unknown
+            sender, users, size = self._chunk_sender(round_index, message[2], message[3])
+            if sender is None:
+                return "unknown chunk"
+        else:
+            sender = message[2]
+            if isinstance(sender, bool) or not isinstance(sender, (int, np.integer)) \
+                    or not 0 <= int(sender) < plan.populations:
+                return "unknown population"
+            sender = int(sender)
+            users = plan.users_of(round_index, sender)
+            size = len(users)
+            if size == 0 or not plan.sends_to(sender, self.shard):
+                return "unknown population"
         state = self.rounds.get(round_index)
-        if state is not None and population in state.seen:
+        if state is not None and sender in state.seen:
             return "duplicate"
-        users = plan.users_of(round_index, population)
-        if len(users) == 0 or not plan.sends_to(population, self.shard):
-            return "unknown population"
         if not isinstance(payload, dict):
             return "malformed"
-        expected = plan.expected_shapes(self.shard, len(users))
+        expected = plan.expected_shapes(self.shard, size)
         if set(payload) != set(expected):
             return "wrong fields"
         for field, shape in expected.items():
@@ -390,7 +449,7 @@ class ShardCore:
             part = {seg.field: payload[seg.field] for seg in self.segments}
         else:
             try:
-                sums = self.algo.aggregate(payload, users)
+                sums = anonymous_aggregate(self.algo, payload) if shuffled else self.algo.aggregate(payload, users)
                 part = {}
                 for seg in self.segments:
                     flat = np.asarray(sums[seg.field], dtype=FLOAT).reshape(-1)
@@ -403,24 +462,36 @@ class ShardCore:
                 return "non-finite"
             for field, value in part.items():     # symmetric fields: checked on the aggregate (symmetric_reason)
                 domain = self.domains.get(field)
-                if domain is not None and domain.symmetric and plan.layout == "population" and \
+                if domain is not None and domain.symmetric and plan.layout != "block" and \
                         symmetric_reason(value, domain.shape) is not None:
                     return f"out of domain ({field}): not symmetric"
-        if state is not None and plan.layout != "population" and not self._totals_stay_finite(state, part):
+        if state is not None and plan.layout == "block" and not self._totals_stay_finite(state, part):
             return "total would overflow"     # checked before adding: a running total stays finite
         # Accepted: only now does the state change.
         if state is None:
-            state = self.rounds[round_index] = _Round(plan.populations_of(round_index, self.shard))
-        state.seen.add(population)
-        state.pending[population] = part
+            state = self.rounds[round_index] = _Round(plan.senders_of(round_index, self.shard))
+        state.seen.add(sender)
+        state.pending[sender] = part
         self.accepted += 1
-        self.user_messages += len(users)
-        if plan.layout == "population":   # kept per population; the coordinator adds them in population order
+        self.user_messages += size
+        if plan.layout != "block":   # kept per population (chunk); the coordinator adds them in that order
             return None
         while state.index < len(state.order) and state.order[state.index] in state.pending:
             state.totals = add_sums(state.totals, state.pending.pop(state.order[state.index]))
             state.index += 1
         return None
+
+    def _chunk_sender(self, round_index: int, shuffler, chunk):
+        """((shuffler, chunk), the users of the shuffler's share, the chunk's size) of a chunk this shard receives in
+        round `round_index` under the public plan; (None, None, 0) for any other."""
+        if any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) for v in (shuffler, chunk)):
+            return None, None, 0
+        key = (int(shuffler), int(chunk))
+        if key not in self.plan.chunks_of(round_index, self.shard):
+            return None, None, 0
+        users = self.plan.share_users(round_index, key[0])
+        lo, hi = chunk_bounds(len(users))[key[1]]
+        return key, users, hi - lo
 
     @staticmethod
     def _totals_stay_finite(state: _Round, part: dict) -> bool:
@@ -441,6 +512,12 @@ class ShardCore:
                 if why is not None:
                     return f"out of domain ({seg.field}): {why}"
             return None
+        if plan.layout == "shuffled":   # `users`: the shuffler's share; the chunk is some of them, in unknown order
+            for field, value in payload.items():
+                why = self.domains[field].anonymous_reason(value, users, model=model)
+                if why is not None:
+                    return f"out of domain ({field}): {why}"
+            return None
         if plan.layout == "population":
             for field, value in payload.items():
                 why = self.domains[field].reason(value, users, model=model)
@@ -458,7 +535,7 @@ class ShardCore:
         """The totals of a complete round ({field: flat segment}); closes it. Rounds close in order."""
         if round_index != self.next_round:
             raise RuntimeError(f"shard {self.shard}: collect({round_index}) but round {self.next_round} is next")
-        expected = self.plan.populations_of(round_index, self.shard)
+        expected = self.plan.senders_of(round_index, self.shard)
         self.models.pop(round_index, None)
         if not expected:
             self.next_round += 1
@@ -467,11 +544,12 @@ class ShardCore:
         state = self.rounds.get(round_index)
         missing = [p for p in expected if state is None or p not in state.seen]
         if missing:
-            raise RuntimeError(f"shard {self.shard}: round {round_index} incomplete, missing populations {missing}")
+            raise RuntimeError(f"shard {self.shard}: round {round_index} incomplete, missing {missing}")
         del self.rounds[round_index]
         self.next_round += 1
-        if self.plan.layout == "population":
-            return {"populations": [(p, state.pending[p]) for p in state.order]}
+        if self.plan.layout != "block":
+            key = "chunks" if self.plan.layout == "shuffled" else "populations"
+            return {key: [(sender, state.pending[sender]) for sender in state.order]}
         return state.totals
 
     def rewind(self, round_index: int) -> None:

@@ -175,6 +175,67 @@ class Domain:
                 return "not the published arm"
         return None
 
+    # ---- shuffled messages: whose is which is unknown ----------------------------------------------------------
+    def anonymous_reason(self, values: np.ndarray, batch: np.ndarray, model=None):
+        """None if `values` (n, *shape), a shuffled chunk, could be the messages of n distinct honest users of
+        `batch` (the users the shuffler mixed, public) in some order, else why not. Checked: what depends on no
+        user as in `reason`; a public schedule (exact values, sent slots, scheduled arms) as a multiset: every
+        message's schedule signature (its value, its non-empty slots, its arm) must be that of some user of the
+        batch, no signature more often than the batch has it, and each message is checked in full as a user with
+        that signature (a representative)."""
+        n = values.shape[0]
+        if self.exact is None and self.slots is None and self.scheduled is None:
+            return self.reason(values, np.full(n, -1, dtype=np.int64), model=model)   # no user's index is read
+        batch = np.asarray(batch, dtype=np.int64)
+        theirs = self._schedule_signature(batch, model)
+        ours = self._message_signature(values)
+        if theirs is None:
+            # a scheduled arm without the published model: its range only, each message checked as the user whose
+            # scheduled arm it names (an arm outside [0, K) names no such user and fails)
+            arms = np.nan_to_num(ours[:, -1], nan=-1.0, posinf=-1.0, neginf=-1.0).astype(np.int64)
+            return self.reason(values, arms, model=None)
+        keys, first, counts = np.unique(theirs, axis=0, return_index=True, return_counts=True)
+        found, inverse, used = np.unique(ours, axis=0, return_inverse=True, return_counts=True)
+        inverse = inverse.reshape(-1)
+        for j, signature in enumerate(found):
+            match = np.flatnonzero((keys == signature).all(axis=1))
+            if match.size == 0:
+                return "not on the public schedule (no user of the batch has this schedule)"
+            if used[j] > counts[match[0]]:
+                return "not on the public schedule (more messages than users of the batch with this schedule)"
+            group = inverse == j
+            why = self.reason(values[group], np.full(int(used[j]), batch[first[match[0]]]), model=model)
+            if why is not None:
+                return why
+        return None
+
+    def _schedule_signature(self, users: np.ndarray, model):
+        """(n, k) float rows: what the public schedule fixes of each user's message (None: not known here)."""
+        parts = []
+        if self.exact is not None:
+            parts.append(np.asarray(self.exact(users), dtype=np.float64).reshape(len(users), -1))
+        if self.slots is not None:
+            parts.append(np.asarray(self.slots(users), dtype=np.float64).reshape(len(users), -1))
+        if self.scheduled is not None:
+            if model is None or self.published is None:
+                return None
+            arm = np.where(users < self.scheduled, users, self.published(model))
+            parts.append(arm.astype(np.float64)[:, None])
+        return np.hstack(parts)
+
+    def _message_signature(self, values: np.ndarray) -> np.ndarray:
+        """The same rows read off the messages: their values, their non-empty slots, their arms."""
+        n = values.shape[0]
+        parts = []
+        if self.exact is not None:
+            parts.append(np.asarray(values, dtype=np.float64).reshape(n, -1))
+        if self.slots is not None:
+            parts.append((values.reshape(n, self.shape[0], -1) != 0.0).any(axis=2).astype(np.float64))
+        if self.scheduled is not None:
+            arms = values.reshape(n, -1).argmax(axis=1) if self.one_hot else values.reshape(n)
+            parts.append(np.asarray(arms, dtype=np.float64)[:, None])
+        return np.hstack(parts)
+
     # ---- a sum of users ------------------------------------------------------------------------------------
     def sum_bounds(self, users: np.ndarray) -> "SumBounds":
         """What the plain sum of these users' values can be."""

@@ -1,0 +1,73 @@
+"""The shuffle plan of the "shuffle" trust model, written once: which users of a round go to which shuffler, how a
+shuffler permutes its share, how it cuts it into chunks, and which shard gets each chunk. Pure functions of
+(seed, round, shuffler) and the public round bounds, so every engine (run_local, the Ray engine's shuffler actors)
+and the accounting (the batch of a shuffler) compute the same thing.
+
+* Shuffler s of S gets the round's users at positions [n s // S, n (s + 1) // S) (n users in the round): contiguous
+  shares whose sizes differ by at most one (the remainder n mod S is spread one user each, by the floor split:
+  10 users among 3 shufflers get 3, 3, 4). The accounting's batch is the smallest share, n // S.
+* It permutes its share with `derive(seed, "shuffle", round, shuffler)`, drops who sent what, and cuts the
+  permuted messages into chunks of CHUNK_MESSAGES (the last one shorter): chunk c goes to shard (s + c) % shards.
+* The round's aggregate is the sum of the chunks' aggregates in (shuffler, chunk) order (`core.add_sums`); each
+  chunk's aggregate is `anonymous_aggregate`: the server does not know its users.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ldpfed.rng import derive
+
+# Messages per chunk a shuffler forwards. Part of the results' bits (the sums are grouped by chunk), so it is a
+# constant, not an engine option: every engine groups the same way.
+CHUNK_MESSAGES = 1024
+# What the server's `aggregate` is told about the users of a chunk: nothing (an index no user has).
+UNKNOWN_USER = -1
+
+
+def share_bounds(n_users: int, shuffler: int, shufflers: int) -> tuple[int, int]:
+    """Positions [lo, hi) within a round of n_users of the users that shuffler `shuffler` of `shufflers` mixes."""
+    return n_users * shuffler // shufflers, n_users * (shuffler + 1) // shufflers
+
+
+def smallest_share(n_users: int, shufflers: int) -> int:
+    """The fewest users a shuffler mixes in a round of n_users: the anonymity set (the accounting's batch)."""
+    return n_users // shufflers
+
+
+def permutation(seed: int, round_index: int, shuffler: int, size: int) -> np.ndarray:
+    """The order in which shuffler `shuffler` forwards the `size` messages of its share of round `round_index`."""
+    return derive(seed, "shuffle", round_index, shuffler).permutation(size)
+
+
+def chunk_bounds(size: int) -> list[tuple[int, int]]:
+    """[lo, hi) of each chunk of a permuted share of `size` messages."""
+    return [(lo, min(lo + CHUNK_MESSAGES, size)) for lo in range(0, size, CHUNK_MESSAGES)]
+
+
+def shard_of_chunk(shuffler: int, chunk: int, shards: int) -> int:
+    return (shuffler + chunk) % shards
+
+
+def chunks_of_shard(n_users: int, shufflers: int, shards: int, shard: int) -> list[tuple[int, int]]:
+    """The (shuffler, chunk) keys shard `shard` receives in a round of n_users, in fold order."""
+    keys = []
+    for s in range(shufflers):
+        lo, hi = share_bounds(n_users, s, shufflers)
+        keys += [(s, c) for c in range(len(chunk_bounds(hi - lo))) if shard_of_chunk(s, c, shards) == shard]
+    return keys
+
+
+def shuffle_share(seed: int, round_index: int, shuffler: int, messages: dict) -> list[dict]:
+    """A shuffler's work on its share (field -> (n, ...) arrays, in user order): the messages permuted, cut into
+    chunks; nothing else (no population, no user index) goes on."""
+    size = len(next(iter(messages.values()))) if messages else 0
+    order = permutation(seed, round_index, shuffler, size)
+    permuted = {key: np.ascontiguousarray(value[order]) for key, value in messages.items()}
+    return [{key: value[lo:hi] for key, value in permuted.items()} for lo, hi in chunk_bounds(size)]
+
+
+def anonymous_aggregate(algo, chunk: dict) -> dict:
+    """The server's aggregate of a chunk of shuffled messages: `algo.aggregate` without the users (under the shuffle
+    model it is a sum or a fold of the rows: CompiledAlgorithm.anonymous_sums). The one call both engines make."""
+    n = len(next(iter(chunk.values())))
+    return algo.aggregate(chunk, np.full(n, UNKNOWN_USER, dtype=np.int64))
