@@ -71,14 +71,45 @@ def main(argv=None) -> int:
     for r in rows:
         print(f"| {r['actors']} | {r['shards']} | {r['driver_cpu_ms']:.2f} | {r['wall_ms']:.2f} | "
               f"{r['actor_cpu_ms']:.2f} | {r['shard_cpu_ms']:.2f} |")
+    fits = {}
     for shards in args.shards:
         part = [r for r in rows if r["shards"] == shards]
         if len(part) > 1:
             x = np.array([r["actors"] for r in part], dtype=float)
             for key in ("driver_cpu_ms", "wall_ms"):
                 b, a = np.polyfit(x, [r[key] for r in part], 1)
+                fits[shards, key] = (a, b)
                 print(f"fit, {shards} shard(s): {key} = {a:.2f} + {b:.3f} x actors")
+    if fits:
+        scale_model(fits, floor_rate())
     return 0
+
+
+def floor_rate() -> float:
+    """Users/s of one process's CPU on the benchmark's setting (run_local of ldp-sgd, d = 10, K = 10, B = 1e4): the
+    work one population actor does per second of its CPU."""
+    from ldpfed.engine import run_local
+    config = RunConfig("ldp-sgd", env="linear", env_params={"d": 10, "K": 10}, round_size=10_000, users=10**6)
+    run_local(config.replace(users=20_000))
+    started = time.process_time()
+    run_local(config)
+    return config.users / (time.process_time() - started)
+
+
+def scale_model(fits: dict, rate: float, share: float = 0.10) -> None:
+    """docs/scaling.md's model: a round costs the coordinator c(A) = a + b A of CPU (the fit over actors, fewest
+    shards) and each of A actors B / (A rate) of work; the coordinator stays under `share` of the round when
+    c <= share (B / (A rate) + c), i.e. B >= A rate c (1 - share) / share. One actor per node."""
+    shards = min(s for s, key in fits if key == "driver_cpu_ms")
+    a, b = fits[shards, "driver_cpu_ms"]
+    print(f"\nscale model: one process does {rate:,.0f} users/s of ldp-sgd (d = 10, K = 10); coordinator "
+          f"{max(a, 0):.2f} + {b:.3f} ms x actors ({shards} shard(s)); coordinator under {share:.0%} of a round:")
+    print("| nodes (one actor each) | coordinator ms/round | smallest round (users) | its wall time (s) |")
+    print("|---:|---:|---:|---:|")
+    for nodes in (10, 100, 1000):
+        coordinator = 1e-3 * (max(a, 0.0) + b * nodes)
+        smallest = nodes * rate * coordinator * (1 - share) / share
+        print(f"| {nodes:,} | {1e3 * coordinator:,.1f} | {smallest:,.0f} | {smallest / (nodes * rate) + coordinator:.2f} |")
 
 
 if __name__ == "__main__":
