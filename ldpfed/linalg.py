@@ -6,6 +6,12 @@ sizes it beats both LAPACK's LU, whose call and copies cost more than the arithm
 right-looking loop). A matrix that is not positive definite up to rounding (a pivot <= 0: possible when a noisy
 Gram matrix is not dominated by its shift) is solved or inverted by numpy's LU instead: the same linear system, so
 the result is the same up to rounding either way.
+
+Each entry is its dot-product sum in the order of the plain loops (s = a - l_0 m_0 - l_1 m_1 - ..., one after the
+other), but two independent sums run side by side (two rows of L, two columns of L^{-1}, two entries of the
+inverse) and share their common loads: a sum is a chain of dependent subtractions, so the processor has two chains
+to overlap. Same operations in the same order per entry, so the same bits as one sum at a time (a vectorized
+column-at-a-time form was slower at these sizes).
 """
 from __future__ import annotations
 
@@ -17,17 +23,29 @@ from numba import njit
 def cholesky_lower(A, L):
     """L (lower triangle written) with L L^T = A, from A's lower triangle; False when a pivot is not > 0."""
     d = A.shape[0]
-    for i in range(d):
+    for i in range(0, d, 2):            # rows i and r = i + 1 together: two independent sums share each L[j, k]
+        r = min(i + 1, d - 1)           # (d odd: the last row alone, its second sum a copy, not written)
         for j in range(i + 1):
-            s = A[i, j]
+            s0, s1 = A[i, j], A[r, j]
             for k in range(j):
-                s -= L[i, k] * L[j, k]
+                ljk = L[j, k]
+                s0 -= L[i, k] * ljk
+                s1 -= L[r, k] * ljk
             if i == j:
-                if not s > 0.0:
+                if not s0 > 0.0:
                     return False
-                L[i, i] = np.sqrt(s)
+                L[i, i] = np.sqrt(s0)
             else:
-                L[i, j] = s / L[j, j]
+                L[i, j] = s0 / L[j, j]
+            if r > i:
+                L[r, j] = s1 / L[j, j]
+        if r > i:
+            s = A[r, r]
+            for k in range(r):
+                s -= L[r, k] * L[r, k]
+            if not s > 0.0:
+                return False
+            L[r, r] = np.sqrt(s)
     return True
 
 
@@ -68,15 +86,33 @@ def spd_inverse(A, out):
         for i in range(j):
             T[j, i] = 0.0
         T[j, j] = 1.0 / L[j, j]
-        for i in range(j + 1, d):
-            s = 0.0
-            for k in range(j, i):
-                s -= L[i, k] * T[j, k]
-            T[j, i] = s / L[i, i]
-    for a in range(d):                  # (L^{-T} L^{-1})[a, c] = sum_{k >= max(a, c)} T[a, k] T[c, k]
-        for c in range(a + 1):
+    for j in range(0, d - 1, 2):        # columns j and q = j + 1 together: their sums share each L[i, k]
+        q = j + 1
+        s0 = 0.0
+        s0 -= L[q, j] * T[j, j]
+        T[j, q] = s0 / L[q, q]
+        for i in range(q + 1, d):
+            s0, s1 = 0.0, 0.0
+            s0 -= L[i, j] * T[j, j]
+            for k in range(q, i):
+                lik = L[i, k]
+                s0 -= lik * T[j, k]
+                s1 -= lik * T[q, k]
+            T[j, i] = s0 / L[i, i]
+            T[q, i] = s1 / L[i, i]
+    for a in range(d):                  # (L^{-T} L^{-1})[a, c] = sum_{k >= max(a, c)} T[a, k] T[c, k], c <= a
+        for c in range(0, a, 2):        # two entries c, c + 1 together: their sums share each T[a, k]
+            s0, s1 = 0.0, 0.0
+            for k in range(a, d):
+                tak = T[a, k]
+                s0 += tak * T[c, k]
+                s1 += tak * T[c + 1, k]
+            out[a, c] = s0
+            out[c, a] = s0
+            out[a, c + 1] = s1
+            out[c + 1, a] = s1
+        if a % 2 == 0:
             s = 0.0
             for k in range(a, d):
-                s += T[a, k] * T[c, k]
-            out[a, c] = s
-            out[c, a] = s
+                s += T[a, k] * T[a, k]
+            out[a, a] = s

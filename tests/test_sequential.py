@@ -144,3 +144,37 @@ def test_engine_run_picks_the_sequential_engine_only_where_it_applies(monkeypatc
     monkeypatch.setattr(cls, "act", lambda self, *args: CompiledAlgorithm.act(self, *args))
     assert "not written as compiled steps" in sequential_unsupported(base)
     assert run(base).summary["engine"] == "single-process"
+
+
+@pytest.mark.parametrize("algorithm,env,env_params", [
+    ("ldp-sgd", "linear", {}), ("ldp-ols-multi", "linear-multi", {"d": 4}), ("private-linucb", "arm-pool", {}),
+    ("lasso-bandit", "sparse-linear", {"d": 50, "s0": 3}), ("sw-klucb-cf", "piecewise-bernoulli", {})])
+def test_sub_blocks_do_not_move_results(algorithm, env, env_params, monkeypatch):
+    """The loop runs a block in sub-blocks of SUB_BYTES (contexts drawn as they are asked for: sparse-linear's
+    context_stream): one user per sub-block gives the same bits as the default."""
+    from ldpfed.engine import sequential
+
+    config = RunConfig(algorithm, env=env, users=300, seed=4, env_params=env_params)
+    default = run_sequential(config)
+    monkeypatch.setattr(sequential, "SUB_BYTES", 1)
+    assert_same_run(default, run_sequential(config), rtol=0)
+
+
+def test_sparse_linear_context_stream_is_its_contexts():
+    """Drawn in blocks as asked for, the contexts are those of `contexts`, and the Generator is left where it
+    leaves it (the noise drawn next is the same); asked for out of order, it refuses."""
+    from ldpfed.envs.sparse import SparseLinear
+
+    env = SparseLinear(np.random.default_rng(0), 100, d=37, K=3)
+    for n in (0, 1, 9):
+        users = np.arange(n)
+        eager, lazy = np.random.default_rng(7), np.random.default_rng(7)
+        contexts, noise = env.contexts(users, eager), env.draw_noise(n, eager)
+        stream = env.context_stream(users, lazy)
+        assert np.array_equal(noise, env.draw_noise(n, lazy))
+        parts = [stream(0, 0).copy()] + [stream(lo, min(n, lo + 4)).copy() for lo in range(0, n, 4)]
+        assert np.concatenate(parts).tobytes() == contexts.tobytes()
+        assert np.array_equal(contexts, np.random.default_rng(7).uniform(-1.0, 1.0, (n, 3, 37)))
+        assert eager.bit_generator.state == lazy.bit_generator.state
+    with pytest.raises(ValueError, match="in order"):
+        env.context_stream(np.arange(5), np.random.default_rng(1))(2, 3)

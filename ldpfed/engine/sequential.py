@@ -34,9 +34,11 @@ from ldpfed.engine.core import RunResult, checkpoint_rounds, make_result, privac
 from ldpfed.envs import make_env
 from ldpfed.errors import ConfigError
 from ldpfed.jit import loops
+from ldpfed.memory import keep_freed_memory
 from ldpfed.rng import derive
 
 CHUNK = 4096   # users per block of pre-drawn randomness (part of the stream definition: changing it changes results)
+SUB_BYTES = 1 << 20   # a sub-block's contexts and message rows (not part of the stream definition: results do not move)
 ENGINE_NAME = "sequential"
 
 def user_loop(steps, env_step, layout):
@@ -105,8 +107,9 @@ class StepsRunner:
         return {key: np.array(value, copy=True) for key, value in self.state_dict.items()}
 
     def draw_world(self, users, rng):
-        contexts = self.env.contexts(users, rng)
-        return self.env.context_rows(contexts, len(users)), self.env.draw_noise(len(users), rng)
+        """(contexts, noise): contexts(lo, hi) gives the context rows of users[lo:hi] (Env.context_stream)."""
+        contexts = self.env.context_stream(users, rng)
+        return contexts, self.env.draw_noise(len(users), rng)
 
     def draw_client_users(self, users, rng):
         n = len(users)
@@ -115,22 +118,24 @@ class StepsRunner:
     def draw_server(self, users, rng):
         return self.algo.draw_server(len(users), rng)
 
-    def _buffers(self, n: int):
-        """(actions, inputs zeroed, rows) for a block of n users, reused from block to block: a wide message
-        (ldp-ols-multi: 43 MB a block) allocated anew faults in fresh pages every block."""
-        if getattr(self, "_cached", (None,))[0] != n:
+    def _buffers(self, n: int, m: int):
+        """(actions for a block of n users, inputs and rows for a sub-block of m), reused from block to block."""
+        if getattr(self, "_cached", (None, None))[:2] != (n, m):
             width = self.layout.width
-            self._cached = (n, self.algo.new_actions(n), np.zeros((n, width)), np.empty((n, width)))
-        else:
-            self._cached[2].fill(0.0)
-        return self._cached[1:]
+            self._cached = (n, m, self.algo.new_actions(n), np.zeros((m, width)), np.empty((m, width)))
+        return self._cached[2:]
 
     def run_block(self, t0, world, client, server, snap_at, snaps, regret, counts, between_rng):
         algo, layout = self.algo, self.layout
         run_users = user_loop(self.steps, self.env_steps.step, layout)
         contexts, noise = world
         n = len(regret)
-        actions, inputs, rows = self._buffers(n)
+        # the loop runs sub-blocks of m users whose contexts and message rows fit in SUB_BYTES, so they stay in
+        # cache from where they are written to where they are read (a block of ldp-ols-multi's rows is 41 MB, of
+        # sparse-linear's contexts 330 MB): the same users in the same order, only fewer bytes through memory
+        per_user = 8 * (2 * layout.width + int(np.prod(contexts(0, 0).shape[1:])))
+        m = max(1, min(n, SUB_BYTES // max(per_user, 1)))
+        actions, inputs, rows = self._buffers(n, m)
         folded = np.zeros(algo.sum_layout().width)
         state = algo.state_tuple(self.state_dict)
         estimate = self._estimate_array()
@@ -143,11 +148,16 @@ class StepsRunner:
         in_loop = snap_at if estimate is not None else np.full(n, -1, dtype=np.int64)
         lo = 0
         for hi in stops:
-            if hi > lo or n == 0:       # (no users: compiles, or loads from numba's cache, before the clock starts)
-                s = slice(lo, hi)
-                run_users(self.env_steps.truth, state, self.model, self.consts, layout.params, t0 + lo, contexts[s],
-                          noise[s], client[0][s], client[1][s], server[s], actions[s], inputs[s], rows[s], folded,
-                          regret[s], counts[s], np.zeros(0) if estimate is None else estimate, in_loop[s], flat_snaps)
+            # (no users: one call on none, which compiles the loop, or loads it from numba's cache, before the clock
+            # starts)
+            for a in range(lo, hi, m) if n else (0,):
+                b = min(hi, a + m)
+                s = slice(a, b)
+                inputs[:b - a].fill(0.0)        # every user's row of inputs starts at zero
+                run_users(self.env_steps.truth, state, self.model, self.consts, layout.params, t0 + a, contexts(a, b),
+                          noise[s], client[0][s], client[1][s], server[s], actions[s], inputs[:b - a], rows[:b - a],
+                          folded, regret[s], counts[s], np.zeros(0) if estimate is None else estimate, in_loop[s],
+                          flat_snaps)
             if t0 + hi in breaks:
                 algo.between(self.state_dict, t0 + hi, between_rng(t0 + hi - 1))
                 state = algo.state_tuple(self.state_dict)
@@ -193,7 +203,8 @@ def _draws(runner, config, start, stop, streams):
     # continues the Generator that drew user t's server numbers, as the batched update does
     parts_w, parts_c, parts_s, server_rngs = [], [], [], {}
     for t in users:
-        parts_w.append(runner.draw_world(np.array([t]), derive(config.seed, "context", 0, int(t))))
+        contexts, noise = runner.draw_world(np.array([t]), derive(config.seed, "context", 0, int(t)))
+        parts_w.append((contexts(0, 1), noise))
         parts_c.append(runner.draw_client_users(np.array([t]), derive(config.seed, "privatize", 0, int(t))))
         server_rngs[int(t)] = derive(config.seed, "server", int(t))
         parts_s.append(runner.draw_server(np.array([t]), server_rngs[int(t)]))
@@ -201,7 +212,8 @@ def _draws(runner, config, start, stop, streams):
     server = None if not parts_s or parts_s[0] is None else np.concatenate(parts_s)
     if server is None:
         server = np.zeros((0, 0))       # no users
-    return join(parts_w), join(parts_c), server, server_rngs.__getitem__
+    contexts, noise = join(parts_w)
+    return ((lambda lo, hi: contexts[lo:hi]), noise), join(parts_c), server, server_rngs.__getitem__
 
 
 def _load(runner, config, snaps):
@@ -220,6 +232,7 @@ def run_sequential(config, progress=None, streams: str = "block") -> RunResult:
     if isinstance(plan, str):
         raise ConfigError("engine", ENGINE_NAME, f"cannot run this config: {plan}")
     cls, env, algo = plan
+    keep_freed_memory()     # a block's draws (ldp-ols-multi's 22 MB of normals) reuse freed memory: no page faults
     privacy = privacy_summary(config, algo)      # refuses an overspending run (as RoundRecorder does)
     runner = cls(algo, env, algo.initial_state(derive(config.seed, "init")))
     T = config.users

@@ -97,6 +97,14 @@ class Env:
         """Contexts of these users (global indices), or None for context-free worlds."""
         return None
 
+    def context_stream(self, users: np.ndarray, rng: np.random.Generator):
+        """`contexts(lo, hi)`: the context rows (context_rows) of users[lo:hi], asked for in order, with `rng` left
+        where `contexts(users, rng)` leaves it (the draws after the contexts, e.g. draw_noise's, are the same), for
+        the sequential engine, which reads them a sub-block at a time. Default: every user's contexts drawn at
+        once; an env whose contexts are large draws them when asked (SparseLinear)."""
+        rows = self.context_rows(self.contexts(users, rng), len(users))
+        return lambda lo, hi: rows[lo:hi]
+
     def step(self, contexts, actions, users: np.ndarray, rng: np.random.Generator):
         """(rewards, pseudo-regret per user) for the chosen actions. An env with a compiled step (`compiled()`)
         inherits this: its noise drawn by draw_noise, then its step for every user."""
