@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """The tests marked `slow`, which the default suite (`python -m pytest`) leaves out to stay under 15 minutes on
-2 cores: multi-node local Ray clusters (the example plugin through `ray job submit` on 3 nodes, a node killed or
-frozen mid-run), long fault scenarios, the sweep/ui end to end, the network-namespace cluster (root only).
+2 cores: every test that starts a Ray cluster or a Ray instance of its own (multi-node local clusters, `ray job
+submit`, the example plugin on 3 nodes, a node killed or frozen mid-run, a plugin shipped to the workers by
+environment variable), long fault scenarios, the jobs' and the sweep/ui's end-to-end runs, the network-namespace
+cluster (root only).
 
-    python jobs/slow_tests.py              # every slow test (~6 minutes on the project's 2-core machine)
+    python jobs/slow_tests.py              # every slow test (~8 minutes on the project's 2-core machine)
     python jobs/slow_tests.py -k node      # pytest's own options pass through
 """
 import subprocess

@@ -194,6 +194,7 @@ def test_a_node_that_exits_before_joining_is_restarted_then_given_up(tmp_path, m
                                lambda name: dict(dead))
 
 
+@pytest.mark.slow     # starts cluster nodes: ~17 s; run by jobs/slow_tests.py
 def test_a_failed_start_stops_every_node_it_started(tmp_path):
     """A timeout too short for the nodes to join: start fails, stops every node it started (the head alone, or
     the head and the worker when the head joined within the second: a fast machine), leaves no record."""

@@ -207,6 +207,7 @@ def test_environment_variable_plugins(tmp_path, monkeypatch):
         Registry(ALGORITHM_GROUP, "algorithm", lambda: Algorithm)["ldp-ols"]
 
 
+@pytest.mark.slow     # a Ray instance of its own: ~33 s; run by jobs/slow_tests.py
 def test_environment_plugin_runs_on_ray_workers(tmp_path):
     """A module that is not installed, listed in LDPFED_PLUGINS: the Ray engine's workers (a new local Ray, in a
     subprocess) find it too, and its run equals the same algorithm's under its built-in name."""

@@ -87,6 +87,7 @@ def test_a_lost_node_is_left_behind_and_the_run_ends_bit_identical(fault, mode):
     assert out["nodes"] == 2
 
 
+@pytest.mark.slow     # a 2-node cluster: ~20 s; run by jobs/slow_tests.py
 def test_two_node_cluster_uses_both_nodes_and_equals_single_process():
     env = dict(os.environ, RAY_DEDUP_LOGS="0")
     env.pop("RAY_ADDRESS", None)
@@ -127,6 +128,7 @@ def local_cluster(tmp_path):
             Path(f"/proc/{node['pid']}/stat").read_text().split(")")[-1].split()[0] == "Z"
 
 
+@pytest.mark.slow     # a local cluster and a Ray job: ~18 s; run by jobs/slow_tests.py
 def test_ray_job_submit_to_a_local_cluster_with_token_auth(local_cluster):
     record, env = local_cluster
     dashboard = record["dashboard"]

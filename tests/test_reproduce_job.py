@@ -43,6 +43,7 @@ def test_without_the_papers_the_quotes_are_not_checked(tmp_path):
     assert claims.quote("000", "a sentence no paper contains", tmp_path) == "a sentence no paper contains"
 
 
+@pytest.mark.slow     # the reproduce job end to end: ~20 s; run by jobs/slow_tests.py
 def test_tiny_end_to_end(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, str(ROOT / "jobs" / "reproduce.py"), "--paper", "004", "--quick",
