@@ -2,7 +2,6 @@
 from ldpfed.engine.core import RunResult
 from ldpfed.engine.local import run_local
 from ldpfed.errors import ConfigError
-from ldpfed.threads import limited
 
 ENGINES = ("local", "ray")
 
@@ -15,13 +14,8 @@ def run(config, engine: str = "local", progress=None, fast: bool = True, checkpo
     engine="local" at round size 1 with one population uses the compiled sequential engine (engine/sequential.py:
     same algorithm, same privacy, same distribution of results, ~30x faster) when it supports the algorithm, its
     env and options; fast=False, or anything it does not support, runs run_local. The sequential engine writes
-    no checkpoints (its runs are short; a killed one is run again). The run's BLAS pools have one thread
-    (ldpfed.threads)."""
-    with limited():
-        return _run(config, engine, progress, fast, checkpointer, ray_options)
-
-
-def _run(config, engine, progress, fast, checkpointer, ray_options) -> RunResult:
+    no checkpoints (its runs are short; a killed one is run again). Every engine runs with the BLAS pools of
+    ldpfed.threads (one thread by default)."""
     if engine == "local":
         if fast and config.round_size == 1 and config.populations == 1:
             from ldpfed.engine.sequential import run_sequential, sequential_unsupported

@@ -36,6 +36,7 @@ from ldpfed.errors import ConfigError
 from ldpfed.jit import loops
 from ldpfed.memory import keep_freed_memory
 from ldpfed.rng import derive
+from ldpfed.threads import limited
 
 CHUNK = 4096   # users per block of pre-drawn randomness (part of the stream definition: changing it changes results)
 SUB_BYTES = 1 << 20   # a sub-block's contexts and message rows (not part of the stream definition: results do not move)
@@ -225,7 +226,13 @@ def _load(runner, config, snaps):
 
 
 def run_sequential(config, progress=None, streams: str = "block") -> RunResult:
-    """Run `config` (round size 1, one population) on its algorithm's compiled steps; see the module doc."""
+    """Run `config` (round size 1, one population) on its algorithm's compiled steps; see the module doc. Runs with
+    the BLAS pools of ldpfed.threads (as `drive` does for the round engines)."""
+    with limited():
+        return _run_sequential(config, progress, streams)
+
+
+def _run_sequential(config, progress, streams) -> RunResult:
     if streams not in ("block", "generic"):
         raise ConfigError("streams", streams, "must be 'block' or 'generic'")
     plan = _plan(config)
