@@ -108,17 +108,8 @@ def _xoshiro_words(state, out):
 
 @njit(cache=True)
 def _fill_normals(state, out, zx, zr):
-    """out[:] = standard normals; `state` (4 uint64, the xoshiro state) is updated in place."""
-    s0, s1, s2, s3 = state[0], state[1], state[2], state[3]
-    for k in range(out.shape[0]):
-        x, s0, s1, s2, s3 = next_normal(s0, s1, s2, s3, zx, zr)
-        out[k] = x
-    state[0], state[1], state[2], state[3] = s0, s1, s2, s3
-
-
-@njit(cache=True)
-def _fill_normal_rows(state, out, zx, zr):
-    """_fill_normals on a 2-d (possibly strided: a column block of a wider buffer) out, in C order."""
+    """out (2-d, possibly strided: a column block of a wider buffer) = standard normals in C order; `state`
+    (4 uint64, the xoshiro state) is updated in place."""
     s0, s1, s2, s3 = state[0], state[1], state[2], state[3]
     for i in range(out.shape[0]):
         for j in range(out.shape[1]):
@@ -138,16 +129,13 @@ def xoshiro_state(rng: np.random.Generator) -> np.ndarray:
 
 def standard_normals(rng: np.random.Generator, n: int) -> np.ndarray:
     """n standard normals (the compiled ziggurat), from 4 words of rng (none when n = 0)."""
-    out = np.empty(int(n))
-    if out.size:
-        _fill_normals(xoshiro_state(rng), out, ZX, ZR)
-    return out
+    return fill_normal_rows(rng, np.empty((1, int(n))))[0]
 
 
 def fill_normal_rows(rng: np.random.Generator, out: np.ndarray) -> np.ndarray:
     """out (n, m), a view, filled with the numbers normal_array(rng, (n, m)) gives: no array of its own to copy."""
     if out.size:
-        _fill_normal_rows(xoshiro_state(rng), out, ZX, ZR)
+        _fill_normals(xoshiro_state(rng), out, ZX, ZR)
     return out
 
 

@@ -153,7 +153,8 @@ class L2BallMechanism:
         needed: ignored). `shape` (..., dim) and `schedule` (e.g. slots=) describe the message field that carries
         the outputs."""
         shape = tuple(shape)
-        return Domain(shape, low=-self.output_radius, high=self.output_radius, radius=self.output_radius, source=f"l2-ball sphere of radius B={self.output_radius:.6g} (the output radius)",
+        B = self.output_radius
+        return Domain(shape, low=-B, high=B, radius=B, source=f"l2-ball sphere of radius B={B:.6g} (the output radius)",
                       **schedule)
 
     def dp_event(self) -> dict:

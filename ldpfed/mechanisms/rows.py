@@ -35,6 +35,8 @@ from .protocol import (GAUSSIAN, L2_BALL, LAPLACE, PASS, PASS_KERNEL, RANDOMIZED
 # length of the rows the kind works on (the l2-ball's dim, the symmetric noise's d; else 1) and how many there are
 KIND, OFFSET, SIZE, DRAW_OFFSET, PARAM_OFFSET, UNIT, COUNT = range(7)
 COLUMNS = 7
+# kinds whose output entry depends only on the same input entry (and draws): they can privatize a row in place
+ELEMENTWISE = (PASS, GAUSSIAN, SYMMETRIC_GAUSSIAN, RANDOMIZED_RESPONSE, LAPLACE)
 
 
 @njit(cache=True, inline="always")
@@ -133,7 +135,7 @@ class FieldLayout:
         self.width, self.draw_width = offset, draw_offset
         self.slices = {name: slice(int(r[OFFSET]), int(r[OFFSET] + r[SIZE])) for name, r in zip(self.names, rows)}
         self.key = tuple(int(v) for v in self.layout.ravel())
-        self.elementwise = all(kernel.kind != L2_BALL for kernel in self.kernels.values())
+        self.elementwise = all(kernel.kind in ELEMENTWISE for kernel in self.kernels.values())
 
     def row_privatizer(self):
         """`row(params, x, z, y)`: every field's mechanism on one user's row x into y, from its draws z, compiled
@@ -161,8 +163,8 @@ class FieldLayout:
         return out
 
     def privatize(self, inputs: np.ndarray, draws: np.ndarray, overwrite: bool = False) -> np.ndarray:
-        """The privatized rows; with overwrite, written over `inputs` when every field's mechanism reads only the
-        entry it writes (not the l2-ball, which reads its whole row after writing its first entry)."""
+        """The privatized rows; with overwrite, written over `inputs` when every field's kind is ELEMENTWISE (not
+        the l2-ball, which reads its whole row after writing its first entry)."""
         out = inputs if overwrite and self.elementwise else np.empty_like(inputs)
         privatize_loop(self)(self.params, inputs, draws, out)
         return out
