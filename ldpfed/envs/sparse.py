@@ -168,13 +168,13 @@ class SparseLinear(_LinearSingle):
         ahead.state = bitgen.state
         ahead = np.random.Generator(ahead)
         bitgen.advance(len(users) * self.K * self.d)
-        buffer, drawn = np.empty((0, self.K, self.d)), [0]
+        buffer, drawn = np.empty((0, self.K, self.d)), 0
 
         def contexts(lo, hi):
-            nonlocal buffer
-            if lo != drawn[0]:
-                raise ValueError(f"contexts of users [{lo}, {hi}) asked for after those up to {drawn[0]}: in order only")
-            drawn[0] = hi
+            nonlocal buffer, drawn
+            if lo != drawn:
+                raise ValueError(f"contexts of users [{lo}, {hi}) asked for after those up to {drawn}: in order only")
+            drawn = hi
             if len(buffer) < hi - lo:
                 buffer = np.empty((hi - lo, self.K, self.d))
             return self._uniform(ahead, buffer[:hi - lo])

@@ -163,7 +163,7 @@ class Domain:
             if (self.one_hot and not (ones == 1.0).all()) or (ones > 1.0).any():
                 return "not one-hot"
         if self.scheduled is not None:
-            arms = values.reshape(n, -1).argmax(axis=1) if self.one_hot else values.reshape(n)
+            arms = self._arms(values)
             users = np.asarray(users)
             init = users < self.scheduled
             if not ((arms >= 0).all() and (arms < self.scheduled).all() and np.array_equal(arms[init], users[init])):
@@ -223,6 +223,11 @@ class Domain:
             parts.append(arm.astype(np.float64)[:, None])
         return np.hstack(parts)
 
+    def _arms(self, values: np.ndarray) -> np.ndarray:
+        """The arm each message of a scheduled field names: its one-hot row's 1, or the scalar itself."""
+        n = values.shape[0]
+        return values.reshape(n, -1).argmax(axis=1) if self.one_hot else values.reshape(n)
+
     def _message_signature(self, values: np.ndarray) -> np.ndarray:
         """The same rows read off the messages: their values, their non-empty slots, their arms."""
         n = values.shape[0]
@@ -232,8 +237,7 @@ class Domain:
         if self.slots is not None:
             parts.append((values.reshape(n, self.shape[0], -1) != 0.0).any(axis=2).astype(np.float64))
         if self.scheduled is not None:
-            arms = values.reshape(n, -1).argmax(axis=1) if self.one_hot else values.reshape(n)
-            parts.append(np.asarray(arms, dtype=np.float64)[:, None])
+            parts.append(np.asarray(self._arms(values), dtype=np.float64)[:, None])
         return np.hstack(parts)
 
     # ---- a sum of users ------------------------------------------------------------------------------------

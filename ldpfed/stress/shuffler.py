@@ -1,9 +1,9 @@
 """The shuffler stage of the capacity curve (the shuffle trust model): how many per-user messages per second S
 shuffler actors mix and cut into chunks, and how long a share takes.
 
-Each population's real messages of one round (`simulate_population`, per-user privatized outputs under
-`--trust shuffle`) are cut by shuffler share (`core.shuffler_pieces`) and put in Ray's object store ONCE, before any
-clock starts. Then, closed loop for --level-seconds, every shuffler actor (the engine's own `ShufflerActor`, its
+Each population's real messages of one round (per-user privatized outputs under `--trust shuffle`), cut by
+shuffler share as the engine's population actors cut them (`PopulationActor.run_round`, run in this process), are
+put in Ray's object store ONCE, before any clock starts. Then, closed loop for --level-seconds, every shuffler actor (the engine's own `ShufflerActor`, its
 `shuffle_round`: join the pieces, permute with the round's stream, cut into chunks of 1,024 messages) gets round after
 round of its share, with at most --max-in-flight calls outstanding each (the round index changes, so every call
 draws a new permutation). Reported per S: messages/s (users mixed per second, all shufflers together), the latency
@@ -21,8 +21,8 @@ import ray
 
 from ldpfed.algorithms import make_algorithm
 from ldpfed.config import RunConfig
-from ldpfed.engine.core import join_pieces, population_users, shuffler_pieces, simulate_population
-from ldpfed.engine.ray_engine import IDLE_ACTORS, RemoteShuffler, cluster_nodes
+from ldpfed.engine.core import join_pieces
+from ldpfed.engine.ray_engine import IDLE_ACTORS, PopulationActor, RemoteShuffler, cluster_nodes
 from ldpfed.engine.ray_shard import LatencyHistogram, make_plan
 from ldpfed.envs import make_env
 from ldpfed.shuffling import shuffle_share
@@ -31,17 +31,12 @@ from ldpfed.stress.shard import loadavg
 ROUNDS = 10_000     # rounds the plan allows (each call uses the next one: a new permutation)
 
 
-def _pieces(config, algo, env) -> list[list]:
-    """Per shuffler, [(population, its users' messages in the share)] of round 0."""
-    start, stop = 0, config.round_size
+def _pieces(config, algo, plan) -> list[list]:
+    """Per shuffler, [(population, its users' messages in the share)] of round 0: what the engine's population
+    actors send the shufflers (`PopulationActor.run_round`, all populations in this process)."""
     model = algo.publish(algo.initial_state(np.random.default_rng(config.seed)))
-    per_shuffler = [[] for _ in range(config.shufflers)]
-    for p in range(config.populations):
-        users = population_users(start, stop, p, config.populations)
-        messages, _, _ = simulate_population(algo, env, model, config.seed, 0, p, users, pre_aggregate=False)
-        for s, piece in enumerate(shuffler_pieces(messages, users, start, stop, config.shufflers)):
-            if piece is not None:
-                per_shuffler[s].append((p, piece))
+    *per_shuffler, _ = PopulationActor(config, range(config.populations), plan).run_round(model, 0, 0,
+                                                                                           config.round_size)
     return per_shuffler
 
 
@@ -53,7 +48,7 @@ def measure_shufflers(algorithm: str, d: int, K: int, shufflers: int, round_user
     env = make_env(config)
     algo = make_algorithm(env, config)
     plan = make_plan(algo, config, 1, "per-user")
-    pieces = _pieces(config, algo, env)
+    pieces = _pieces(config, algo, plan)
     refs = [ray.put(batch) for batch in pieces]
     nodes = cluster_nodes()
     # the session's idle shuffler processes if any (as the engine reuses them), given back at the end
