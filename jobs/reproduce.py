@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ldpfed.reproduce.claims import PAPERS_ENV, default_papers_dir
 from ldpfed.reproduce.experiments import price_of_batching, reproduce_paper
-from ldpfed.reproduce.papers import FULL, PAPERS, QUICK
+from ldpfed.reproduce.papers import BATCH_ALGORITHMS, BATCH_OTHERS, FULL, PAPERS, QUICK
 from ldpfed.tracking import Tracker, TrackingUnavailable
 
 
@@ -49,6 +49,9 @@ def parse_args(argv=None):
     parser.add_argument("--batch-users-others", type=int, default=100_000,
                         help="T of the other families (MAB, piecewise, LinUCB, BCO); 0 skips them")
     parser.add_argument("--batch-seeds", type=int, default=5)
+    parser.add_argument("--batch-algorithms", default=None,
+                        help="comma-separated algorithms of the experiment to run (default: all of them), to rerun "
+                             "the rows of one whose bits moved")
     parser.add_argument("--workers", type=int, default=1, help="parallel processes (the machine is shared)")
     parser.add_argument("--papers", type=Path, default=None,
                         help=f"folder of the papers' text, to check the claims' quotes (default ${PAPERS_ENV}, else "
@@ -61,6 +64,13 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.paper is None and not args.batching:
         parser.error("give --paper or --batching")
+    if args.batch_algorithms is not None:
+        known = [a[0] for a in BATCH_ALGORITHMS + BATCH_OTHERS]
+        args.batch_algorithms = [a.strip() for a in args.batch_algorithms.split(",") if a.strip()]
+        unknown = [a for a in args.batch_algorithms if a not in known]
+        if unknown or not args.batch_algorithms:
+            parser.error(f"--batch-algorithms: {', '.join(unknown) or 'none given'}: not in the experiment "
+                         f"(one of {', '.join(known)})")
     return parser, args
 
 
@@ -106,8 +116,10 @@ def main(argv=None) -> int:
             reproduce_paper(paper_id, preset, tracker, command, quick=args.quick, workers=args.workers, papers=papers)
     if args.batching:
         T, T_others, seeds = args.batch_users, args.batch_users_others, args.batch_seeds
+        only = args.batch_algorithms
         price_of_batching(tracker, T, T_others, seeds, f"python jobs/reproduce.py --batching --batch-users {T} "
-                          f"--batch-users-others {T_others} --batch-seeds {seeds}")
+                          f"--batch-users-others {T_others} --batch-seeds {seeds}"
+                          + (f" --batch-algorithms {','.join(only)}" if only else ""), only=only)
     return 0
 
 

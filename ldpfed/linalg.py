@@ -1,15 +1,15 @@
-"""Small dense solves and inverses of symmetric positive definite matrices, compiled (numba), for the algorithms'
-per-user server steps (ridge Gram matrices of 20-25 dimensions, a solve or an inverse after every user).
+"""Small dense solves and inverse factors of symmetric positive definite matrices, compiled (numba), for the algorithms'
+per-user server steps (ridge Gram matrices of 20-25 dimensions, a solve or an inverse factor after every user).
 
 Bottom layer (numpy and numba only). A Cholesky factorization A = L L^T (row by row, dot-product form: for these
 sizes it beats both LAPACK's LU, whose call and copies cost more than the arithmetic, and a vectorized
 right-looking loop). A matrix that is not positive definite up to rounding (a pivot <= 0: possible when a noisy
-Gram matrix is not dominated by its shift) is solved or inverted by numpy's LU instead: the same linear system, so
-the result is the same up to rounding either way.
+Gram matrix is not dominated by its shift) is solved by numpy's LU instead (the same linear system, so the result
+is the same up to rounding either way); it has no inverse factor, and the caller decides what to do then.
 
 Each entry is its dot-product sum in the order of the plain loops (s = a - l_0 m_0 - l_1 m_1 - ..., one after the
-other), but two independent sums run side by side (two rows of L, two columns of L^{-1}, two entries of the
-inverse) and share their common loads: a sum is a chain of dependent subtractions, so the processor has two chains
+other), but two independent sums run side by side (two rows of L, two columns of L^{-1}) and share their common
+loads: a sum is a chain of dependent subtractions, so the processor has two chains
 to overlap. Same operations in the same order per entry, so the same bits as one sum at a time (a vectorized
 column-at-a-time form was slower at these sizes).
 """
@@ -70,49 +70,30 @@ def spd_solve(A, b, x):
 
 
 @njit(cache=True)
-def spd_inverse(A, out):
-    """out = A^{-1} for a symmetric A, exactly symmetric (Cholesky: L^{-T} L^{-1}; LU when A is not positive
-    definite, then symmetrized as (inv + inv^T) / 2)."""
+def inverse_cholesky(A, Linv):
+    """Linv = L^{-1} (lower triangular, zero above the diagonal) for A = L L^T, so that A^{-1} = Linv^T Linv and
+    x^T A^{-1} x = ||Linv x||^2: what a UCB width needs, at about two thirds of the work of A^{-1} itself (the
+    product Linv^T Linv is left out). False, Linv not written, when A is not positive definite."""
     d = A.shape[0]
     L = np.empty((d, d))
     if not cholesky_lower(A, L):
-        inverse = np.linalg.inv(A)
-        for a in range(d):
-            for c in range(d):
-                out[a, c] = (inverse[a, c] + inverse[c, a]) * 0.5
-        return
-    T = np.empty((d, d))                # row j of T: column j of L^{-1} (L y = e_j), zero above the diagonal
-    for j in range(d):
+        return False
+    for j in range(d):                  # column j of Linv: L y = e_j, zero above the diagonal
         for i in range(j):
-            T[j, i] = 0.0
-        T[j, j] = 1.0 / L[j, j]
+            Linv[i, j] = 0.0
+        Linv[j, j] = 1.0 / L[j, j]
     for j in range(0, d - 1, 2):        # columns j and q = j + 1 together: their sums share each L[i, k]
         q = j + 1
         s0 = 0.0
-        s0 -= L[q, j] * T[j, j]
-        T[j, q] = s0 / L[q, q]
+        s0 -= L[q, j] * Linv[j, j]
+        Linv[q, j] = s0 / L[q, q]
         for i in range(q + 1, d):
             s0, s1 = 0.0, 0.0
-            s0 -= L[i, j] * T[j, j]
+            s0 -= L[i, j] * Linv[j, j]
             for k in range(q, i):
                 lik = L[i, k]
-                s0 -= lik * T[j, k]
-                s1 -= lik * T[q, k]
-            T[j, i] = s0 / L[i, i]
-            T[q, i] = s1 / L[i, i]
-    for a in range(d):                  # (L^{-T} L^{-1})[a, c] = sum_{k >= max(a, c)} T[a, k] T[c, k], c <= a
-        for c in range(0, a, 2):        # two entries c, c + 1 together: their sums share each T[a, k]
-            s0, s1 = 0.0, 0.0
-            for k in range(a, d):
-                tak = T[a, k]
-                s0 += tak * T[c, k]
-                s1 += tak * T[c + 1, k]
-            out[a, c] = s0
-            out[c, a] = s0
-            out[a, c + 1] = s1
-            out[c + 1, a] = s1
-        if a % 2 == 0:
-            s = 0.0
-            for k in range(a, d):
-                s += T[a, k] * T[a, k]
-            out[a, a] = s
+                s0 -= lik * Linv[k, j]
+                s1 -= lik * Linv[k, q]
+            Linv[i, j] = s0 / L[i, i]
+            Linv[i, q] = s1 / L[i, i]
+    return True

@@ -6,9 +6,10 @@ per normal than numpy's Generator.standard_normal (whose words go through a func
 word: 0-6 choose the layer, 11-63 give the uniform (disjoint, so independent). The tail beyond R is Marsaglia's
 exact method, so the law is the standard normal's up to floating point, as numpy's own ziggurat.
 
-Who uses it: the world simulation (envs/sphere.py: contexts on the sphere) and the local randomizers' noise
-(mechanisms: Gaussian, symmetric Gaussian, the l2-ball's directions), the per-user hot paths. Server-side noise
-(tree, Wishart) and everything else draw from numpy. Like numpy's PCG64, xoshiro256++ is not a cryptographic
+Who uses it: the world simulation (envs/sphere.py: contexts on the sphere), the local randomizers' noise
+(mechanisms: Gaussian, symmetric Gaussian, the l2-ball's directions) and the Gaussian tree's nodes
+(mechanisms/tree.py: node_draws; at B = 1 private-linucb closes a node of 351 normals per user): the per-user hot
+paths. The Wishart mechanism's draws and everything else come from numpy. Like numpy's PCG64, xoshiro256++ is not a cryptographic
 generator: right for simulating a mechanism's law, not for protecting real users' data.
 
 Stream: each call takes 4 raw words from the run's Generator (`rng.bit_generator.random_raw(4)`) as the 256-bit

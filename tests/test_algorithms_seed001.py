@@ -11,6 +11,7 @@ from ldpfed.engine.sequential import run_sequential
 from ldpfed.envs import make_env
 from ldpfed.errors import ConfigError
 from ldpfed.mechanisms import tree_depth
+from ldpfed.normals import standard_normals
 from ldpfed.rng import derive
 
 
@@ -108,8 +109,8 @@ def test_dgs_noise_shrinks_with_t():
 class _ReferenceTree:
     """The binary mechanism's noise written out independently of ldpfed.mechanisms (so a bug there cannot hide
     in the reference): the node of level i closes at the steps t whose lowest set bit is i and gets fresh noise
-    (Gaussian: the upper triangle incl. the diagonal i.i.d. N(0, scale^2), mirrored; Laplace: i.i.d. Lap(scale)),
-    drawn from the generator in the library's order; the noise of prefix t sums the nodes of ALL set bits of t."""
+    (Gaussian: the upper triangle incl. the diagonal i.i.d. N(0, scale^2), mirrored, its normals from ldpfed.normals,
+    one call per node; Laplace: i.i.d. Lap(scale) from numpy), drawn from the generator in the library's order; the noise of prefix t sums the nodes of ALL set bits of t."""
 
     def __init__(self, shape, noise):
         self.shape, self.noise, self.t, self.nodes = shape, noise, 0, {}
@@ -121,7 +122,7 @@ class _ReferenceTree:
             d = self.shape[0]
             upper = np.triu_indices(d)
             node = np.zeros((d, d))
-            node[upper] = rng.standard_normal(len(upper[0])) * scale
+            node[upper] = standard_normals(rng, len(upper[0])) * scale   # the generator: tests/test_sphere.py
             node = node + node.T - np.diag(np.diag(node))
         else:
             node = rng.laplace(0.0, scale, size=self.shape)

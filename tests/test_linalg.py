@@ -1,9 +1,9 @@
-"""ldpfed.linalg: the Cholesky solve and inverse of the per-user server steps agree with numpy's LU to rounding,
-and a matrix that is not positive definite goes to LU instead."""
+"""ldpfed.linalg: the Cholesky solve and inverse factor of the per-user server steps agree with numpy to rounding,
+a matrix that is not positive definite goes to LU (solve) or is refused (inverse factor)."""
 import numpy as np
 import pytest
 
-from ldpfed.linalg import cholesky_lower, spd_inverse, spd_solve
+from ldpfed.linalg import cholesky_lower, inverse_cholesky, spd_solve
 
 
 def spd(rng, d, shift):
@@ -20,28 +20,29 @@ def test_solve_and_inverse_of_positive_definite_matrices(d):
         spd_solve(A, b, x)
         scale = np.linalg.cond(A) * np.finfo(float).eps
         np.testing.assert_allclose(x, np.linalg.solve(A, b), rtol=0, atol=50 * scale * np.abs(x).max())
-        inv = np.empty((d, d))
-        spd_inverse(A, inv)
-        assert np.array_equal(inv, inv.T)
+        Linv = np.full((d, d), np.nan)
+        assert inverse_cholesky(A, Linv)
+        assert np.array_equal(Linv, np.tril(Linv))          # written everywhere, zero above the diagonal
+        inv = Linv.T @ Linv
         np.testing.assert_allclose(inv, np.linalg.inv(A), rtol=0, atol=50 * scale * np.abs(inv).max())
+        x = rng.standard_normal(d)                          # the UCB width it serves
+        np.testing.assert_allclose(np.sum((Linv @ x) ** 2), x @ np.linalg.solve(A, x), rtol=50 * scale)
         L = np.zeros((d, d))
         assert cholesky_lower(A, L)
         np.testing.assert_allclose(np.tril(L) @ np.tril(L).T, A, rtol=0, atol=50 * np.finfo(float).eps * A.max())
 
 
 def test_indefinite_matrices_go_to_numpys_lu():
-    """A noisy Gram matrix that its shift does not dominate: Cholesky refuses it, numpy's LU solves it."""
+    """A noisy Gram matrix that its shift does not dominate: Cholesky refuses it, numpy's LU solves it, and it has
+    no inverse factor (the caller is told, and the array is left as it was)."""
     rng = np.random.default_rng(1)
     W = rng.standard_normal((6, 6))
     A, b = W + W.T, rng.standard_normal(6)
     assert np.linalg.eigvalsh(A)[0] < 0 and not cholesky_lower(A, np.zeros((6, 6)))
-    x, inv = np.empty(6), np.empty((6, 6))
+    x, Linv = np.empty(6), np.full((6, 6), 7.0)
     spd_solve(A, b, x)
-    spd_inverse(A, inv)
     assert np.array_equal(x, np.linalg.solve(A, b))
-    # numba's LU is scipy's LAPACK build, numpy's its own: equal up to rounding, and symmetrized
-    assert np.array_equal(inv, inv.T)
-    np.testing.assert_allclose(inv, np.linalg.inv(A), rtol=0, atol=1e-12 * np.abs(inv).max())
+    assert not inverse_cholesky(A, Linv) and np.all(Linv == 7.0)
 
 
 def plain_cholesky(A):
@@ -57,25 +58,18 @@ def plain_cholesky(A):
     return L
 
 
-def plain_inverse(L):
-    """L^{-T} L^{-1}, each entry's sum in k order, one at a time."""
+def plain_inverse_factor(L):
+    """L^{-1}, column by column (L y = e_j), each entry's sum in k order, one at a time."""
     d = len(L)
-    T = [[0.0] * d for _ in range(d)]
+    Linv = [[0.0] * d for _ in range(d)]
     for j in range(d):
-        T[j][j] = 1.0 / L[j][j]
+        Linv[j][j] = 1.0 / L[j][j]
         for i in range(j + 1, d):
             s = 0.0
             for k in range(j, i):
-                s -= L[i][k] * T[j][k]
-            T[j][i] = s / L[i][i]
-    return [[sum_in_order(T[a][k] * T[c][k] for k in range(max(a, c), d)) for c in range(d)] for a in range(d)]
-
-
-def sum_in_order(terms):
-    s = 0.0
-    for t in terms:
-        s += t
-    return s
+                s -= L[i][k] * Linv[k][j]
+            Linv[i][j] = s / L[i][i]
+    return Linv
 
 
 @pytest.mark.parametrize("d", [1, 2, 5, 20, 25])
@@ -86,6 +80,6 @@ def test_the_same_bits_as_one_sum_at_a_time(d):
     L = np.zeros((d, d))
     assert cholesky_lower(A, L)
     assert np.tril(L).tobytes() == np.array(plain_cholesky(A)).tobytes()
-    inv = np.empty((d, d))
-    spd_inverse(A, inv)
-    assert inv.tobytes() == np.array(plain_inverse(plain_cholesky(A))).tobytes()
+    Linv = np.empty((d, d))
+    assert inverse_cholesky(A, Linv)
+    assert Linv.tobytes() == np.array(plain_inverse_factor(plain_cholesky(A))).tobytes()

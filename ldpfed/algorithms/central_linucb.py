@@ -30,9 +30,9 @@ from ldpfed.algorithms.compiled import CompiledAlgorithm, Steps, no_weights
 from ldpfed.algorithms.fields import Field
 from ldpfed.algorithms.options import CALIBRATION, Option
 from ldpfed.clip import clip_value
-from ldpfed.linalg import spd_inverse
+from ldpfed.linalg import inverse_cholesky
 from ldpfed.mechanisms import (Domain, DynamicTreeMechanism, Guarantee, SumBounds, TreeMechanism, gaussian_sigma,
-                              tree_depth)
+                              node_draws, tree_depth)
 
 PAPER_001 = "seed 001 Wang, Zhao, Wang 2022"
 # Seed 001's simulation (Section 4): arm pool of 1,000, 10 arms shown, reward noise std 0.5; eps, delta lost:
@@ -210,13 +210,47 @@ class CentralRows:
         round's first only otherwise (one stream element, one node, per round)."""
         return n if self.config.round_size == 1 else min(n, 1)
 
+    def node_draws_per_user(self, n: int, rng, noise: str, size: int) -> np.ndarray:
+        """The server draws of n users, (n, size): the standard draws of the tree node each closes (the
+        mechanisms' node_draws, as TreeNoise draws a node), zero rows for users who close none (server_rows)."""
+        rows = self.server_rows(n)
+        draws = node_draws(noise, rng, rows, size)
+        if rows == n:
+            return draws
+        out = np.zeros((n, size))
+        out[:rows] = draws
+        return out
+
 
 # ---- LinUCB's compiled steps ----------------------------------------------------------------------------------
 @njit(cache=True)
-def ucb_act(model, consts, contexts, i, user, draws, actions):
-    """argmax_k x_k^T theta + alpha sqrt(max(x_k^T Ainv x_k, 0)) (the first of equals); alpha = consts[4]."""
-    theta, Ainv = model[0], model[1]
-    alpha = consts[4]
+def _quadratic_width(x, Ainv, v, d):
+    """x^T Ainv x (v: scratch, x^T Ainv first)."""
+    for a in range(d):
+        v[a] = 0.0
+    for b in range(d):
+        xb = x[b]
+        for a in range(d):
+            v[a] += xb * Ainv[b, a]
+    return _einsum_dot(v, x, d)
+
+
+@njit(cache=True)
+def _factor_width(x, Linv, d):
+    """x^T A^{-1} x = ||Linv x||^2 for the lower-triangular Linv = L^{-1}, A = L L^T."""
+    s = 0.0
+    for k in range(d):
+        v = 0.0
+        for a in range(k + 1):
+            v += Linv[k, a] * x[a]
+        s += v * v
+    return s
+
+
+@njit(cache=True)
+def _ucb_arm(theta, inverse, factor, alpha, contexts, i):
+    """argmax_k x_k^T theta + alpha sqrt(max(x_k^T A^{-1} x_k, 0)) (the first of equals), A^{-1} given as itself
+    (factor False) or as its factor Linv (factor True: inverse_cholesky)."""
     K, d = contexts.shape[1], contexts.shape[2]
     v = np.empty(d)
     best, arm = -np.inf, 0
@@ -226,17 +260,25 @@ def ucb_act(model, consts, contexts, i, user, draws, actions):
         for a in range(d):
             score += x[a] * theta[a]
         if alpha > 0:
-            for a in range(d):          # v = x^T Ainv, then x^T Ainv x
-                v[a] = 0.0
-            for b in range(d):
-                xb = x[b]
-                for a in range(d):
-                    v[a] += xb * Ainv[b, a]
-            width = _einsum_dot(v, x, d)
+            width = _factor_width(x, inverse, d) if factor else _quadratic_width(x, inverse, v, d)
             score = score + alpha * math.sqrt(max(width, 0.0))
         if k == 0 or score > best:
             best, arm = score, k
-    actions[i] = arm
+    return arm
+
+
+@njit(cache=True)
+def ucb_act(model, consts, contexts, i, user, draws, actions):
+    """The UCB index with the published (theta, A^{-1}); alpha = consts[4]."""
+    actions[i] = _ucb_arm(model[0], model[1], False, consts[4], contexts, i)
+
+
+@njit(cache=True)
+def factor_ucb_act(model, consts, contexts, i, user, draws, actions):
+    """The UCB index with the published (theta, inverse, factored): `inverse` is L^{-1} of A = L L^T when
+    factored[0] = 1, A^{-1} itself when 0 (the first model, and an A that is not positive definite); alpha =
+    consts[4]."""
+    actions[i] = _ucb_arm(model[0], model[1], model[2][0] == 1, consts[4], contexts, i)
 
 
 @njit(cache=True)
@@ -376,8 +418,9 @@ def tree_above(t, level, depth):
 def private_linucb_update(state, consts, sums, start, stop, server):
     """One stream element G = Z^T Z of the round into the Gaussian tree (its node noise: server[0], the upper
     triangle row by row, times the node std, mirrored; added to the partial sum above it: tree_above), then
-    A~ = M[:d, :d] + shift I, A~^{-1} (symmetric) and theta~ = A~^{-1} M[:d, d] from the noisy prefix sum M."""
-    partial, total, tree_t, Ainv, theta, rounds, users = state
+    A~ = M[:d, :d] + shift I and theta~ = A~^{-1} M[:d, d] from the noisy prefix sum M, A~^{-1} kept as its factor
+    Linv (inverse_cholesky; A~^{-1} itself, factored = 0, in the rare case that A~ is not positive definite)."""
+    partial, total, tree_t, inverse, factored, theta, rounds, users = state
     node_scale, shift = consts[5], consts[6]
     w = partial.shape[1]
     d = w - 1
@@ -412,8 +455,27 @@ def private_linucb_update(state, consts, sums, start, stop, server):
             A[a, c] = total[a, c] + noisy[a, c]
         A[a, a] += shift
         u[a] = total[a, d] + noisy[a, d]
-    spd_inverse(A, Ainv)
-    _matvec(Ainv, u, theta)
+    if inverse_cholesky(A, inverse):    # inverse = Linv; theta = Linv^T (Linv u)
+        factored[0] = 1
+        y = np.empty(d)
+        for a in range(d):
+            s = 0.0
+            for c in range(a + 1):
+                s += inverse[a, c] * u[c]
+            y[a] = s
+        for c in range(d):
+            theta[c] = 0.0
+        for a in range(d):
+            ya = y[a]
+            for c in range(a + 1):
+                theta[c] += inverse[a, c] * ya
+    else:                               # not positive definite (probability <= upsilon_alpha): A~^{-1} itself
+        factored[0] = 0
+        full = np.linalg.inv(A)
+        for a in range(d):
+            for c in range(d):
+                inverse[a, c] = (full[a, c] + full[c, a]) * 0.5     # exactly symmetric
+        _matvec(inverse, u, theta)
     rounds[0] += 1
     users[0] = stop
 
@@ -424,7 +486,10 @@ class PrivateLinUCB(LinUCB):
     Stream element of round e: G_e = sum over its users of z z^T, z = [x; r]. The tree mechanism (symmetric
     Gaussian nodes) releases noisy prefix sums M_t; the server keeps nothing else. Released model:
     A~ = M_t[:d, :d] + (lam + 2 Upsilon) I, u~ = M_t[:d, d], theta~ = A~^{-1} u~, published with A~^{-1}
-    (post-processing of the release). Upsilon = node_std sqrt(depth) (4 sqrt(d+1) + 2 ln(2 T / upsilon_alpha))
+    (post-processing of the release) in the form of its inverse Cholesky factor L^{-1}, A~ = L L^T (`inverse`,
+    `factored` = 1): the width ||L^{-1} x||^2 costs the user half of x^T A~^{-1} x, and the server saves the
+    product L^{-T} L^{-1}. The first model (shift^{-1} I) and an A~ that is not positive definite publish A~^{-1}
+    itself (`factored` = 0). Upsilon = node_std sqrt(depth) (4 sqrt(d+1) + 2 ln(2 T / upsilon_alpha))
     bounds the operator norm of the prefix noise with probability 1 - upsilon_alpha (Shariff & Sheffet), so
     A~ is positive definite with that probability (the client clamps a negative width to 0 otherwise).
 
@@ -447,7 +512,8 @@ class PrivateLinUCB(LinUCB):
                                     "(Shariff & Sheffet; a reconstruction)"),
         "calibration": CALIBRATION,  # of the tree's Gaussian nodes
     }
-    state_keys = ("tree_partial", "tree_sum", "tree_t", "Ainv", "theta", "rounds", "users")
+    state_keys = ("tree_partial", "tree_sum", "tree_t", "inverse", "factored", "theta", "rounds", "users")
+    model_keys = ("theta", "inverse", "factored")
 
     def setup(self):
         super().setup()
@@ -466,26 +532,21 @@ class PrivateLinUCB(LinUCB):
                              calibration=self.calibration, model="central")
 
     def steps(self):
-        return Steps(ucb_act, central_prepare, no_weights, private_linucb_update, fold=slot_fold)
+        return Steps(factor_ucb_act, central_prepare, no_weights, private_linucb_update, fold=slot_fold)
 
     def consts(self):
         return (*self.row_consts(), float(self.alpha), float(self.mechanisms["gram"].node_scale), float(self.shift))
 
     def draw_server(self, n, rng):
-        # the node closing at each round: (d+1)(d+2)/2 standard normals (TreeNoise._fresh's draws)
+        # the node closing at each round: the standard normals of its upper triangle, (d+1)(d+2)/2 of them
         w = self.d + 1
-        q = w * (w + 1) // 2
-        rows = self.server_rows(n)
-        if rows == n:
-            return rng.standard_normal((n, q))
-        out = np.zeros((n, q))
-        out[:rows] = rng.standard_normal((rows, q))
-        return out
+        return self.node_draws_per_user(n, rng, "gaussian", w * (w + 1) // 2)
 
     def initial_state(self, rng):
         d, w = self.d, self.d + 1
         return {"tree_partial": np.zeros((self.mechanisms["gram"].depth, w, w)), "tree_sum": np.zeros((w, w)),
-                "tree_t": np.zeros(1, dtype=np.int64), "Ainv": np.eye(d) / self.shift, "theta": np.zeros(d),
+                "tree_t": np.zeros(1, dtype=np.int64), "inverse": np.eye(d) / self.shift,
+                "factored": np.zeros(1, dtype=np.int64), "theta": np.zeros(d),
                 "rounds": np.zeros(1, dtype=np.int64), "users": np.zeros(1, dtype=np.int64)}
 
 
@@ -619,16 +680,8 @@ class LinUCBDGS(LinUCB):
                 float(self.numerator), float(self.lam), float(self.lambda_0), float(self.var_per_scale2))
 
     def draw_server(self, n, rng):
-        # the node closing at each round: d standard normals, or d standard Laplace draws (TreeNoise._fresh draws
-        # rng.laplace(0, b) = b * rng.laplace(0, 1), the same bits)
-        rows = self.server_rows(n)
-        draws = (rng.standard_normal((rows, self.d)) if self.noise == "gaussian"
-                 else rng.laplace(0.0, 1.0, (rows, self.d)))
-        if rows == n:
-            return draws
-        out = np.zeros((n, self.d))
-        out[:rows] = draws
-        return out
+        # the node closing at each round: d standard normals or d standard Laplace draws
+        return self.node_draws_per_user(n, rng, self.noise, self.d)
 
     def initial_state(self, rng):
         state = super().initial_state(rng)

@@ -15,7 +15,7 @@ from .laplace import LaplaceMechanism
 from .protocol import DataBoundRequired, Mechanism, check_dp_event
 from .rr import RandomizedResponse
 from .svt import AboveNoisyThreshold, sparse_scales
-from .tree import DynamicTreeMechanism, TreeMechanism, TreeNoise, tree_depth
+from .tree import DynamicTreeMechanism, TreeMechanism, TreeNoise, node_draws, tree_depth
 from .wishart import WishartMechanism, WishartTree, wishart_dof
 
 __all__ = [
@@ -37,6 +37,7 @@ __all__ = [
     "L2BallMechanism",
     "RandomizedResponse",
     "TreeNoise",
+    "node_draws",
     "TreeMechanism",
     "DynamicTreeMechanism",
     "tree_depth",

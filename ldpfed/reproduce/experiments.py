@@ -128,10 +128,13 @@ def reproduce_paper(paper_id: str, preset: dict, tracker, command: str, quick: b
     return local_dir
 
 
-def price_of_batching(tracker, T: int, T_others: int, seeds: int, command: str) -> Path:
+def price_of_batching(tracker, T: int, T_others: int, seeds: int, command: str, only=None) -> Path:
     """The price of batching: seed 000/002's contextual algorithms at T users (the other families at T_others; 0:
-    not them) at every round size of BATCH_SIZES, eps = 1; writes batching.md and its plot."""
+    not them) at every round size of BATCH_SIZES, eps = 1; writes batching.md and its plot. only: the names of the
+    algorithms to run (None: all), for rerunning the rows of an algorithm whose bits moved."""
     groups = [(BATCH_ALGORITHMS, T)] + ([(BATCH_OTHERS, T_others)] if T_others else [])
+    if only is not None:
+        groups = [([a for a in algorithms if a[0] in only], users) for algorithms, users in groups]
     jobs = [{"part": "batching", "label": env, "name": algo, "config": make_config(
         algo, env, env_params, users, B, 1.0, 0.01, seed, "paper", fallback=False)}
         for algorithms, users in groups for algo, env, env_params in algorithms
