@@ -179,6 +179,26 @@ def test_a_killed_actor_is_recreated_and_the_result_is_undisturbed(ray_session, 
     assert pid not in s["actor_pids"][kind]
 
 
+@pytest.mark.parametrize("victim,mode", [(1, "per-user"), (3, "pre-aggregated")])
+def test_a_killed_member_or_leader_of_a_group_is_recreated_and_the_result_is_undisturbed(ray_session, victim, mode):
+    # groups [0, 1, 2] and [3, 4]: actor 1 is a member (its leader's call fails), actor 3 a leader
+    config = small(populations=5)
+    local = run_local(config)
+
+    def kill(pids):
+        os.kill(pids["population"][victim], signal.SIGKILL)
+        return pids["population"][victim]
+
+    result, pid = _run_with_fault(config, 150, kill, actors=5, shards=2, mode=mode, group_size=3)
+    assert_same(local, result)
+    s = result.summary
+    assert s["groups"] == 2 and s["recoveries"] == 1
+    event = s["recovery_events"][0]
+    assert event["round"] == 5
+    assert [(a["kind"], a["cause"], a["old_pid"]) for a in event["actors"]] == [("population", "died", pid)]
+    assert pid not in s["actor_pids"]["population"]
+
+
 def test_a_frozen_actor_times_out_is_replaced_and_the_result_is_undisturbed(ray_session):
     config = small()
     local = run_local(config)
