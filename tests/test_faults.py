@@ -199,13 +199,16 @@ def test_a_killed_member_or_leader_of_a_group_is_recreated_and_the_result_is_und
     assert pid not in s["actor_pids"]["population"]
 
 
-def test_a_frozen_actor_times_out_is_replaced_and_the_result_is_undisturbed(ray_session):
-    config = small()
+# flat; and a member of a tree's group, whose leader (blocked on it) must not be replaced with it
+@pytest.mark.parametrize("populations,group_size,victim", [(4, None, 0), (5, 3, 1)])
+def test_a_frozen_actor_times_out_is_replaced_and_the_result_is_undisturbed(ray_session, populations, group_size,
+                                                                            victim):
+    config = small(populations=populations)
     local = run_local(config)
     timeout = 2.0
 
     def freeze(pids):
-        pid = pids["population"][0]
+        pid = pids["population"][victim]
         os.kill(pid, signal.SIGSTOP)
 
         def thaw():   # SIGCONT after the timeout, as a partition that heals; only if it is still our process
@@ -216,8 +219,14 @@ def test_a_frozen_actor_times_out_is_replaced_and_the_result_is_undisturbed(ray_
         threading.Timer(3 * timeout, thaw).start()
         return pid
 
+    actors = 2 if group_size is None else populations
+    # the actors' first round (compiling, on new processes) may take longer than the timeout: done before, untimed
+    from ldpfed.engine.ray_engine import run_ray
+
+    assert_same(local, run_ray(config, actors=actors, group_size=group_size))
     started = time.perf_counter()
-    result, pid = _run_with_fault(config, 150, freeze, actors=2, shards=2, round_timeout=timeout)
+    result, pid = _run_with_fault(config, 150, freeze, actors=actors, shards=2, round_timeout=timeout,
+                                  group_size=group_size)
     assert_same(local, result)
     event = result.summary["recovery_events"][0]
     assert [(a["kind"], a["cause"], a["old_pid"]) for a in event["actors"]] == [("population", "unresponsive", pid)]

@@ -14,10 +14,13 @@ One round:
 4. The coordinator reassembles the aggregate from the shards' totals, runs `algo.update` (the server half),
    records the round (`RoundRecorder`) and reports progress.
 Per round: at most one `ray.put`, one call per population actor, one call per shard; the driver never touches
-messages. Under the shuffle trust model (per-user mode) step 3 goes through S shuffler actors (`ShufflerActor`,
-one call each per round): a population actor returns one object per shuffler (its users' messages in that
-shuffler's share, ldpfed.shuffling), each shuffler permutes its share and returns one object per shard of chunks
-that carry no population and no user index, and the shards fold those chunks.
+messages. In the tree shape (many actors; RayBackend's group_size) the driver calls only the first actor of each
+group of actors, which calls the others and returns their objects' references, and each shard fetches the objects
+it is handed references to: one call per group, the same objects folded in the same order. Under the shuffle
+trust model (per-user mode) step 3 goes through S shuffler actors (`ShufflerActor`, one call each per round): a
+population actor returns one object per shuffler (its users' messages in that shuffler's share,
+ldpfed.shuffling), each shuffler permutes its share and returns one object per shard of chunks that carry no
+population and no user index, and the shards fold those chunks.
 
 The result equals `run_local`'s for the same config, whatever the number of actors, shards or nodes: the same
 derived random streams are used per (population, round), regret and metrics are added in population order, and
@@ -76,6 +79,7 @@ class PopulationActor:
         self.pre_aggregate = plan.mode == "pre-aggregated"
         self.shards = plan.shards
         self.shufflers = plan.shufflers      # > 0: the messages go to the shufflers, not to the shards
+        self.members = None                  # a leader's group (run_group), sent again by the driver after a change
         return self.node(), os.getpid()
 
     def node(self) -> str:
@@ -105,17 +109,25 @@ class PopulationActor:
                         outgoing[s].append(WireMessage(config.algorithm, round_index, p, part))
         return (*outgoing, metrics)
 
-    def run_group(self, boxed_model, round_index: int, start: int, stop: int, members: list):
-        """The round of a group of actors whose leader this one is (the tree shape): (*one list per shard of the
-        object refs of the group's objects for it, in actor order, this actor's first; the group's metrics).
-        boxed_model: (model,) or (the ref it was stored under,), passed on to the members as is (one copy in the
-        object store). members: the handles of the group's other actors, in actor order."""
+    def run_group(self, boxed_model, round_index: int, start: int, stop: int, members: list | None):
+        """The round of a group of actors whose leader this one is (the tree shape): (*one ref per shard, to the
+        list of the refs of the group's objects for that shard in actor order, this actor's first; the group's
+        metrics). boxed_model: (model,) or (the ref it was stored under,), passed on to the members as is (one copy
+        in the object store). members: the handles of the group's other actors in actor order, or None: the same
+        as in the previous call (the driver sends them once, not every round)."""
+        if members is not None:
+            self.members = members
+        if self.members is None:
+            raise RuntimeError("run_group: this leader was never given its members")
         (model,) = boxed_model
         returns = self.shards + 1
-        calls = [m.run_round.options(num_returns=returns).remote(model, round_index, start, stop) for m in members]
+        calls = [m.run_round.options(num_returns=returns).remote(model, round_index, start, stop)
+                 for m in self.members]
         *own, metrics = self.run_round(ray.get(model) if isinstance(model, ray.ObjectRef) else model, round_index,
                                        start, stop)     # while the members run theirs
-        refs = [[ray.put(batch)] + [call[s] for call in calls] for s, batch in enumerate(own)]
+        # The lists of refs are put here, not returned: refs inside a call's result cost the driver (their
+        # borrower) ~0.1 ms each (measured), refs inside an object this actor put never reach it.
+        refs = [ray.put([ray.put(batch)] + [call[s] for call in calls]) for s, batch in enumerate(own)]
         # A member's death fails this call (so the driver redoes the round); its objects never come here.
         for batch in ray.get([call[-1] for call in calls]):
             metrics.extend(batch)
@@ -211,10 +223,10 @@ class ShardActor:
     def fold_round(self, round_index: int, *batches, model=None, grouped: bool = False):
         """Fold one round's batches (one per population actor) and close it: (totals, accepted, rejected). model:
         what the server published for the round, when the message domains check public choices against it.
-        grouped: each batch is a list of object refs (a group's, in actor order; `PopulationActor.run_group`),
+        grouped: each batch is a ref to a list of object refs (a group's, in actor order; `PopulationActor.run_group`),
         fetched here from the actors, so the batches are the same and in the same order as with one per actor."""
         if grouped:
-            batches = ray.get([ref for refs in batches for ref in refs])
+            batches = ray.get([ref for refs in ray.get(list(batches)) for ref in refs])
         if model is not None:
             self.core.publish(round_index, model)
         accepted, rejected = self.fold(*batches)
@@ -411,6 +423,7 @@ class RayBackend(Backend):
         self.round_times = collections.deque(maxlen=20)
         self.fold_calls = 0
         self.in_flight: list = []    # the current round's calls
+        self.led: set = set()        # the leaders that have their group's handles (sent again after a recovery)
 
     # ---- actors ---------------------------------------------------------------------------------
     CLASSES = {"population": RemotePopulation, "shuffler": RemoteShuffler, "shard": RemoteShard}
@@ -485,6 +498,7 @@ class RayBackend(Backend):
         # go to the shufflers, which take one batch per actor.
         size = 1 if self.shufflers else self.group_size or auto_group_size(self.actors)
         self.groups = [range(a, min(a + size, self.actors)) for a in range(0, self.actors, size)]
+        self.led = set()
         self.max_in_flight = len(self.groups) if self.max_in_flight is None else self.max_in_flight
         self.plan = make_plan(algo, config, self.shards, self.mode, self.layout)
         # the shards get each round's model when a message domain checks a public choice against it
@@ -552,8 +566,9 @@ class RayBackend(Backend):
                     ray.get(done)      # raises at once if that actor died
             leader, call = pops[("population", group[0])], dict(num_returns=receivers + 1)
             if tree:   # the leader calls its members: the driver's work is per group, not per actor
-                refs = leader.run_group.options(**call).remote((model_ref,), r, start, stop,
-                                                               [pops[("population", a)] for a in group[1:]])
+                members = None if group[0] in self.led else [pops[("population", a)] for a in group[1:]]
+                refs = leader.run_group.options(**call).remote((model_ref,), r, start, stop, members)
+                self.led.add(group[0])
             else:
                 refs = leader.run_round.options(**call).remote(model_ref, r, start, stop)
             metric_refs.append(refs[receivers])
@@ -592,9 +607,8 @@ class RayBackend(Backend):
                 pass
         self.in_flight = []
 
-    def _probe(self, kind: str) -> dict:
-        """{(kind, index): "died" | "unresponsive"} of the actors of `kind` that fail a short call."""
-        keys = [k for k in self.handles if k[0] == kind]
+    def _probe(self, keys: list) -> dict:
+        """{(kind, index): "died" | "unresponsive"} of the actors `keys` that fail a short call."""
         refs = {self.handles[k].node.remote(): k for k in keys}
         ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=self.probe_timeout)
         bad = {k: "unresponsive" for ref, k in refs.items() if ref not in ready}
@@ -607,9 +621,14 @@ class RayBackend(Backend):
 
     def _recover(self, r: int, error: BaseException, began: float) -> None:
         detected, detected_at = time.perf_counter(), time.time()
+        self.led = set()    # some actors are new: every leader gets its group's handles again
         bad = {}
-        for kind in self.KINDS:      # populations first: a shard call waits for their objects (via the shufflers)
-            found = self._probe(kind)
+        # populations first: a shard call waits for their objects (via the shufflers); the tree's members before
+        # their leaders: a leader waits for its members' calls, and answers once a frozen member is killed
+        leaders = {("population", group[0]) for group in self.groups}
+        stages = [[key for key in self.handles if key[0] == "population" and key not in leaders], sorted(leaders)]
+        for keys in stages + [[key for key in self.handles if key[0] == kind] for kind in self.KINDS[1:]]:
+            found = self._probe(keys)
             for key in found:
                 _kill(self.handles[key])
             bad.update(found)
