@@ -69,12 +69,14 @@ def test_tree_shape_equals_single_process_in_both_modes(ray_session, algorithm):
         assert remote.summary["groups"] == -(-actors // group_size)
         for key in local.state:
             np.testing.assert_array_equal(local.state[key], remote.state[key])
+    # max_in_flight bounds the driver's calls: the groups'
+    assert_same(local, run_ray(config, actors=7, shards=2, group_size=3, max_in_flight=1))
 
 
 def test_auto_group_size():
     from ldpfed.engine.ray_engine import TREE_FROM_ACTORS, auto_group_size
 
-    assert auto_group_size(TREE_FROM_ACTORS - 1) == 1
+    assert auto_group_size(TREE_FROM_ACTORS - 1) == 1 and auto_group_size(TREE_FROM_ACTORS) > 1
     assert [auto_group_size(a) for a in (100, 101, 1000)] == [10, 11, 32]
 
 

@@ -773,8 +773,11 @@ def _model_bytes(model) -> float:
 
 
 # Below this many population actors a round is flat (the driver calls every actor); from it on, the actors are in
-# groups of ~sqrt(actors) whose leaders the driver calls (PopulationActor.run_group). MEASURED_BELOW
-TREE_FROM_ACTORS = 16
+# groups of ~sqrt(actors) whose leaders the driver calls (PopulationActor.run_group). Measured (jobs/bench_driver.py
+# --shape flat,tree, 1 shard, 2-core VM at load 8-22): the driver's CPU per round, flat / tree, was 6.0 / 6.3 ms at
+# 8 actors, 10.5 / 8.2 at 16, 22.8 / 12.6 at 32. A group's call costs the driver ~3 actors' calls, and the tree adds
+# a hop (leader, then members) and doubles the actors' own CPU for Ray's calls: below 32 actors it saves too little.
+TREE_FROM_ACTORS = 32
 
 
 def auto_group_size(actors: int) -> int:
