@@ -79,8 +79,8 @@ def main(argv=None) -> int:
                           f"{r['actor_cpu_ms']:7.2f}, shards' CPU {r['shard_cpu_ms']:6.2f}", flush=True)
     finally:
         ray.shutdown()
-    print(f"\n| shape | actors | groups | shards | driver CPU ms/round | wall ms/round | actors' CPU ms/round | "
-          f"shards' CPU ms/round |")
+    print("\n| shape | actors | groups | shards | driver CPU ms/round | wall ms/round | actors' CPU ms/round | "
+          "shards' CPU ms/round |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['shape']} | {r['actors']} | {r['groups']} | {r['shards']} | {r['driver_cpu_ms']:.2f} | "
