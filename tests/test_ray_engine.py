@@ -42,6 +42,7 @@ def test_equals_single_process_for_any_shards_actors_and_mode(ray_session, algor
         assert_same(local, remote)
         s = remote.summary
         assert (s["engine"], s["actors"], s["shards"], s["mode"]) == ("ray", actors, shards, mode)
+        assert s["groups"] == actors                  # few actors: flat by default
         assert s["rejected_messages"] == 0
         assert s["messages"] == config.users          # every user sent one privatized message
         # every (population, round) message folded once per shard that owns some of its keys
@@ -52,6 +53,31 @@ def test_equals_single_process_for_any_shards_actors_and_mode(ray_session, algor
         assert s["nodes"] == 1 and set(s["population_nodes"]) == set(range(config.populations))
     algo = make_algorithm(make_env(config), config)
     np.testing.assert_array_equal(algo.estimate(local.state), algo.estimate(remote.state))
+
+
+@pytest.mark.parametrize("algorithm", LDP)
+def test_tree_shape_equals_single_process_in_both_modes(ray_session, algorithm):
+    # groups that do not divide the actors (3 + 3 + 1, 2 + 2 + 1): the shards fold the same objects in the same order
+    from ldpfed.engine.ray_engine import run_ray
+
+    config = small(algorithm, populations=7)
+    local = run_local(config)
+    for actors, group_size, shards, mode in [(7, 3, 1, "pre-aggregated"), (5, 2, 2, "pre-aggregated"),
+                                             (7, 3, 2, "per-user"), (5, 2, 1, "per-user")]:
+        remote = run_ray(config, actors=actors, shards=shards, mode=mode, group_size=group_size)
+        assert_same(local, remote)
+        assert remote.summary["groups"] == -(-actors // group_size)
+        for key in local.state:
+            np.testing.assert_array_equal(local.state[key], remote.state[key])
+    # max_in_flight bounds the driver's calls: the groups'
+    assert_same(local, run_ray(config, actors=7, shards=2, group_size=3, max_in_flight=1))
+
+
+def test_auto_group_size():
+    from ldpfed.engine.ray_engine import TREE_FROM_ACTORS, auto_group_size
+
+    assert auto_group_size(TREE_FROM_ACTORS - 1) == 1 and auto_group_size(TREE_FROM_ACTORS) > 1
+    assert [auto_group_size(a) for a in (100, 101, 1000)] == [10, 11, 32]
 
 
 @pytest.mark.parametrize("algorithm", sorted(REGISTRY))
@@ -84,6 +110,8 @@ def test_model_by_value_or_through_the_object_store_same_result(ray_session, mon
     monkeypatch.setattr(ray_engine, "INLINE_MODEL_BYTES", 0)
     assert_same(local, run_ray(config, actors=2))
     assert len(puts) == config.rounds                     # one put per round
+    assert_same(local, run_ray(config, actors=3, group_size=2))      # the leaders pass the ref on to their members
+    assert len(puts) == 2 * config.rounds
 
 
 def test_last_round_smaller_than_populations_and_no_message_algorithm(ray_session):
@@ -103,7 +131,8 @@ def test_progress_and_bad_options(ray_session):
     run_ray(config, actors=2, progress=lambda done, regret: seen.append(done))
     assert seen == [0, 40, 80, 120]        # 0: the engine starts the clock of its rate
     for options, field in [({"actors": 0}, "actors"), ({"shards": -1}, "shards"), ({"mode": "batch"}, "mode"),
-                           ({"max_in_flight": 0}, "max_in_flight")]:
+                           ({"max_in_flight": 0}, "max_in_flight"), ({"group_size": -1}, "group_size"),
+                           ({"group_size": 2.5}, "group_size"), ({"group_size": True}, "group_size")]:
         with pytest.raises(ConfigError) as error:
             run_ray(config, **options)
         assert error.value.field == field

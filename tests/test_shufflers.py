@@ -77,9 +77,10 @@ def test_ray_with_shufflers_is_bit_identical_to_run_local(ray_session, algorithm
 
     config = shuffled(algorithm, shufflers=shufflers)
     local = run_local(config)
-    ray_result = run_ray(config, actors=2, shards=shards, mode="per-user")
+    ray_result = run_ray(config, actors=2, shards=shards, mode="per-user", group_size=2)
     assert_same(local, ray_result)
     s = ray_result.summary
+    assert s["groups"] == 2         # the shuffle trust model keeps the flat shape, whatever group_size says
     assert s["shufflers"] == shufflers and s["shard_layout"] == "shuffled" and s["rejected_messages"] == 0
     assert s["shuffler_messages"] == config.users and s["shard_messages"] == sum(
         len(chunk_bounds(hi - lo)) * config.rounds for lo, hi in (share_bounds(3000, k, shufflers)

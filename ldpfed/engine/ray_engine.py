@@ -14,10 +14,13 @@ One round:
 4. The coordinator reassembles the aggregate from the shards' totals, runs `algo.update` (the server half),
    records the round (`RoundRecorder`) and reports progress.
 Per round: at most one `ray.put`, one call per population actor, one call per shard; the driver never touches
-messages. Under the shuffle trust model (per-user mode) step 3 goes through S shuffler actors (`ShufflerActor`,
-one call each per round): a population actor returns one object per shuffler (its users' messages in that
-shuffler's share, ldpfed.shuffling), each shuffler permutes its share and returns one object per shard of chunks
-that carry no population and no user index, and the shards fold those chunks.
+messages. In the tree shape (many actors; RayBackend's group_size) the driver calls only the first actor of each
+group of actors, which calls the others and returns their objects' references, and each shard fetches the objects
+it is handed references to: one call per group, the same objects folded in the same order. Under the shuffle
+trust model (per-user mode) step 3 goes through S shuffler actors (`ShufflerActor`, one call each per round): a
+population actor returns one object per shuffler (its users' messages in that shuffler's share,
+ldpfed.shuffling), each shuffler permutes its share and returns one object per shard of chunks that carry no
+population and no user index, and the shards fold those chunks.
 
 The result equals `run_local`'s for the same config, whatever the number of actors, shards or nodes: the same
 derived random streams are used per (population, round), regret and metrics are added in population order, and
@@ -31,6 +34,7 @@ keep one round's totals.
 from __future__ import annotations
 
 import collections
+import math
 import os
 import signal
 import threading
@@ -75,6 +79,7 @@ class PopulationActor:
         self.pre_aggregate = plan.mode == "pre-aggregated"
         self.shards = plan.shards
         self.shufflers = plan.shufflers      # > 0: the messages go to the shufflers, not to the shards
+        self.members = None                  # a leader's group (run_group), sent again by the driver after a change
         return self.node(), os.getpid()
 
     def node(self) -> str:
@@ -103,6 +108,30 @@ class PopulationActor:
                     if part is not None:
                         outgoing[s].append(WireMessage(config.algorithm, round_index, p, part))
         return (*outgoing, metrics)
+
+    def run_group(self, boxed_model, round_index: int, start: int, stop: int, members: list | None):
+        """The round of a group of actors whose leader this one is (the tree shape): (*one ref per shard, to the
+        list of the refs of the group's objects for that shard in actor order, this actor's first; the group's
+        metrics). boxed_model: (model,) or (the ref it was stored under,), passed on to the members as is (one copy
+        in the object store). members: the handles of the group's other actors in actor order, or None: the same
+        as in the previous call (the driver sends them once, not every round)."""
+        if members is not None:
+            self.members = members
+        if self.members is None:
+            raise RuntimeError("run_group: this leader was never given its members")
+        (model,) = boxed_model
+        returns = self.shards + 1
+        calls = [m.run_round.options(num_returns=returns).remote(model, round_index, start, stop)
+                 for m in self.members]
+        *own, metrics = self.run_round(ray.get(model) if isinstance(model, ray.ObjectRef) else model, round_index,
+                                       start, stop)     # while the members run theirs
+        # The lists of refs are put here, not returned: refs inside a call's result cost the driver (their
+        # borrower) ~0.1 ms each (measured), refs inside an object this actor put never reach it.
+        refs = [ray.put([ray.put(batch)] + [call[s] for call in calls]) for s, batch in enumerate(own)]
+        # A member's death fails this call (so the driver redoes the round); its objects never come here.
+        for batch in ray.get([call[-1] for call in calls]):
+            metrics.extend(batch)
+        return (*refs, metrics)
 
     def stats(self) -> dict:
         return {"peak_rss": peak_rss_bytes(), "rss": current_rss_bytes(), "pid": os.getpid(),
@@ -191,9 +220,13 @@ class ShardActor:
     def publish(self, round_index: int, model) -> None:
         self.core.publish(round_index, model)
 
-    def fold_round(self, round_index: int, *batches, model=None):
+    def fold_round(self, round_index: int, *batches, model=None, grouped: bool = False):
         """Fold one round's batches (one per population actor) and close it: (totals, accepted, rejected). model:
-        what the server published for the round, when the message domains check public choices against it."""
+        what the server published for the round, when the message domains check public choices against it.
+        grouped: each batch is a ref to a list of object refs (a group's, in actor order; `PopulationActor.run_group`),
+        fetched here from the actors, so the batches are the same and in the same order as with one per actor."""
+        if grouped:
+            batches = ray.get([ref for refs in ray.get(list(batches)) for ref in refs])
         if model is not None:
             self.core.publish(round_index, model)
         accepted, rejected = self.fold(*batches)
@@ -345,6 +378,13 @@ class RayBackend(Backend):
     the round's start to the fault's detection, time to recover); after `max_recoveries` in one run, RunFault.
     spares: idle actor processes of each kind kept started, so that a recovery configures one instead of
     starting a Python process (seconds on a busy machine); each spare costs one idle process.
+
+    group_size: the shape of a round. 0 or 1: flat (the driver calls every population actor). g >= 2: a tree (the
+    actors in contiguous groups of g, the last one smaller; the driver calls each group's first actor, which calls
+    the others, `PopulationActor.run_group`): the driver's work per round grows with the groups, not the actors;
+    the shards fold the same objects in the same order, so the results are the same bit for bit. None: chosen by
+    the number of actors (`auto_group_size`). The shuffle trust model is always flat. A dead member fails its
+    leader's call: the round is redone as for any dead actor.
     """
 
     name = "ray"
@@ -352,7 +392,8 @@ class RayBackend(Backend):
     def __init__(self, actors: int = 2, shards: int = 1, mode: str = "pre-aggregated",
                  max_in_flight: int | None = None, layout: str | None = None, round_timeout: float | None = None,
                  timeout_factor: float = 10.0, min_round_timeout: float = 5.0, first_round_timeout: float = 120.0,
-                 probe_timeout: float = 2.0, max_recoveries: int = 10, spares: int = 0):
+                 probe_timeout: float = 2.0, max_recoveries: int = 10, spares: int = 0,
+                 group_size: int | None = None):
         self.actors = _check_int("actors", actors)
         self.shards = _check_int("shards", shards)
         if mode not in MODES:
@@ -361,6 +402,8 @@ class RayBackend(Backend):
             raise ConfigError("layout", layout, "choose from ['block', 'population']")
         self.mode, self.layout = mode, layout
         self.max_in_flight = None if max_in_flight is None else _check_int("max_in_flight", max_in_flight)
+        # None: chosen by the number of actors (`auto_group_size`); 0 or 1: the flat shape
+        self.group_size = None if group_size is None else max(1, _check_int("group_size", group_size, low=0))
         for name, value in (("round_timeout", round_timeout), ("timeout_factor", timeout_factor),
                             ("min_round_timeout", min_round_timeout), ("first_round_timeout", first_round_timeout),
                             ("probe_timeout", probe_timeout)):
@@ -380,6 +423,7 @@ class RayBackend(Backend):
         self.round_times = collections.deque(maxlen=20)
         self.fold_calls = 0
         self.in_flight: list = []    # the current round's calls
+        self.led: set = set()        # the leaders that have their group's handles (sent again after a recovery)
 
     # ---- actors ---------------------------------------------------------------------------------
     CLASSES = {"population": RemotePopulation, "shuffler": RemoteShuffler, "shard": RemoteShard}
@@ -450,7 +494,12 @@ class RayBackend(Backend):
         check_mode(config, self.mode)
         self.shufflers = config.shufflers if config.trust == "shuffle" else 0
         self.actors = min(self.actors, config.populations)
-        self.max_in_flight = self.actors if self.max_in_flight is None else self.max_in_flight
+        # The shuffle trust model keeps the flat shape, whatever group_size says: its population actors' objects
+        # go to the shufflers, which take one batch per actor.
+        size = 1 if self.shufflers else self.group_size or auto_group_size(self.actors)
+        self.groups = [range(a, min(a + size, self.actors)) for a in range(0, self.actors, size)]
+        self.led = set()
+        self.max_in_flight = len(self.groups) if self.max_in_flight is None else self.max_in_flight
         self.plan = make_plan(algo, config, self.shards, self.mode, self.layout)
         # the shards get each round's model when a message domain checks a public choice against it
         self.shards_check_model = any(getattr(d, "published", None) for d in algo.cached_domains().values())
@@ -506,16 +555,22 @@ class RayBackend(Backend):
         # the population actors' objects go to the shards, or under the shuffle model to the shufflers
         receivers = self.shufflers or shards
         sent_refs = shard_refs if not self.shufflers else [[] for _ in range(self.shufflers)]
-        for a in range(self.actors):
-            if len(metric_refs) >= self.max_in_flight:      # bound the population calls in flight
+        tree = len(self.groups) < self.actors
+        for group in self.groups:       # groups of one actor: the flat shape
+            if len(metric_refs) >= self.max_in_flight:      # bound the driver's population calls in flight
                 _, running = ray.wait(metric_refs, num_returns=len(metric_refs), timeout=0)
                 while len(running) >= self.max_in_flight:
                     done, running = ray.wait(running, num_returns=1, timeout=_left(deadline))
                     if not done:
                         raise RoundTimeout(f"round {r}: population calls still running at the timeout")
                     ray.get(done)      # raises at once if that actor died
-            refs = pops[("population", a)].run_round.options(num_returns=receivers + 1).remote(model_ref, r, start,
-                                                                                                stop)
+            leader, call = pops[("population", group[0])], dict(num_returns=receivers + 1)
+            if tree:   # the leader calls its members: the driver's work is per group, not per actor
+                members = None if group[0] in self.led else [pops[("population", a)] for a in group[1:]]
+                refs = leader.run_group.options(**call).remote((model_ref,), r, start, stop, members)
+                self.led.add(group[0])
+            else:
+                refs = leader.run_round.options(**call).remote(model_ref, r, start, stop)
             metric_refs.append(refs[receivers])
             for s in range(receivers):
                 sent_refs[s].append(refs[s])
@@ -526,7 +581,7 @@ class RayBackend(Backend):
         # Each shard gets the references (Ray moves the data from the actors to it when they are ready, without
         # the driver), folds them in population order and returns the round's totals for its keys.
         published = model_ref if self.shards_check_model else None
-        round_refs = {s: shard_actors[("shard", s)].fold_round.remote(r, *shard_refs[s], model=published)
+        round_refs = {s: shard_actors[("shard", s)].fold_round.remote(r, *shard_refs[s], model=published, grouped=tree)
                       for s in self.active}
         self.fold_calls += len(round_refs)
         self.in_flight = metric_refs + list(round_refs.values())
@@ -552,9 +607,8 @@ class RayBackend(Backend):
                 pass
         self.in_flight = []
 
-    def _probe(self, kind: str) -> dict:
-        """{(kind, index): "died" | "unresponsive"} of the actors of `kind` that fail a short call."""
-        keys = [k for k in self.handles if k[0] == kind]
+    def _probe(self, keys: list) -> dict:
+        """{(kind, index): "died" | "unresponsive"} of the actors `keys` that fail a short call."""
         refs = {self.handles[k].node.remote(): k for k in keys}
         ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=self.probe_timeout)
         bad = {k: "unresponsive" for ref, k in refs.items() if ref not in ready}
@@ -567,9 +621,14 @@ class RayBackend(Backend):
 
     def _recover(self, r: int, error: BaseException, began: float) -> None:
         detected, detected_at = time.perf_counter(), time.time()
+        self.led = set()    # some actors are new: every leader gets its group's handles again
         bad = {}
-        for kind in self.KINDS:      # populations first: a shard call waits for their objects (via the shufflers)
-            found = self._probe(kind)
+        # populations first: a shard call waits for their objects (via the shufflers); the tree's members before
+        # their leaders: a leader waits for its members' calls, and answers once a frozen member is killed
+        leaders = {("population", group[0]) for group in self.groups}
+        stages = [[key for key in self.handles if key[0] == "population" and key not in leaders], sorted(leaders)]
+        for keys in stages + [[key for key in self.handles if key[0] == kind] for kind in self.KINDS[1:]]:
+            found = self._probe(keys)
             for key in found:
                 _kill(self.handles[key])
             bad.update(found)
@@ -625,7 +684,7 @@ class RayBackend(Backend):
     def close(self, ok):
         extra = {
             "actors": self.actors, "shards": self.shards, "shufflers": self.shufflers, "mode": self.mode,
-            "max_in_flight": self.max_in_flight,
+            "max_in_flight": self.max_in_flight, "groups": len(getattr(self, "groups", ())),
             "shard_layout": self.plan.layout if hasattr(self, "plan") else None, "fold_calls": self.fold_calls,
             "recoveries": len(self.recoveries), "recovery_s": sum(e["recover_s"] for e in self.recoveries),
             "recovery_events": self.recoveries,
@@ -713,6 +772,20 @@ def _model_bytes(model) -> float:
     return float("inf")
 
 
+# Below this many population actors a round is flat (the driver calls every actor); from it on, the actors are in
+# groups of ~sqrt(actors) whose leaders the driver calls (PopulationActor.run_group). Measured (jobs/bench_driver.py
+# --shape flat,tree, 1 shard, 2-core VM at load 8-22): the driver's CPU per round, flat / tree, was 6.0 / 6.3 ms at
+# 8 actors, 10.5 / 8.2 at 16, 22.8 / 12.6 at 32. A group's call costs the driver ~3 actors' calls, and the tree adds
+# a hop (leader, then members) and doubles the actors' own CPU for Ray's calls: below 32 actors it saves too little.
+TREE_FROM_ACTORS = 32
+
+
+def auto_group_size(actors: int) -> int:
+    """The default group size: 1 (flat) below TREE_FROM_ACTORS actors, else ceil(sqrt(actors)) (as many groups as
+    actors per group: the driver's calls and each leader's are balanced)."""
+    return 1 if actors < TREE_FROM_ACTORS else math.isqrt(actors - 1) + 1
+
+
 def _left(deadline: float) -> float:
     return max(0.0, deadline - time.perf_counter())
 
@@ -732,18 +805,20 @@ def _gather(refs: list, deadline: float, r: int) -> list:
 
 def run_ray(config, *, actors: int = 2, shards: int = 1, mode: str = "pre-aggregated", max_in_flight: int | None = None,
             progress=None, address: str | None = None, layout: str | None = None, checkpointer=None,
-            **recovery):
+            group_size: int | None = None, **recovery):
     """Run `config` on Ray; returns the same RunResult as `run_local(config)` plus Ray figures in the summary.
 
     actors: population actors (each hosts the populations p with p % actors == its index; at most
     config.populations are used). shards: server shard actors. mode: "pre-aggregated" (populations send their
     sums) or "per-user" (every privatized user message goes to the shards, which aggregate). max_in_flight:
-    population calls in flight at once (default: all actors). progress: a callable (users_done, regret), or True
-    for the standard display. address: an existing cluster (default: RAY_ADDRESS, else a new local Ray).
-    layout: per-user mode only, "population" (default) or "block" (see `ray_shard.make_plan`). checkpointer:
-    see `checkpoint.Checkpointer`. recovery: RayBackend's timeouts and max_recoveries.
+    the driver's population calls in flight at once (one per actor, or per group; default: all). progress: a
+    callable (users_done, regret), or True for the standard display. address: an existing cluster (default:
+    RAY_ADDRESS, else a new local Ray). layout: per-user mode only, "population" (default) or "block" (see
+    `ray_shard.make_plan`). checkpointer: see `checkpoint.Checkpointer`. group_size: population actors per group
+    of the tree shape (RayBackend; 0 or 1: flat; default `auto_group_size`). recovery: RayBackend's timeouts,
+    max_recoveries and spares.
     """
-    backend = RayBackend(actors, shards, mode, max_in_flight, layout, **recovery)
+    backend = RayBackend(actors, shards, mode, max_in_flight, layout, group_size=group_size, **recovery)
     check_mode(config, mode)
     if progress is True:
         from ldpfed.progress import Progress

@@ -223,7 +223,7 @@ def metric_curves(result, points: int = MAX_POINTS) -> dict[str, tuple[np.ndarra
 # Summary entries that restate the config or are tags, never metrics.
 NOT_METRICS = {*RUN_FIELDS, "engine", *CLUSTER_KEYS}
 # Settings of the engine that are numbers but not results: params of the run, not metrics.
-ENGINE_SETTINGS = {"max_in_flight"}
+ENGINE_SETTINGS = {"max_in_flight", "groups"}
 MB = 2 ** 20
 
 
