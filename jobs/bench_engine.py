@@ -50,6 +50,10 @@ from ldpfed.memory import keep_freed_memory
 from ldpfed.rng import derive
 
 
+# Issue 19's targets for Ray/floor by round size (2 cores, idle, ldp-sgd and ldp-ols)
+ISSUE_19_TARGETS = {10_000: 1.3, 100_000: 1.7}
+
+
 def mb(x: float) -> str:
     return f"{x / 2**20:,.0f} MB"
 
@@ -271,10 +275,19 @@ def floor_vs_ray(args) -> int:
               f"{'met' if ratio >= 4 / 3 else 'NOT met'}; "
               f"untimed Ray warm-up (2 rounds; actor start-up, kernels loading) {warm_up:.1f} s", flush=True)
         rounds = config.rounds
-        print(f"          CPU per round: floor {1e3 * config.users / floor_cpu / rounds:.1f} ms (all the work, one "
+        work_ms = 1e3 * config.users / floor_cpu / rounds
+        ray_ms = 1e3 * (s['cpu_s_populations'] + s['cpu_s_shards'] + s['cpu_s_driver']) / rounds
+        print(f"          CPU per round: floor {work_ms:.1f} ms (all the work, one "
               f"process); Ray: population actors {1e3 * s['cpu_s_populations'] / rounds:.1f} ms in all, shards "
               f"{1e3 * s['cpu_s_shards'] / rounds:.1f} ms, driver {1e3 * s['cpu_s_driver'] / rounds:.1f} ms; "
               f"wall {1e3 * config.users / rate / rounds:.1f} ms per round on {os.cpu_count()} CPUs", flush=True)
+        # Ray cannot beat what its CPU allows: with every CPU busy all the time, a round takes ray_ms / CPUs
+        bound = os.cpu_count() * work_ms / ray_ms
+        target = ISSUE_19_TARGETS.get(config.round_size)
+        print(f"          CPU bound: with all {os.cpu_count()} CPUs busy every round, Ray/floor <= {bound:.2f} "
+              f"(= CPUs x floor CPU / Ray's CPU per round); measured {ratio:.2f} ({ratio / bound:.0%} of the bound)"
+              + (f"; issue 19's target at B = {config.round_size:,}: >= {target} {'met' if ratio >= target else 'NOT met'}"
+                 if target else ""), flush=True)
     return 0 if ok else 1
 
 

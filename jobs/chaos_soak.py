@@ -3,6 +3,7 @@
 
     python jobs/chaos_soak.py                                   # 1e8 users of ldp-sgd, a fault every 30 s
     python jobs/chaos_soak.py --users 1e7 --every 10            # minutes
+    python jobs/chaos_soak.py --mode per-user --users 6e8        # every user's message through the object store
 
 The cluster is the job's own (ray.cluster_utils: a head and 2 worker nodes, one CPU each, on loopback). Every
 --every seconds the schedule (seeded by --seed) SIGKILLs a random actor of the run, or with probability
@@ -35,12 +36,15 @@ def main(argv=None) -> int:
     parser.add_argument("--node-share", type=float, default=0.3, help="share of the faults that kill a node")
     parser.add_argument("--seed", type=int, default=0, help="the fault schedule's seed (the run's seed is 0)")
     parser.add_argument("--round-timeout", type=float, default=None)
+    parser.add_argument("--mode", default="pre-aggregated", choices=["pre-aggregated", "per-user"],
+                        help="per-user: the shards get, check and sum every user's message (the harder soak, and the "
+                             "cheaper comparison: the single-process run takes a fraction of the soak's time)")
     args = parser.parse_args(argv)
     config = RunConfig(args.algorithm, env="linear", users=args.users, round_size=args.round_size,
                        populations=args.populations, env_params={"d": 10, "K": 10})
-    print(f"chaos soak: {config.algorithm} T={config.users:,} B={config.round_size:,}, a fault every {args.every:g} s "
+    print(f"chaos soak: {config.algorithm} T={config.users:,} B={config.round_size:,} ({args.mode}), a fault every {args.every:g} s "
           f"(nodes {args.node_share:.0%}); load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs", flush=True)
-    options = {} if args.round_timeout is None else {"round_timeout": args.round_timeout}
+    options = {"mode": args.mode, **({} if args.round_timeout is None else {"round_timeout": args.round_timeout})}
     bar = Progress(config.users, label="soak")
     out = chaos_soak(config, args.every, args.seed, options, args.node_share, progress=bar)
     bar.close()

@@ -17,7 +17,8 @@ from ldpfed.tracking.store import TrackingUnavailable
 OPTION_OF_FIELD = {"algorithm": "ALGORITHM", "env": "--env", "users": "--users", "round_size": "--round-size",
                    "populations": "--populations", "eps": "--eps", "delta": "--delta", "seed": "--seed",
                    "profile": "--profile", "trust": "--trust", "shufflers": "--shufflers", "mode": "--mode",
-                   "out": "--out", "resume": "--resume"}
+                   "out": "--out", "resume": "--resume", "group_size": "--group-size", "actors": "--actors",
+                   "shards": "--shards"}
 
 
 def _key_value(text: str):
@@ -110,6 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--shards", type=_positive_int, default=1, help="server shard actors (ray engine)")
     run.add_argument("--mode", choices=["pre-aggregated", "per-user"], default="pre-aggregated",
                      help="ray engine: populations send their sums, or every user's message")
+    run.add_argument("--group-size", type=int, default=None,
+                     help="ray engine: population actors per group of a tree-shaped round (the driver calls one "
+                          "leader per group; 0 or 1: flat; default: flat below 32 actors, ~sqrt(actors) above)")
     run.add_argument("--out", type=Path, default=None,
                      help="write the results table (Parquet) and summary here; checkpoints go to OUT/checkpoint")
     run.add_argument("--resume", type=Path, default=None, metavar="DIR",
@@ -282,6 +286,8 @@ def cmd_run(args) -> int:
     options = {"actors": args.actors, "shards": args.shards, "mode": args.mode} if args.engine == "ray" else {}
     if args.engine == "ray" and args.round_timeout is not None:
         options["round_timeout"] = args.round_timeout
+    if args.engine == "ray" and args.group_size is not None:
+        options["group_size"] = args.group_size
     try:
         with interruptible():
             result = run(config, engine=args.engine, progress=progress, checkpointer=checkpointer, **options)

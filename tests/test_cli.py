@@ -91,6 +91,7 @@ def test_run_track_checks_the_store_before_simulating(tmp_path):
     (["run", "ldp-sgd", "--env", "bernoulli"], "--env"),
     (["run", "ldp-sgd", "--param", "step=-1"], "--param step"),
     (["run", "ldp-sgd", "--env-param", "dd=3"], "--env-param dd"),
+    (["run", "ldp-sgd", "--engine", "ray", "--group-size", "-1"], "--group-size"),   # refused before Ray starts
 ])
 def test_bad_input_exits_2_naming_the_option(args, option):
     done = cli(*args)
