@@ -16,7 +16,6 @@ actors take ~10 GB on this machine; more needs more memory or nodes.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import time
@@ -31,7 +30,9 @@ def _ints(text):
 
 
 def group_size(shape: str, actors: int) -> int:
-    return {"flat": 1, "tree": math.isqrt(actors - 1) + 1}.get(shape) or int(shape)
+    from ldpfed.engine.ray_engine import tree_group_size
+
+    return {"flat": 1, "tree": tree_group_size(actors)}.get(shape) or int(shape)
 
 
 def measure(actors: int, shards: int, rounds: int, per_population: int, mode: str, shape: str = "flat") -> dict:
@@ -130,7 +131,7 @@ def scale_model(shape: str, shards: int, a: float, b: float, rate: float, share:
     print("| nodes (one actor each) | coordinator ms/round | smallest round (users) | its wall time (s) |")
     print("|---:|---:|---:|---:|")
     for nodes in (10, 100, 1000):
-        calls = nodes if shape == "flat" else math.isqrt(nodes - 1) + 1
+        calls = nodes if shape == "flat" else -(-nodes // group_size("tree", nodes))     # the groups
         coordinator = 1e-3 * (max(a, 0.0) + b * calls)
         smallest = nodes * rate * coordinator * (1 - share) / share
         print(f"| {nodes:,} | {1e3 * coordinator:,.1f} | {smallest:,.0f} | {smallest / (nodes * rate) + coordinator:.2f} |")

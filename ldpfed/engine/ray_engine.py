@@ -774,16 +774,22 @@ def _model_bytes(model) -> float:
 
 # Below this many population actors a round is flat (the driver calls every actor); from it on, the actors are in
 # groups of ~sqrt(actors) whose leaders the driver calls (PopulationActor.run_group). Measured (jobs/bench_driver.py
-# --shape flat,tree, 1 shard, 2-core VM at load 8-22): the driver's CPU per round, flat / tree, was 6.0 / 6.3 ms at
-# 8 actors, 10.5 / 8.2 at 16, 22.8 / 12.6 at 32. A group's call costs the driver ~3 actors' calls, and the tree adds
-# a hop (leader, then members) and doubles the actors' own CPU for Ray's calls: below 32 actors it saves too little.
+# --shape flat,tree, 1 shard, 2-core VM, idle; docs/scaling.md): the driver's CPU per round, flat / tree, was
+# 5.2 / 6.2 ms at 8 actors, 8.8 / 8.2 at 16, 19.1 / 13.3 at 32, 44.9 / 17.7 at 64. A group's call costs the driver
+# ~3 actors' calls, and the tree adds a hop (leader, then members) and doubles the actors' own CPU for Ray's calls:
+# below 32 actors it saves too little.
 TREE_FROM_ACTORS = 32
 
 
+def tree_group_size(actors: int) -> int:
+    """ceil(sqrt(actors)): about as many groups as actors per group, so the driver's calls and each leader's are
+    balanced."""
+    return math.isqrt(actors - 1) + 1
+
+
 def auto_group_size(actors: int) -> int:
-    """The default group size: 1 (flat) below TREE_FROM_ACTORS actors, else ceil(sqrt(actors)) (as many groups as
-    actors per group: the driver's calls and each leader's are balanced)."""
-    return 1 if actors < TREE_FROM_ACTORS else math.isqrt(actors - 1) + 1
+    """The default group size: 1 (flat) below TREE_FROM_ACTORS actors, else tree_group_size(actors)."""
+    return 1 if actors < TREE_FROM_ACTORS else tree_group_size(actors)
 
 
 def _left(deadline: float) -> float:
