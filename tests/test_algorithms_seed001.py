@@ -263,3 +263,43 @@ def test_tree_partial_sums_are_the_prefix_noise():
         expected = sum(nodes[j] for j in range(depth) if (t >> j) & 1)
         np.testing.assert_allclose(partial[level], expected, rtol=0, atol=1e-12)
         assert above == next((j for j in range(level + 1, depth) if (t >> j) & 1), -1)
+
+
+@pytest.mark.parametrize("diagonal_noise", [0.0, -50.0])
+def test_private_linucb_publishes_the_inverse_factor_or_the_inverse(diagonal_noise):
+    """The released A~ = M[:d, :d] + shift I goes out as its inverse Cholesky factor L^{-1} (factored = 1) when it is
+    positive definite, as A~^{-1} itself (factored = 0) when the node's noise makes it indefinite; theta~ =
+    A~^{-1} u~ and the UCB width the user computes are the same either way (up to rounding)."""
+    from ldpfed.algorithms.central_linucb import factor_ucb_act, private_linucb_update
+
+    d, w = 4, 5
+    rng = np.random.default_rng(7)
+    z = np.append(rng.uniform(-0.5, 0.5, d), 0.3)
+    noise = rng.standard_normal(w * (w + 1) // 2) * 0.1
+    upper = np.triu_indices(w)
+    noise[upper[0] == upper[1]] += diagonal_noise * (np.arange(w) < d)    # the node's diagonal, on A's entries
+    partial, total = np.zeros((tree_depth(8), w, w)), np.zeros((w, w))
+    inverse, factored, theta = np.eye(d), np.zeros(1, dtype=np.int64), np.zeros(d)
+    state = (partial, total, np.zeros(1, dtype=np.int64), inverse, factored, theta, np.zeros(1, dtype=np.int64),
+             np.zeros(1, dtype=np.int64))
+    node_scale, shift = 1.0, 2.0
+    private_linucb_update(state, (1.0, 1.0, False, 1, 0.3, node_scale, shift), z.copy(), 0, 1, noise[None, :])
+    M = np.outer(z, z)
+    M[upper] += noise * node_scale
+    M = np.triu(M) + np.triu(M, 1).T
+    A = M[:d, :d] + shift * np.eye(d)
+    definite = np.linalg.eigvalsh(A)[0] > 0
+    assert definite == (diagonal_noise == 0.0) and factored[0] == int(definite)
+    if definite:
+        assert np.array_equal(inverse, np.tril(inverse))
+        np.testing.assert_allclose(inverse.T @ inverse, np.linalg.inv(A), rtol=1e-10, atol=1e-12)
+    else:
+        assert np.array_equal(inverse, inverse.T)
+        np.testing.assert_allclose(inverse, np.linalg.inv(A), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(theta, np.linalg.solve(A, M[:d, d]), rtol=1e-10, atol=1e-12)
+    # the client's index from the published (theta, inverse, factored): argmax x^T theta + alpha sqrt(max(w, 0))
+    contexts = rng.uniform(-1, 1, (1, 6, d))
+    actions = np.zeros(1, dtype=np.int64)
+    factor_ucb_act((theta, inverse, factored), (1.0, 1.0, False, 1, 0.3), contexts, 0, 0, None, actions)
+    widths = np.einsum("kd,de,ke->k", contexts[0], np.linalg.inv(A), contexts[0])
+    assert actions[0] == int(np.argmax(contexts[0] @ theta + 0.3 * np.sqrt(np.maximum(widths, 0))))
