@@ -284,10 +284,11 @@ def floor_vs_ray(args) -> int:
         # Ray cannot beat what its CPU allows: with every CPU busy all the time, a round takes ray_ms / CPUs
         bound = os.cpu_count() * work_ms / ray_ms
         target = ISSUE_19_TARGETS.get(config.round_size)
+        verdict = (f"; issue 19's target at B = {config.round_size:,}: >= {target} "
+                   f"{'met' if ratio >= target else 'NOT met'}" if target else "")
         print(f"          CPU bound: with all {os.cpu_count()} CPUs busy every round, Ray/floor <= {bound:.2f} "
               f"(= CPUs x floor CPU / Ray's CPU per round); measured {ratio:.2f} ({ratio / bound:.0%} of the bound)"
-              + (f"; issue 19's target at B = {config.round_size:,}: >= {target} {'met' if ratio >= target else 'NOT met'}"
-                 if target else ""), flush=True)
+              f"{verdict}", flush=True)
     return 0 if ok else 1
 
 

@@ -9,8 +9,8 @@ exact method, so the law is the standard normal's up to floating point, as numpy
 Who uses it: the world simulation (envs/sphere.py: contexts on the sphere), the local randomizers' noise
 (mechanisms: Gaussian, symmetric Gaussian, the l2-ball's directions) and the Gaussian tree's nodes
 (mechanisms/tree.py: node_draws; at B = 1 private-linucb closes a node of 351 normals per user): the per-user hot
-paths. The Wishart mechanism's draws and everything else come from numpy. Like numpy's PCG64, xoshiro256++ is not a cryptographic
-generator: right for simulating a mechanism's law, not for protecting real users' data.
+paths. The Wishart mechanism's draws and everything else come from numpy. Like numpy's PCG64, xoshiro256++ is not
+a cryptographic generator: right for simulating a mechanism's law, not for protecting real users' data.
 
 Stream: each call takes 4 raw words from the run's Generator (`rng.bit_generator.random_raw(4)`) as the 256-bit
 xoshiro state and draws everything from it, so the normals are a function of the Generator's state only: the same

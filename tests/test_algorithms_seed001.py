@@ -110,7 +110,8 @@ class _ReferenceTree:
     """The binary mechanism's noise written out independently of ldpfed.mechanisms (so a bug there cannot hide
     in the reference): the node of level i closes at the steps t whose lowest set bit is i and gets fresh noise
     (Gaussian: the upper triangle incl. the diagonal i.i.d. N(0, scale^2), mirrored, its normals from ldpfed.normals,
-    one call per node; Laplace: i.i.d. Lap(scale) from numpy), drawn from the generator in the library's order; the noise of prefix t sums the nodes of ALL set bits of t."""
+    one call per node; Laplace: i.i.d. Lap(scale) from numpy), drawn from the generator in the library's order; the
+    noise of prefix t sums the nodes of ALL set bits of t."""
 
     def __init__(self, shape, noise):
         self.shape, self.noise, self.t, self.nodes = shape, noise, 0, {}
