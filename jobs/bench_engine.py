@@ -15,6 +15,8 @@ Default mode: for each algorithm, in the same run, on the same config:
   * Ray: `run_ray` (population actors + shards + coordinator), users/s of the run (after an untimed two-round
     warm-up run that starts the pooled actor processes and loads their compiled kernels; its time is printed),
     its ratio to the floor and to twice the floor (2 cores), and whether the two results are identical (they must be);
+    one row per transport (--transport, default both: "ray", the rounds as Ray calls; "direct", the rounds over
+    sockets between the same actors), each run right after the same floor run;
   * privatizers alone (jobs/bench_privatize.py's loop, same d, 2e5 users): the cost floor of the client half;
   * CPU per round: the floor's (all the work in one process) against Ray's population actors, shards and driver
     (every thread of each process): on a 2-CPU machine, what Ray adds to the work bounds its speed.
@@ -63,8 +65,8 @@ def config_for(algorithm: str, users: int, args) -> RunConfig:
                      eps=1.0, delta=0.01, seed=args.seed, env_params={"d": args.d, "K": args.K})
 
 
-def ray_options(args) -> dict:
-    return {"actors": args.actors, "shards": args.shards, "mode": args.mode}
+def ray_options(args, transport: str = "ray") -> dict:
+    return {"actors": args.actors, "shards": args.shards, "mode": args.mode, "transport": transport}
 
 
 def numpy_contexts(self, users, rng):
@@ -223,73 +225,82 @@ def floor_vs_ray(args) -> int:
     ok = True
     caller_ms, actor_ms, call_ms = ray_call_cost()
     print(f"one empty Ray actor call (d = 10 model argument): {call_ms:.2f} ms round trip, CPU {caller_ms:.2f} ms in "
-          f"the caller + {actor_ms:.2f} ms in the actor (a round makes {args.actors} population calls and one per "
-          f"shard)", flush=True)
+          f"the caller + {actor_ms:.2f} ms in the actor (transport ray: a round makes {args.actors} population calls "
+          f"and one per shard; transport direct: none, the rounds go over sockets)", flush=True)
     floor_privatize = privatizer_floor(args.d)
-    print(f"{'algorithm':<9} {'users':>10} {'B':>6} {'P':>3}  {'baseline':>9} {'(cpu)':>9}  {'floor':>9} {'(cpu)':>9} "
-          f"{'x base':>6}  {'ray':>9} {'/floor':>6} {'/2floor':>7}  {'ray wall':>9}  {'privatize cpu':>13}  same")
+    print(f"{'algorithm':<9} {'transport':<9} {'users':>10} {'B':>6} {'P':>3}  {'baseline':>9} {'(cpu)':>9}  "
+          f"{'floor':>9} {'(cpu)':>9} {'x base':>6}  {'ray':>9} {'/floor':>6} {'/2floor':>7}  {'ray wall':>9}  "
+          f"{'privatize cpu':>13}  same")
     for algorithm in args.algorithms:
         config = config_for(algorithm, args.users, args)
         # Untimed: two rounds through Ray and run_local first, so the pooled actor processes have started, and every
         # process has imported ldpfed and loaded its compiled kernels (numba: ~1.4 s per process, once), before the
         # measured runs, whose rates would otherwise count that one-off cost in the first runs only.
         t0 = time.perf_counter()
-        run_ray(config_for(algorithm, 2 * args.round_size, args), **ray_options(args))
+        for transport in args.transports:
+            run_ray(config_for(algorithm, 2 * args.round_size, args), **ray_options(args, transport))
         warm_up = time.perf_counter() - t0
         run_local(config_for(algorithm, 2 * args.round_size, args))     # and this process's kernels
         base = base_cpu = float("nan")
         if args.baseline:
             with mock.patch.object(GLMContextual, "contexts", numpy_contexts):
                 _, base, base_cpu = timed_local(config)
-        # floor and Ray alternate, `repeat` times: this VM's speed drifts by tens of percent from minute to minute,
-        # so each Ray run is compared with the floor run just before it, and the medians are printed
-        pairs = []
+        # the floor and each transport alternate, `repeat` times: this VM's speed drifts by tens of percent from
+        # minute to minute, so each Ray run is compared with the floor run just before it, and the medians are printed
+        runs = {transport: [] for transport in args.transports}
         for _ in range(args.repeat):
             local, floor_wall, floor_cpu = timed_local(config)
-            t0 = time.perf_counter()
-            remote = run_ray(config, **ray_options(args))
-            wall = time.perf_counter() - t0
-            same = local.table.equals(remote.table)
-            ok = ok and same
-            pairs.append({"floor": local.summary["users_per_s"], "floor_cpu": floor_cpu,
-                          "rate": remote.summary["users_per_s"], "wall": config.users / wall, "same": same,
-                          "summary": remote.summary})
-        median = {key: float(np.median([pair[key] for pair in pairs])) for key in ("floor", "floor_cpu", "rate", "wall")}
-        ratios = sorted(pair["rate"] / pair["floor"] for pair in pairs)
-        ratio = float(np.median(ratios))
-        floor, floor_cpu, rate = median["floor"], median["floor_cpu"], median["rate"]
-        same = all(pair["same"] for pair in pairs)
-        remote_summary = pairs[len(pairs) // 2]["summary"]
-        print(f"{algorithm:<9} {config.users:>10,} {config.round_size:>6} {config.populations:>3}  {base:>9,.0f} "
-              f"{base_cpu:>9,.0f}  {floor:>9,.0f} {floor_cpu:>9,.0f} {floor / base:>6.2f}  {rate:>9,.0f} "
-              f"{ratio:>6.2f} {ratio / 2:>7.2f}  {median['wall']:>9,.0f}  "
-              f"{floor_privatize.get(algorithm, float('nan')):>13,.0f}  {'yes' if same else 'NO'}", flush=True)
-        print(f"          {args.repeat} alternating runs each (medians above); Ray/floor of each pair: "
-              f"{', '.join(f'{r:.2f}' for r in ratios)}", flush=True)
-        s = remote_summary
-        print(f"          ray: {s['actors']} actors, {s['shards']} shards, {s['nodes']} node(s), {s['mode']}, "
-              f"{s['messages_per_s']:,.0f} user messages/s, fold p50 {s['fold_latency_p50_ms']:.3f} ms "
-              f"p99 {s['fold_latency_p99_ms']:.3f} ms, {s['rejected_messages']} rejected; peak RSS driver "
-              f"{mb(s['peak_rss_driver'])}, populations {mb(s['peak_rss_populations'])}, shards "
-              f"{mb(s['peak_rss_shards'])}; Ray/(2 floor) >= 2/3 (issue 10): "
-              f"{'met' if ratio >= 4 / 3 else 'NOT met'}; "
-              f"untimed Ray warm-up (2 rounds; actor start-up, kernels loading) {warm_up:.1f} s", flush=True)
-        rounds = config.rounds
-        work_ms = 1e3 * config.users / floor_cpu / rounds
-        ray_ms = 1e3 * (s['cpu_s_populations'] + s['cpu_s_shards'] + s['cpu_s_driver']) / rounds
-        print(f"          CPU per round: floor {work_ms:.1f} ms (all the work, one "
-              f"process); Ray: population actors {1e3 * s['cpu_s_populations'] / rounds:.1f} ms in all, shards "
-              f"{1e3 * s['cpu_s_shards'] / rounds:.1f} ms, driver {1e3 * s['cpu_s_driver'] / rounds:.1f} ms; "
-              f"wall {1e3 * config.users / rate / rounds:.1f} ms per round on {os.cpu_count()} CPUs", flush=True)
-        # Ray cannot beat what its CPU allows: with every CPU busy all the time, a round takes ray_ms / CPUs
-        bound = os.cpu_count() * work_ms / ray_ms
-        target = ISSUE_19_TARGETS.get(config.round_size)
-        verdict = (f"; issue 19's target at B = {config.round_size:,}: >= {target} "
-                   f"{'met' if ratio >= target else 'NOT met'}" if target else "")
-        print(f"          CPU bound: with all {os.cpu_count()} CPUs busy every round, Ray/floor <= {bound:.2f} "
-              f"(= CPUs x floor CPU / Ray's CPU per round); measured {ratio:.2f} ({ratio / bound:.0%} of the bound)"
-              f"{verdict}", flush=True)
+            for transport in args.transports:
+                t0 = time.perf_counter()
+                remote = run_ray(config, **ray_options(args, transport))
+                wall = time.perf_counter() - t0
+                same = local.table.equals(remote.table)
+                ok = ok and same
+                runs[transport].append({"floor": local.summary["users_per_s"], "floor_cpu": floor_cpu,
+                                        "rate": remote.summary["users_per_s"], "wall": config.users / wall,
+                                        "same": same, "summary": remote.summary})
+        for transport, pairs in runs.items():
+            ok = report(algorithm, transport, config, pairs, base, base_cpu, floor_privatize, warm_up, args) and ok
     return 0 if ok else 1
+
+
+def report(algorithm, transport, config, pairs, base, base_cpu, floor_privatize, warm_up, args) -> bool:
+    """The rows of one algorithm and transport: the medians of its runs against the floor runs just before them."""
+    median = {key: float(np.median([pair[key] for pair in pairs])) for key in ("floor", "floor_cpu", "rate", "wall")}
+    ratios = sorted(pair["rate"] / pair["floor"] for pair in pairs)
+    ratio = float(np.median(ratios))
+    floor, floor_cpu, rate = median["floor"], median["floor_cpu"], median["rate"]
+    same = all(pair["same"] for pair in pairs)
+    print(f"{algorithm:<9} {transport:<9} {config.users:>10,} {config.round_size:>6} {config.populations:>3}  "
+          f"{base:>9,.0f} {base_cpu:>9,.0f}  {floor:>9,.0f} {floor_cpu:>9,.0f} {floor / base:>6.2f}  {rate:>9,.0f} "
+          f"{ratio:>6.2f} {ratio / 2:>7.2f}  {median['wall']:>9,.0f}  "
+          f"{floor_privatize.get(algorithm, float('nan')):>13,.0f}  {'yes' if same else 'NO'}", flush=True)
+    print(f"          {args.repeat} alternating runs each (medians above); Ray/floor of each pair: "
+          f"{', '.join(f'{r:.2f}' for r in ratios)}", flush=True)
+    s = pairs[len(pairs) // 2]["summary"]
+    print(f"          ray: {s['actors']} actors, {s['shards']} shards, {s['nodes']} node(s), {s['mode']}, "
+          f"{s['messages_per_s']:,.0f} user messages/s, fold p50 {s['fold_latency_p50_ms']:.3f} ms "
+          f"p99 {s['fold_latency_p99_ms']:.3f} ms, {s['rejected_messages']} rejected; peak RSS driver "
+          f"{mb(s['peak_rss_driver'])}, populations {mb(s['peak_rss_populations'])}, shards "
+          f"{mb(s['peak_rss_shards'])}; Ray/(2 floor) >= 2/3 (issue 10): "
+          f"{'met' if ratio >= 4 / 3 else 'NOT met'}; "
+          f"untimed Ray warm-up (2 rounds per transport; actor start-up, kernels loading) {warm_up:.1f} s", flush=True)
+    rounds = config.rounds
+    work_ms = 1e3 * config.users / floor_cpu / rounds
+    ray_ms = 1e3 * (s['cpu_s_populations'] + s['cpu_s_shards'] + s['cpu_s_driver']) / rounds
+    print(f"          CPU per round: floor {work_ms:.1f} ms (all the work, one "
+          f"process); Ray: population actors {1e3 * s['cpu_s_populations'] / rounds:.1f} ms in all, shards "
+          f"{1e3 * s['cpu_s_shards'] / rounds:.1f} ms, driver {1e3 * s['cpu_s_driver'] / rounds:.1f} ms; "
+          f"wall {1e3 * config.users / rate / rounds:.1f} ms per round on {os.cpu_count()} CPUs", flush=True)
+    # Ray cannot beat what its CPU allows: with every CPU busy all the time, a round takes ray_ms / CPUs
+    bound = os.cpu_count() * work_ms / ray_ms
+    target = ISSUE_19_TARGETS.get(config.round_size)
+    verdict = (f"; issue 19's target at B = {config.round_size:,}: >= {target} "
+               f"{'met' if ratio >= target else 'NOT met'}" if target else "")
+    print(f"          CPU bound: with all {os.cpu_count()} CPUs busy every round, Ray/floor <= {bound:.2f} "
+          f"(= CPUs x floor CPU / Ray's CPU per round); measured {ratio:.2f} ({ratio / bound:.0%} of the bound)"
+          f"{verdict}", flush=True)
+    return same
 
 
 def memory(args) -> int:
@@ -327,6 +338,8 @@ def main(argv=None) -> int:
     parser.add_argument("--actors", type=int, default=2)
     parser.add_argument("--shards", type=int, default=1)
     parser.add_argument("--mode", default="pre-aggregated", choices=["pre-aggregated", "per-user"])
+    parser.add_argument("--transport", default="ray,direct",
+                        help="the Ray engine's transports to run, in the same run (RayBackend: ray, direct)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeat", type=int, default=3, help="alternating floor and Ray runs (medians printed)")
     parser.add_argument("--before", type=Path, default=None,
@@ -338,6 +351,7 @@ def main(argv=None) -> int:
                         help="skip the single-process run with the previous (numpy) context drawing")
     args = parser.parse_args(argv)
     args.algorithms = [a for a in args.algorithms.split(",") if a]
+    args.transports = [t for t in args.transport.split(",") if t]
     missing = [a for a in args.algorithms if a not in REGISTRY]
     if missing:
         print(f"not registered (yet): {missing}; known: {sorted(REGISTRY)}", file=sys.stderr)

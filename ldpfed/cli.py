@@ -18,7 +18,7 @@ OPTION_OF_FIELD = {"algorithm": "ALGORITHM", "env": "--env", "users": "--users",
                    "populations": "--populations", "eps": "--eps", "delta": "--delta", "seed": "--seed",
                    "profile": "--profile", "trust": "--trust", "shufflers": "--shufflers", "mode": "--mode",
                    "out": "--out", "resume": "--resume", "group_size": "--group-size", "actors": "--actors",
-                   "shards": "--shards"}
+                   "shards": "--shards", "transport": "--transport"}
 
 
 def _key_value(text: str):
@@ -114,6 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--group-size", type=int, default=None,
                      help="ray engine: population actors per group of a tree-shaped round (the driver calls one "
                           "leader per group; 0 or 1: flat; default: flat below 32 actors, ~sqrt(actors) above)")
+    run.add_argument("--transport", choices=["ray", "direct"], default=None,
+                     help="ray engine: the rounds' messages as Ray calls (default), or over authenticated sockets "
+                          "between the same actors (faster per round; flat rounds, not with --trust shuffle)")
     run.add_argument("--out", type=Path, default=None,
                      help="write the results table (Parquet) and summary here; checkpoints go to OUT/checkpoint")
     run.add_argument("--resume", type=Path, default=None, metavar="DIR",
@@ -288,6 +291,8 @@ def cmd_run(args) -> int:
         options["round_timeout"] = args.round_timeout
     if args.engine == "ray" and args.group_size is not None:
         options["group_size"] = args.group_size
+    if args.engine == "ray" and args.transport is not None:
+        options["transport"] = args.transport
     try:
         with interruptible():
             result = run(config, engine=args.engine, progress=progress, checkpointer=checkpointer, **options)

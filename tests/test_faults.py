@@ -159,9 +159,11 @@ def _run_with_fault(config, at_users, fault, **options):
     return result, fired[0]
 
 
-@pytest.mark.parametrize("kind,mode", [("population", "pre-aggregated"), ("shard", "pre-aggregated"),
-                                       ("shard", "per-user")])
-def test_a_killed_actor_is_recreated_and_the_result_is_undisturbed(ray_session, kind, mode):
+@pytest.mark.parametrize("kind,mode,transport", [("population", "pre-aggregated", "ray"),
+                                                 ("shard", "pre-aggregated", "ray"), ("shard", "per-user", "ray"),
+                                                 ("population", "per-user", "direct"),
+                                                 ("shard", "pre-aggregated", "direct")])
+def test_a_killed_actor_is_recreated_and_the_result_is_undisturbed(ray_session, kind, mode, transport):
     config = small()
     local = run_local(config)
 
@@ -169,7 +171,7 @@ def test_a_killed_actor_is_recreated_and_the_result_is_undisturbed(ray_session, 
         os.kill(pids[kind][-1], signal.SIGKILL)
         return pids[kind][-1]
 
-    result, pid = _run_with_fault(config, 150, kill, actors=2, shards=2, mode=mode)
+    result, pid = _run_with_fault(config, 150, kill, actors=2, shards=2, mode=mode, transport=transport)
     assert_same(local, result)
     s = result.summary
     assert s["recoveries"] == 1 and s["recovery_s"] > 0
@@ -199,10 +201,12 @@ def test_a_killed_member_or_leader_of_a_group_is_recreated_and_the_result_is_und
     assert pid not in s["actor_pids"]["population"]
 
 
-# flat; and a member of a tree's group, whose leader (blocked on it) must not be replaced with it
-@pytest.mark.parametrize("populations,group_size,victim", [(4, None, 0), (5, 3, 1)])
+# flat; a member of a tree's group, whose leader (blocked on it) must not be replaced with it; flat over the direct
+# transport, where the coordinator's channel to it falls silent
+@pytest.mark.parametrize("populations,group_size,victim,transport", [(4, None, 0, "ray"), (5, 3, 1, "ray"),
+                                                                     (4, None, 1, "direct")])
 def test_a_frozen_actor_times_out_is_replaced_and_the_result_is_undisturbed(ray_session, populations, group_size,
-                                                                            victim):
+                                                                            victim, transport):
     config = small(populations=populations)
     local = run_local(config)
     timeout = 2.0
@@ -223,10 +227,10 @@ def test_a_frozen_actor_times_out_is_replaced_and_the_result_is_undisturbed(ray_
     # the actors' first round (compiling, on new processes) may take longer than the timeout: done before, untimed
     from ldpfed.engine.ray_engine import run_ray
 
-    assert_same(local, run_ray(config, actors=actors, group_size=group_size))
+    assert_same(local, run_ray(config, actors=actors, group_size=group_size, transport=transport))
     started = time.perf_counter()
     result, pid = _run_with_fault(config, 150, freeze, actors=actors, shards=2, round_timeout=timeout,
-                                  group_size=group_size)
+                                  group_size=group_size, transport=transport)
     assert_same(local, result)
     event = result.summary["recovery_events"][0]
     assert [(a["kind"], a["cause"], a["old_pid"]) for a in event["actors"]] == [("population", "unresponsive", pid)]

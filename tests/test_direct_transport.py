@@ -1,0 +1,161 @@
+"""The Ray engine's direct transport (the rounds over authenticated sockets, ldpfed.engine.channels): the same results
+as run_local for any actors, shards and mode, the shards' checks as over Ray calls, bad options refused, a wrong key
+refused, an actor's error raised in the coordinator. Its faults (killed and frozen actors) are in test_faults.py."""
+import socket
+import threading
+from multiprocessing import AuthenticationError
+
+import numpy as np
+import pytest
+
+from ldpfed.algorithms import REGISTRY, make_algorithm
+from ldpfed.config import RunConfig
+from ldpfed.engine import run_local
+from ldpfed.engine.channels import ChannelBroken, RemoteError, Serving, connect, new_key, receive
+from ldpfed.envs import make_env
+from ldpfed.errors import ConfigError
+from test_ray_engine import LDP, assert_same, small
+
+
+@pytest.mark.parametrize("algorithm", LDP[:1])
+def test_direct_transport_equals_single_process_for_any_shards_actors_and_mode(ray_session, algorithm):
+    from ldpfed.engine.ray_engine import run_ray
+
+    config = small(algorithm)
+    local = run_local(config)
+    spec = make_algorithm(make_env(config), config).message_spec()
+    for actors, shards, mode, layout in [(2, 1, "pre-aggregated", None), (3, 4, "pre-aggregated", None),
+                                         (3, 2, "per-user", None), (2, 3, "per-user", "block")]:
+        remote = run_ray(config, actors=actors, shards=shards, mode=mode, layout=layout, transport="direct")
+        assert_same(local, remote)
+        s = remote.summary
+        assert (s["transport"], s["actors"], s["shards"], s["mode"], s["groups"]) == (
+            "direct", actors, shards, mode, actors)
+        assert s["rejected_messages"] == 0 and s["recoveries"] == 0
+        # every (population, round) message folded once per shard that owns some of its keys, as over Ray calls
+        per_round = config.populations if s["shard_layout"] == "population" else config.populations * min(
+            shards, sum(int(np.prod(v)) for v in spec.values()))
+        assert s["shard_messages"] == config.rounds * per_round
+    for key in local.state:
+        np.testing.assert_array_equal(local.state[key], remote.state[key])
+
+
+# one per family of messages, and those whose shards check published choices (the scheduled arms of ldp-mab-ucb and
+# sw-klucb-cf) against the model the coordinator sends them on the channel; every algorithm goes over Ray calls in
+# test_ray_engine.py, and the transports carry the same objects
+SAMPLE = ["ldp-mab-ucb", "sw-klucb-cf", "ldp-gloc", "linucb-dgs"]
+
+
+def test_sample_of_algorithms_over_the_direct_transport(ray_session):
+    # per-user mode: the shards check every user's message
+    from ldpfed.engine.ray_engine import run_ray
+
+    for algorithm in [name for name in SAMPLE if name in REGISTRY]:
+        config = RunConfig(algorithm, users=150, round_size=30, populations=3, seed=2, delta=0.05)
+        remote = run_ray(config, actors=2, shards=2, mode="per-user", transport="direct")
+        assert_same(run_local(config), remote)
+        assert remote.summary["rejected_messages"] == 0, algorithm
+
+
+def test_direct_transport_bad_options(ray_session):
+    from ldpfed.engine.ray_engine import run_ray
+
+    config = small("uniform", users=120, round_size=40, populations=2)
+    for options, field in [({"transport": "tcp"}, "transport"), ({"transport": "direct", "group_size": 2},
+                                                                 "group_size")]:
+        with pytest.raises(ConfigError) as error:
+            run_ray(config, **options)
+        assert error.value.field == field
+    shuffled = small(LDP[0] if LDP else "uniform", trust="shuffle", shufflers=2)
+    with pytest.raises(ConfigError, match="shuffler actors") as error:
+        run_ray(shuffled, mode="per-user", transport="direct")
+    assert error.value.field == "transport"
+
+
+def test_the_direct_transport_is_flat_whatever_the_automatic_group_size(ray_session, monkeypatch):
+    # the coordinator writes to each actor's channel: no tree (here the automatic size would make groups of 2)
+    from ldpfed.engine import ray_engine
+
+    monkeypatch.setattr(ray_engine, "TREE_FROM_ACTORS", 2)
+    config = small("uniform", users=120, round_size=40, populations=3)
+    assert ray_engine.run_ray(config, actors=3).summary["groups"] == 2
+    assert ray_engine.run_ray(config, actors=3, transport="direct").summary["groups"] == 3
+
+
+def _serve_one(serving, handler):
+    """Accept one connection on `serving` and pass it to handler on the serving thread; errors go to `errors`."""
+    errors = []
+
+    def serve():
+        try:
+            handler(serving.accept())
+        except BaseException as error:
+            errors.append(error)
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return thread, errors
+
+
+def test_a_channel_refuses_a_wrong_key_both_ways():
+    key = new_key()
+    serving = Serving("127.0.0.1", key)
+    try:
+        thread, errors = _serve_one(serving, lambda conn: conn.recv())
+        with pytest.raises(AuthenticationError):
+            connect(serving.address, new_key())       # an outsider with another key never gets a message through
+        thread.join(5)
+        assert len(errors) == 1 and isinstance(errors[0], AuthenticationError)
+        # the right key: a message goes both ways
+        thread, errors = _serve_one(serving, lambda conn: conn.send(("echo", conn.recv())))
+        conn = connect(serving.address, key)
+        conn.send(41)
+        assert conn.recv() == ("echo", 41)
+        thread.join(5)
+        assert errors == []
+        conn.close()
+    finally:
+        serving.stop()
+
+
+def test_an_actors_error_is_raised_in_the_coordinator_and_a_closed_channel_is_a_fault():
+    key = new_key()
+    serving = Serving("127.0.0.1", key)
+    peer = []
+
+    def serve():
+        peer.append(serving.accept())
+        peer[0].recv()
+        raise ValueError("a bug in the round")      # Serving sends the traceback to the coordinator
+
+    serving.start(serve, lambda text: peer[0].send(RemoteError(text)))
+    conn = connect(serving.address, key)
+    conn.send("round")
+    with pytest.raises(RemoteError, match="ValueError: a bug in the round"):
+        receive([conn], 10.0, lambda n: TimeoutError(n))
+    serving.thread.join(5)
+    assert not serving.thread.is_alive()           # the thread ended and closed its side
+    with pytest.raises(ChannelBroken):
+        receive([conn], 10.0, lambda n: TimeoutError(n))
+    conn.close()
+
+
+def test_a_silent_channel_reaches_the_timeout_and_stop_ends_a_blocked_thread():
+    key = new_key()
+    serving = Serving("127.0.0.1", key)
+    blocked = threading.Event()
+
+    def serve():
+        conn = serving.accept()
+        blocked.set()
+        conn.recv()          # blocks until stop() shuts the socket down
+
+    serving.start(serve, lambda text: None)
+    conn = connect(serving.address, key)
+    with pytest.raises(TimeoutError):
+        receive([conn], 0.2, lambda n: TimeoutError(f"{n} silent"))
+    assert blocked.wait(5)
+    serving.stop(timeout=5)
+    assert not serving.thread.is_alive()
+    with pytest.raises(OSError):   # the listening socket is closed too
+        socket.create_connection(serving.address, timeout=1)
+    conn.close()
