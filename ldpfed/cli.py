@@ -115,8 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="ray engine: population actors per group of a tree-shaped round (the driver calls one "
                           "leader per group; 0 or 1: flat; default: flat below 32 actors, ~sqrt(actors) above)")
     run.add_argument("--transport", choices=["ray", "direct"], default=None,
-                     help="ray engine: the rounds' messages as Ray calls (default), or over authenticated sockets "
-                          "between the same actors (faster per round; flat rounds, not with --trust shuffle)")
+                     help="ray engine: the rounds' messages over authenticated sockets between the actors "
+                          "(direct: faster per round; flat rounds, not with --trust shuffle) or as Ray calls; "
+                          "default: direct where it can run (not for --group-size above 1 or --trust shuffle)")
     run.add_argument("--out", type=Path, default=None,
                      help="write the results table (Parquet) and summary here; checkpoints go to OUT/checkpoint")
     run.add_argument("--resume", type=Path, default=None, metavar="DIR",

@@ -42,6 +42,7 @@ def test_equals_single_process_for_any_shards_actors_and_mode(ray_session, algor
         assert_same(local, remote)
         s = remote.summary
         assert (s["engine"], s["actors"], s["shards"], s["mode"]) == ("ray", actors, shards, mode)
+        assert (s["transport"], s["transport_fallback"]) == ("direct", None)    # the default for flat rounds
         assert s["groups"] == actors                  # few actors: flat by default
         assert s["rejected_messages"] == 0
         assert s["messages"] == config.users          # every user sent one privatized message
@@ -107,10 +108,10 @@ def test_model_by_value_or_through_the_object_store_same_result(ray_session, mon
     puts = []
     real_put = ray.put
     monkeypatch.setattr(ray_engine.ray, "put", lambda value, **kw: puts.append(1) or real_put(value, **kw))
-    assert_same(local, run_ray(config, actors=2))
+    assert_same(local, run_ray(config, actors=2, transport="ray"))    # the Ray transport's calls carry the model
     assert puts == []                                     # d = 3: by value
     monkeypatch.setattr(ray_engine, "INLINE_MODEL_BYTES", 0)
-    assert_same(local, run_ray(config, actors=2))
+    assert_same(local, run_ray(config, actors=2, transport="ray"))
     assert len(puts) == config.rounds                     # one put per round
     assert_same(local, run_ray(config, actors=3, group_size=2))      # the leaders pass the ref on to their members
     assert len(puts) == 2 * config.rounds
@@ -144,7 +145,7 @@ def test_max_in_flight_bounds_calls_and_keeps_the_result(ray_session):
     from ldpfed.engine.ray_engine import run_ray
 
     config = small(LDP[0] if LDP else "uniform", populations=4)
-    assert_same(run_local(config), run_ray(config, actors=4, shards=2, max_in_flight=1))
+    assert_same(run_local(config), run_ray(config, actors=4, shards=2, max_in_flight=1, transport="ray"))
 
 
 # ---- malformed and duplicate messages ---------------------------------------------------------------------

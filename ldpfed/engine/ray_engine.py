@@ -39,6 +39,7 @@ import os
 import signal
 import threading
 import time
+import warnings
 
 import numpy as np
 import ray
@@ -470,10 +471,13 @@ class RayBackend(Backend):
     the number of actors (`auto_group_size`). The shuffle trust model is always flat. A dead member fails its
     leader's call: the round is redone as for any dead actor.
 
-    transport: how the rounds' messages travel. "ray" (default): Ray calls and objects, as above. "direct": over
+    transport: how the rounds' messages travel. "ray": Ray calls and objects, as above. "direct": over
     authenticated sockets between the coordinator, the population actors and the shards (ldpfed.engine.channels),
     ~0.6 ms of CPU less per message on each side than a Ray call (docs/scaling.md); flat rounds only, not under the
     shuffle trust model; the actors, their placement and recovery stay Ray's. The results are the same bit for bit.
+    None (default): "direct", except for a tree (group_size > 1) or the shuffle trust model ("ray"), and if the
+    channels cannot be opened before the run's first round (e.g. a firewall between the nodes' processes), the run
+    goes on with Ray calls, with a warning (`transport_fallback` in the summary says why).
     """
 
     name = "ray"
@@ -482,15 +486,8 @@ class RayBackend(Backend):
                  max_in_flight: int | None = None, layout: str | None = None, round_timeout: float | None = None,
                  timeout_factor: float = 10.0, min_round_timeout: float = 5.0, first_round_timeout: float = 120.0,
                  probe_timeout: float = 2.0, max_recoveries: int = 10, spares: int = 0,
-                 group_size: int | None = None, transport: str = "ray"):
+                 group_size: int | None = None, transport: str | None = None):
         self.actors = _check_int("actors", actors)
-        if transport not in TRANSPORTS:
-            raise ConfigError("transport", transport, f"choose from {list(TRANSPORTS)}")
-        if transport == "direct" and group_size is not None and group_size > 1:
-            raise ConfigError("group_size", group_size, "the direct transport runs flat rounds (group_size 1): "
-                                                        "the coordinator's work per actor is one socket write")
-        self.transport = transport
-        self.channels = None         # transport "direct": the coordinator's connections, opened for the first round
         self.shards = _check_int("shards", shards)
         if mode not in MODES:
             raise ConfigError("mode", mode, f"choose from {list(MODES)}")
@@ -500,6 +497,17 @@ class RayBackend(Backend):
         self.max_in_flight = None if max_in_flight is None else _check_int("max_in_flight", max_in_flight)
         # None: chosen by the number of actors (`auto_group_size`); 0 or 1: the flat shape
         self.group_size = None if group_size is None else max(1, _check_int("group_size", group_size, low=0))
+        if transport not in (None, *TRANSPORTS):
+            raise ConfigError("transport", transport, f"choose from {list(TRANSPORTS)}")
+        tree = (self.group_size or 1) > 1
+        if transport == "direct" and tree:
+            raise ConfigError("group_size", group_size, "the direct transport runs flat rounds (group_size 1): "
+                                                        "the coordinator's work per actor is one socket write")
+        self.transport_asked = transport      # None: direct, unless the run needs Ray calls (see open)
+        self.transport = transport or ("ray" if tree else "direct")
+        self.transport_fallback = None        # why the default direct transport fell back to Ray calls, if it did
+        self.direct_rounds = 0
+        self.channels = None         # transport "direct": the coordinator's connections, opened for the first round
         for name, value in (("round_timeout", round_timeout), ("timeout_factor", timeout_factor),
                             ("min_round_timeout", min_round_timeout), ("first_round_timeout", first_round_timeout),
                             ("probe_timeout", probe_timeout)):
@@ -588,6 +596,8 @@ class RayBackend(Backend):
     def open(self, config, algo, env, first_round):
         self.config = config
         check_mode(config, self.mode)
+        if self.transport_asked is None and config.trust == "shuffle":
+            self.transport = "ray"
         check_transport(config, self.transport)
         self.shufflers = config.shufflers if config.trust == "shuffle" else 0
         self.actors = min(self.actors, config.populations)
@@ -699,7 +709,17 @@ class RayBackend(Backend):
     # ---- the direct transport (ldpfed.engine.channels) ------------------------------------------
     def _direct_round(self, model, r, start, stop, deadline):
         if self.channels is None:
-            self._open_channels(deadline)
+            try:
+                self._open_channels(deadline)
+            except ChannelBroken as error:
+                if self.direct_rounds or self.transport_asked == "direct":
+                    raise      # channels that worked in this run, or were asked for: a fault
+                # The default transport could not connect: Ray calls, which need no other ports, for the whole run
+                self._close_channels()
+                self.transport, self.transport_fallback = "ray", describe_error(error)
+                warnings.warn(f"the direct transport could not open its channels ({self.transport_fallback}); "
+                              f"the run goes on with Ray calls (transport 'ray')", RuntimeWarning, stacklevel=2)
+                return self._round(model, r, start, stop, deadline)
         populations, shards = self.channels
         published = model if self.shards_check_model else None
         try:
@@ -712,6 +732,7 @@ class RayBackend(Backend):
         values = receive(populations + list(shards.values()), _left(deadline),
                          lambda n: RoundTimeout(f"round {r}: {n} channels silent at the timeout"))
         self.fold_calls += len(shards)
+        self.direct_rounds += 1
         return self._assemble(r, dict(zip(shards, values[len(populations):])), values[:len(populations)])
 
     def _open_channels(self, deadline: float) -> None:
@@ -832,7 +853,7 @@ class RayBackend(Backend):
         self._close_channels()
         extra = {
             "actors": self.actors, "shards": self.shards, "shufflers": self.shufflers, "mode": self.mode,
-            "transport": self.transport,
+            "transport": self.transport, "transport_fallback": self.transport_fallback,
             "max_in_flight": self.max_in_flight, "groups": len(getattr(self, "groups", ())),
             "shard_layout": self.plan.layout if hasattr(self, "plan") else None, "fold_calls": self.fold_calls,
             "recoveries": len(self.recoveries), "recovery_s": sum(e["recover_s"] for e in self.recoveries),
@@ -960,7 +981,7 @@ def _gather(refs: list, deadline: float, r: int) -> list:
 
 def run_ray(config, *, actors: int = 2, shards: int = 1, mode: str = "pre-aggregated", max_in_flight: int | None = None,
             progress=None, address: str | None = None, layout: str | None = None, checkpointer=None,
-            group_size: int | None = None, transport: str = "ray", **recovery):
+            group_size: int | None = None, transport: str | None = None, **recovery):
     """Run `config` on Ray; returns the same RunResult as `run_local(config)` plus Ray figures in the summary.
 
     actors: population actors (each hosts the populations p with p % actors == its index; at most
@@ -970,9 +991,9 @@ def run_ray(config, *, actors: int = 2, shards: int = 1, mode: str = "pre-aggreg
     callable (users_done, regret), or True for the standard display. address: an existing cluster (default:
     RAY_ADDRESS, else a new local Ray). layout: per-user mode only, "population" (default) or "block" (see
     `ray_shard.make_plan`). checkpointer: see `checkpoint.Checkpointer`. group_size: population actors per group
-    of the tree shape (RayBackend; 0 or 1: flat; default `auto_group_size`). transport: "ray" or "direct" (the
-    rounds' messages over authenticated sockets, flat rounds only; see RayBackend). recovery: RayBackend's timeouts,
-    max_recoveries and spares.
+    of the tree shape (RayBackend; 0 or 1: flat; default `auto_group_size`, which the direct transport makes flat).
+    transport: "ray", "direct" (the rounds' messages over authenticated sockets, flat rounds only) or None (direct
+    where it can run, else ray; see RayBackend). recovery: RayBackend's timeouts, max_recoveries and spares.
     """
     backend = RayBackend(actors, shards, mode, max_in_flight, layout, group_size=group_size, transport=transport,
                          **recovery)

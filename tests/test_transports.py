@@ -1,6 +1,8 @@
-"""The Ray engine's direct transport (the rounds over authenticated sockets, ldpfed.engine.channels): the same results
-as run_local for any actors, shards and mode, the shards' checks as over Ray calls, bad options refused, a wrong key
-refused, an actor's error raised in the coordinator. Its faults (killed and frozen actors) are in test_faults.py."""
+"""The Ray engine's two transports. The default, direct (a flat round's messages over authenticated sockets,
+ldpfed.engine.channels), runs test_ray_engine.py's equality tests; here: Ray calls (transport "ray") give the same
+results as run_local for any actors, shards and mode and for a sample of algorithms; which runs use which transport,
+and the fall back to Ray calls when the channels cannot open; bad options refused; a wrong key refused; an actor's
+error raised in the coordinator. Faults over both transports (killed and frozen actors) are in test_faults.py."""
 import socket
 import threading
 from multiprocessing import AuthenticationError
@@ -18,7 +20,7 @@ from test_ray_engine import LDP, assert_same, small
 
 
 @pytest.mark.parametrize("algorithm", LDP[:1])
-def test_direct_transport_equals_single_process_for_any_shards_actors_and_mode(ray_session, algorithm):
+def test_ray_calls_transport_equals_single_process_for_any_shards_actors_and_mode(ray_session, algorithm):
     from ldpfed.engine.ray_engine import run_ray
 
     config = small(algorithm)
@@ -26,11 +28,11 @@ def test_direct_transport_equals_single_process_for_any_shards_actors_and_mode(r
     spec = make_algorithm(make_env(config), config).message_spec()
     for actors, shards, mode, layout in [(2, 1, "pre-aggregated", None), (3, 4, "pre-aggregated", None),
                                          (3, 2, "per-user", None), (2, 3, "per-user", "block")]:
-        remote = run_ray(config, actors=actors, shards=shards, mode=mode, layout=layout, transport="direct")
+        remote = run_ray(config, actors=actors, shards=shards, mode=mode, layout=layout, transport="ray")
         assert_same(local, remote)
         s = remote.summary
         assert (s["transport"], s["actors"], s["shards"], s["mode"], s["groups"]) == (
-            "direct", actors, shards, mode, actors)
+            "ray", actors, shards, mode, actors)
         assert s["rejected_messages"] == 0 and s["recoveries"] == 0
         # every (population, round) message folded once per shard that owns some of its keys, as over Ray calls
         per_round = config.populations if s["shard_layout"] == "population" else config.populations * min(
@@ -40,19 +42,20 @@ def test_direct_transport_equals_single_process_for_any_shards_actors_and_mode(r
         np.testing.assert_array_equal(local.state[key], remote.state[key])
 
 
-# one per family of messages, and those whose shards check published choices (the scheduled arms of ldp-mab-ucb and
-# sw-klucb-cf) against the model the coordinator sends them on the channel; every algorithm goes over Ray calls in
-# test_ray_engine.py, and the transports carry the same objects
+# every algorithm goes over the default (direct) transport in test_ray_engine.py, and the transports carry the same
+# objects: here over Ray calls, those whose shards check published choices (the scheduled arms of ldp-mab-ucb and
+# sw-klucb-cf) against the model passed in the fold call, and two other families of messages
 SAMPLE = ["ldp-mab-ucb", "sw-klucb-cf", "ldp-gloc", "linucb-dgs"]
 
 
-def test_sample_of_algorithms_over_the_direct_transport(ray_session):
+def test_sample_of_algorithms_over_ray_calls(ray_session):
     # per-user mode: the shards check every user's message
     from ldpfed.engine.ray_engine import run_ray
 
     for algorithm in [name for name in SAMPLE if name in REGISTRY]:
         config = RunConfig(algorithm, users=150, round_size=30, populations=3, seed=2, delta=0.05)
-        remote = run_ray(config, actors=2, shards=2, mode="per-user", transport="direct")
+        remote = run_ray(config, actors=2, shards=2, mode="per-user", transport="ray")
+        assert remote.summary["transport"] == "ray"
         assert_same(run_local(config), remote)
         assert remote.summary["rejected_messages"] == 0, algorithm
 
@@ -72,14 +75,39 @@ def test_direct_transport_bad_options(ray_session):
     assert error.value.field == "transport"
 
 
-def test_the_direct_transport_is_flat_whatever_the_automatic_group_size(ray_session, monkeypatch):
-    # the coordinator writes to each actor's channel: no tree (here the automatic size would make groups of 2)
+def test_which_transport_a_run_uses(ray_session, monkeypatch):
     from ldpfed.engine import ray_engine
 
-    monkeypatch.setattr(ray_engine, "TREE_FROM_ACTORS", 2)
     config = small("uniform", users=120, round_size=40, populations=3)
-    assert ray_engine.run_ray(config, actors=3).summary["groups"] == 2
-    assert ray_engine.run_ray(config, actors=3, transport="direct").summary["groups"] == 3
+    monkeypatch.setattr(ray_engine, "TREE_FROM_ACTORS", 2)    # the automatic size would make groups of 2
+    # the default is direct, and flat: the coordinator writes to each actor's channel, no tree
+    assert [ray_engine.run_ray(config, actors=3).summary[key] for key in ("transport", "groups")] == ["direct", 3]
+    # over Ray calls, the automatic tree; a tree asked for is over Ray calls; so is the shuffle trust model
+    assert ray_engine.run_ray(config, actors=3, transport="ray").summary["groups"] == 2
+    assert ray_engine.run_ray(config, actors=3, group_size=2).summary["transport"] == "ray"
+    if LDP:
+        shuffled = small(LDP[0], users=120, round_size=40, trust="shuffle", shufflers=2)
+        assert ray_engine.run_ray(shuffled, actors=2, mode="per-user").summary["transport"] == "ray"
+
+
+def test_the_default_transport_falls_back_to_ray_calls_when_its_channels_cannot_open(ray_session, monkeypatch):
+    # e.g. a firewall between the nodes' processes: the coordinator cannot connect
+    from ldpfed.engine import ray_engine
+    from ldpfed.engine.ray_engine import RunFault
+
+    def refused(address, key):
+        raise ConnectionRefusedError(f"connecting to {tuple(address)} refused")
+
+    monkeypatch.setattr(ray_engine, "connect", refused)
+    config = small(LDP[0] if LDP else "uniform", users=120, round_size=40, populations=2)
+    with pytest.warns(RuntimeWarning, match="goes on with Ray calls"):
+        remote = ray_engine.run_ray(config, actors=2)
+    assert_same(run_local(config), remote)
+    assert remote.summary["transport"] == "ray" and "refused" in remote.summary["transport_fallback"]
+    assert remote.summary["recoveries"] == 0
+    # asked for by name, it does not fall back: a fault, recovered up to max_recoveries, then the run fails
+    with pytest.raises(RunFault, match="refused"):
+        ray_engine.run_ray(config, actors=2, transport="direct", max_recoveries=1)
 
 
 def _serve_one(serving, handler):
