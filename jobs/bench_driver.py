@@ -4,12 +4,14 @@
     python jobs/bench_driver.py                                    # actors 2..64, shards 1 and 4
     python jobs/bench_driver.py --actors 2,4,8 --shards 1 --rounds 50
     python jobs/bench_driver.py --actors 2,4,8,16,32 --shards 1 --shape flat,tree     # both shapes of a round
+    python jobs/bench_driver.py --actors 2,4,8,16,32,64 --shards 1 --shape flat,tree,direct  # and the direct transport
 
 Each run: ldp-sgd (d = 10, K = 10) with one population per actor and --users-per-population users in each of
 --rounds rounds, so every actor has little work and the round's time is the coordination: the driver's CPU time
 per round (`cpu_s_driver` of the run's summary) and the wall time per round, after an untimed warm-up run that
 starts the actor processes. --shape: flat (the driver calls every actor), tree (groups of ceil(sqrt(actors)), the
-driver calls their leaders; see RayBackend's group_size) or a group size. Fits: per-round cost = a + b x actors
+driver calls their leaders; see RayBackend's group_size) or a group size, all over Ray calls (transport "ray"); or
+direct (a flat round over the direct transport's sockets, the engine's default; ldpfed/engine/channels.py). Fits: per-round cost = a + b x actors
 (least squares), and a + b x groups for a tree, per shape and shard count. Each actor is a process (~150 MB): 64
 actors take ~10 GB on this machine; more needs more memory or nodes.
 """
@@ -32,7 +34,7 @@ def _ints(text):
 def group_size(shape: str, actors: int) -> int:
     from ldpfed.engine.ray_engine import tree_group_size
 
-    return {"flat": 1, "tree": tree_group_size(actors)}.get(shape) or int(shape)
+    return {"flat": 1, "direct": 1, "tree": tree_group_size(actors)}.get(shape) or int(shape)
 
 
 def measure(actors: int, shards: int, rounds: int, per_population: int, mode: str, shape: str = "flat") -> dict:
@@ -40,7 +42,8 @@ def measure(actors: int, shards: int, rounds: int, per_population: int, mode: st
 
     config = RunConfig("ldp-sgd", env="linear", env_params={"d": 10, "K": 10}, populations=actors,
                        round_size=actors * per_population, users=rounds * actors * per_population)
-    options = dict(actors=actors, shards=shards, mode=mode, group_size=group_size(shape, actors))
+    options = dict(actors=actors, shards=shards, mode=mode, group_size=group_size(shape, actors),
+                   transport="direct" if shape == "direct" else "ray")
     run_ray(config.replace(users=2 * config.round_size), **options)   # warm-up
     started = time.perf_counter()
     s = run_ray(config, **options).summary
@@ -59,7 +62,8 @@ def main(argv=None) -> int:
     parser.add_argument("--users-per-population", type=int, default=10)
     parser.add_argument("--mode", default="pre-aggregated", choices=["pre-aggregated", "per-user"])
     parser.add_argument("--shape", type=lambda text: tuple(text.split(",")), default=("flat",),
-                        help="flat, tree (groups of ceil(sqrt(actors))) or a group size; several: flat,tree")
+                        help="flat, tree (groups of ceil(sqrt(actors))) or a group size over Ray calls, or direct "
+                             "(flat over sockets); several: flat,tree,direct")
     args = parser.parse_args(argv)
     import ray
 
@@ -90,7 +94,7 @@ def main(argv=None) -> int:
     for shape in args.shape:
         for shards in args.shards:
             part = [r for r in rows if r["shards"] == shards and r["shape"] == shape]
-            for over in ("actors", "groups") if shape != "flat" else ("actors",):
+            for over in ("actors", "groups") if shape not in ("flat", "direct") else ("actors",):
                 x = np.array([r[over] for r in part], dtype=float)
                 if len(set(x)) < 2:
                     continue
@@ -100,7 +104,7 @@ def main(argv=None) -> int:
                     print(f"fit, {shape}, {shards} shard(s): {key} = {a:.2f} + {b:.3f} x {over}")
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
     rate = None
-    for shape, over in (("flat", "actors"), ("tree", "groups")):     # the model on the fewest shards' fit
+    for shape, over in (("flat", "actors"), ("tree", "groups"), ("direct", "actors")):  # on the fewest shards' fit
         fit = fits.get((shape, min(args.shards), over, "driver_cpu_ms"))
         if fit:
             rate = rate or floor_rate()
@@ -125,13 +129,13 @@ def scale_model(shape: str, shards: int, a: float, b: float, rate: float, share:
     stays under `share` of the round when c <= share (B / (A rate) + c), i.e. B >= A rate c (1 - share) / share.
     One actor per node. In a tree each leader's calls to its members (as many as the groups, in parallel with the
     other leaders') add to the round's serial path about as much again: not counted here."""
-    over = "actors" if shape == "flat" else "groups"
+    over = "groups" if shape == "tree" else "actors"
     print(f"\nscale model, {shape}: one process does {rate:,.0f} users/s of ldp-sgd (d = 10, K = 10); coordinator "
           f"{max(a, 0):.2f} + {b:.3f} ms x {over} ({shards} shard(s)); coordinator under {share:.0%} of a round:")
     print("| nodes (one actor each) | coordinator ms/round | smallest round (users) | its wall time (s) |")
     print("|---:|---:|---:|---:|")
     for nodes in (10, 100, 1000):
-        calls = nodes if shape == "flat" else -(-nodes // group_size("tree", nodes))     # the groups
+        calls = -(-nodes // group_size("tree", nodes)) if shape == "tree" else nodes    # the groups, or the actors
         coordinator = 1e-3 * (max(a, 0.0) + b * calls)
         smallest = nodes * rate * coordinator * (1 - share) / share
         print(f"| {nodes:,} | {1e3 * coordinator:,.1f} | {smallest:,.0f} | {smallest / (nodes * rate) + coordinator:.2f} |")

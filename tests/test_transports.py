@@ -44,8 +44,8 @@ def test_ray_calls_transport_equals_single_process_for_any_shards_actors_and_mod
 
 # every algorithm goes over the default (direct) transport in test_ray_engine.py, and the transports carry the same
 # objects: here over Ray calls, those whose shards check published choices (the scheduled arms of ldp-mab-ucb and
-# sw-klucb-cf) against the model passed in the fold call, and two other families of messages
-SAMPLE = ["ldp-mab-ucb", "sw-klucb-cf", "ldp-gloc", "linucb-dgs"]
+# sw-klucb-cf) against the model passed in the fold call, and another family of messages
+SAMPLE = ["ldp-mab-ucb", "sw-klucb-cf", "ldp-gloc"]
 
 
 def test_sample_of_algorithms_over_ray_calls(ray_session):
@@ -165,6 +165,28 @@ def test_an_actors_error_is_raised_in_the_coordinator_and_a_closed_channel_is_a_
     with pytest.raises(ChannelBroken):
         receive([conn], 10.0, lambda n: TimeoutError(n))
     conn.close()
+
+
+def test_channels_listen_in_the_port_range_asked_for(monkeypatch):
+    from ldpfed.engine import channels
+
+    with socket.socket() as probe:     # a free port, and the one after it (most likely free too)
+        probe.bind(("127.0.0.1", 0))
+        free = probe.getsockname()[1]
+    monkeypatch.setenv(channels.PORTS_VAR, f"{free}-{free + 1}")
+    first = Serving("127.0.0.1", new_key())
+    try:
+        assert first.address[1] == free
+        second = Serving("127.0.0.1", new_key())       # the first port is taken: the next one
+        assert second.address[1] == free + 1
+        with pytest.raises(OSError, match="no free port"):
+            Serving("127.0.0.1", new_key())
+        second.stop()
+    finally:
+        first.stop()
+    monkeypatch.setenv(channels.PORTS_VAR, "twenty")
+    with pytest.raises(OSError, match="expected a range"):
+        Serving("127.0.0.1", new_key())
 
 
 def test_a_silent_channel_reaches_the_timeout_and_stop_ends_a_blocked_thread():

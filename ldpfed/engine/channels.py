@@ -30,6 +30,26 @@ import traceback
 from multiprocessing.connection import Connection, answer_challenge, deliver_challenge, wait
 
 CONNECT_TIMEOUT_S = 10.0
+# The ports a channel may listen on, e.g. "20000-20999" (set in the environment of every node's `ray start`, so a
+# firewall can allow that range between the nodes); unset: any free port.
+PORTS_VAR = "LDPFED_CHANNEL_PORTS"
+
+
+def listen(host: str) -> socket.socket:
+    """A listening socket on `host`: on a free port, or on the first free one of LDPFED_CHANNEL_PORTS."""
+    spec = os.environ.get(PORTS_VAR, "").strip()
+    if not spec:
+        return socket.create_server((host, 0), backlog=128)
+    try:
+        low, high = (int(part) for part in spec.split("-"))
+    except ValueError:
+        raise OSError(f"{PORTS_VAR}={spec!r}: expected a range such as 20000-20999") from None
+    for port in range(low, high + 1):
+        try:
+            return socket.create_server((host, port), backlog=128)
+        except OSError:
+            continue
+    raise OSError(f"no free port in {PORTS_VAR}={spec}")
 
 
 class ChannelBroken(Exception):
@@ -88,7 +108,7 @@ class Serving:
 
     def __init__(self, host: str, key: bytes):
         self.key = key
-        self.listener = _nodelay(socket.create_server((host, 0), backlog=128))
+        self.listener = _nodelay(listen(host))
         self.address = self.listener.getsockname()[:2]
         self.conns: list[Connection] = []
         self.thread: threading.Thread | None = None
