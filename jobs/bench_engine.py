@@ -5,6 +5,7 @@
     python jobs/bench_engine.py --users 10000000     # ldp-sgd at 1e6 then 1e7 users: peak RSS at both
     python jobs/bench_engine.py --before /tmp/before # the floor of an older checkout against this one's
     python jobs/bench_engine.py --lockstep           # the work's CPU in 2 plain processes, round by round (no Ray)
+    python jobs/bench_engine.py --round-size 100000 --rounds 30     # the speed comparison at B = 1e5, 30 rounds
 
 Default mode: for each algorithm, in the same run, on the same config:
   * baseline: `run_local` with the contexts drawn as before ldpfed/envs/sphere.py (numpy normals, then a norm):
@@ -334,6 +335,9 @@ def main(argv=None) -> int:
     parser.add_argument("--d", type=int, default=10)
     parser.add_argument("--K", type=int, default=10)
     parser.add_argument("--round-size", type=int, default=10_000)
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="the speed comparison on this many rounds (users = rounds x round size, any number; "
+                             "--users above 1e6 alone runs the memory check instead)")
     parser.add_argument("--populations", type=int, default=8)
     parser.add_argument("--actors", type=int, default=2)
     parser.add_argument("--shards", type=int, default=1)
@@ -368,6 +372,9 @@ def main(argv=None) -> int:
             return compare_before(args)
         if args.lockstep:
             return lockstep(args)
+        if args.rounds is not None:
+            args.users = args.rounds * args.round_size
+            return floor_vs_ray(args)
         return memory(args) if args.users > 10**6 else floor_vs_ray(args)
     finally:
         if started:
