@@ -36,6 +36,7 @@ from __future__ import annotations
 import collections
 import math
 import os
+import pickle
 import signal
 import threading
 import time
@@ -722,9 +723,10 @@ class RayBackend(Backend):
                 return self._round(model, r, start, stop, deadline)
         populations, shards = self.channels
         published = model if self.shards_check_model else None
+        request = pickle.dumps((model, r, start, stop), protocol=pickle.HIGHEST_PROTOCOL)    # once for all actors
         try:
             for conn in populations:
-                conn.send((model, r, start, stop))
+                conn.send_bytes(request)
             for conn in shards.values():
                 conn.send((r, published))
         except OSError as error:
