@@ -36,6 +36,8 @@ def main(argv=None) -> int:
     parser.add_argument("--node-share", type=float, default=0.3, help="share of the faults that kill a node")
     parser.add_argument("--seed", type=int, default=0, help="the fault schedule's seed (the run's seed is 0)")
     parser.add_argument("--round-timeout", type=float, default=None)
+    parser.add_argument("--transport", default=None, choices=["ray", "direct"],
+                        help="the Ray engine's transport (default: the engine's, direct for these flat rounds)")
     parser.add_argument("--mode", default="pre-aggregated", choices=["pre-aggregated", "per-user"],
                         help="per-user: the shards get, check and sum every user's message (the harder soak, and the "
                              "cheaper comparison: the single-process run takes a fraction of the soak's time)")
@@ -44,13 +46,14 @@ def main(argv=None) -> int:
                        populations=args.populations, env_params={"d": 10, "K": 10})
     print(f"chaos soak: {config.algorithm} T={config.users:,} B={config.round_size:,} ({args.mode}), a fault every "
           f"{args.every:g} s (nodes {args.node_share:.0%}); load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs", flush=True)
-    options = {"mode": args.mode, **({} if args.round_timeout is None else {"round_timeout": args.round_timeout})}
+    options = {"mode": args.mode, "transport": args.transport,
+               **({} if args.round_timeout is None else {"round_timeout": args.round_timeout})}
     bar = Progress(config.users, label="soak")
     out = chaos_soak(config, args.every, args.seed, options, args.node_share, progress=bar)
     bar.close()
     result = out["result"]
     print(f"soak: {out['wall_s']:,.0f} s, {config.users / out['wall_s']:,.0f} users/s, {len(out['faults'])} faults, "
-          f"{len(out['recoveries'])} recoveries", flush=True)
+          f"{len(out['recoveries'])} recoveries; transport {result.summary['transport']}", flush=True)
     t0 = time.perf_counter()
     same = result.table.equals(run_local(config).table)
     print(f"undisturbed single-process run: {time.perf_counter() - t0:,.0f} s; identical table: {same}")
