@@ -254,4 +254,7 @@ def test_ray_config_is_valid_pins_its_ports_and_lists_each_one():
         assert len(ports) >= 6, start
         for port in ports:
             assert re.search(rf"\b{port}\b", comments) and re.search(rf"\b{port}\b", readme), port
+        # the direct transport's channels listen in a pinned range, named in both lists too
+        channel_ports = re.search(r"LDPFED_CHANNEL_PORTS=(\d+-\d+)", start).group(1)
+        assert channel_ports in comments and channel_ports in readme
     assert "chmod 600 ~/.ray/auth_token" in " ".join(config["setup_commands"])
