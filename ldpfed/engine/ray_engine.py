@@ -61,7 +61,30 @@ from ldpfed.shuffling import shard_of_chunk, shuffle_share
 from ldpfed.threads import limit as limit_threads
 
 
-class PopulationActor:
+class ServesRounds:
+    """What the actors that serve rounds over channels (transport "direct") share: one `Serving` at a time, closed
+    before the next one and before the actor is configured for another run."""
+
+    serving = None
+
+    def _serve(self, key: bytes, serve):
+        """Run serve(serving, coordinator) on a new Serving's thread; `coordinator` is the list that holds the
+        coordinator's connection once the loop accepted it, where an exception's traceback goes. Returns the
+        address it listens on."""
+        self.close_channel()
+        serving = self.serving = Serving(ray.util.get_node_ip_address(), key)
+        coordinator = []
+        serving.start(lambda: serve(serving, coordinator),
+                      lambda text: coordinator and coordinator[0].send(RemoteError(text)))
+        return serving.address
+
+    def close_channel(self) -> None:
+        if self.serving is not None:
+            self.serving.stop()
+            self.serving = None
+
+
+class PopulationActor(ServesRounds):
     """Hosts a fixed set of logical populations; builds its env and algorithm (client half) once per run.
 
     An actor process can be reused by the next run in the same Ray session (`configure` replaces everything):
@@ -118,11 +141,7 @@ class PopulationActor:
         active shard (saying which actor this is), take the coordinator's connection, then for each (model, round,
         start, stop) it sends, run the round, send each shard its objects and the coordinator the metrics.
         Returns the address the coordinator connects to."""
-        self.close_channel()
-        serving = self.serving = Serving(ray.util.get_node_ip_address(), key)
-        coordinator = []
-
-        def serve():
+        def serve(serving, coordinator):
             shards = {s: serving.connect(address) for s, address in shard_addresses.items()}
             for conn in shards.values():
                 conn.send(index)
@@ -133,13 +152,7 @@ class PopulationActor:
                     conn.send(objects[s])
                 coordinator[0].send(metrics)
 
-        serving.start(serve, lambda text: coordinator and coordinator[0].send(RemoteError(text)))
-        return serving.address
-
-    def close_channel(self) -> None:
-        if getattr(self, "serving", None) is not None:
-            self.serving.stop()
-            self.serving = None
+        return self._serve(key, serve)
 
     def run_group(self, boxed_model, round_index: int, start: int, stop: int, members: list | None):
         """The round of a group of actors whose leader this one is (the tree shape): (*one ref per shard, to the
@@ -215,13 +228,12 @@ class ShufflerActor:
                 "peak_rss": peak_rss_bytes(), "pid": os.getpid(), "cpu_s": time.process_time()}
 
 
-class ShardActor:
+class ShardActor(ServesRounds):
     """A server shard: keeps the aggregates of its keys (see `ray_shard.ShardCore`)."""
 
     def __init__(self, config=None, plan=None, shard: int = 0, max_open_rounds: int = 1, first_round: int = 0,
                  check_domains: bool = True):
         self.lock = threading.Lock()   # the shard's state: its channel's thread folds, Ray calls rewind and read it
-        self.serving = None
         if config is not None:
             self.configure(config, plan, shard, max_open_rounds, first_round, check_domains)
 
@@ -292,11 +304,7 @@ class ShardActor:
         of the coordinator and of the `actors` population actors (each says who it is), then for each (round,
         published model) the coordinator sends, fold one batch from each population actor, in actor order, and send
         the coordinator what `fold_round` returns. Returns the address to connect to."""
-        self.close_channel()
-        serving = self.serving = Serving(ray.util.get_node_ip_address(), key)
-        coordinator = []
-
-        def serve():
+        def serve(serving, coordinator):
             peers = {}
             while len(peers) < actors + 1:
                 conn = serving.accept()
@@ -309,13 +317,7 @@ class ShardActor:
                     result = self._fold_round(round_index, (conn.recv() for conn in populations), model)
                 coordinator[0].send(result)
 
-        serving.start(serve, lambda text: coordinator and coordinator[0].send(RemoteError(text)))
-        return serving.address
-
-    def close_channel(self) -> None:
-        if getattr(self, "serving", None) is not None:
-            self.serving.stop()
-            self.serving = None
+        return self._serve(key, serve)
 
 
 # How a round's messages travel (RayBackend's transport).
