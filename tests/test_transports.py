@@ -5,6 +5,7 @@ and the fall back to Ray calls when the channels cannot open; bad options refuse
 error raised in the coordinator. Faults over both transports (killed and frozen actors) are in test_faults.py."""
 import socket
 import threading
+import time
 from multiprocessing import AuthenticationError
 
 import numpy as np
@@ -187,6 +188,41 @@ def test_channels_listen_in_the_port_range_asked_for(monkeypatch):
     monkeypatch.setenv(channels.PORTS_VAR, "twenty")
     with pytest.raises(OSError, match="expected a range"):
         Serving("127.0.0.1", new_key())
+
+
+def test_a_watchdog_ends_a_send_blocked_on_a_peer_that_stopped_reading_and_a_handshake_that_never_comes():
+    from ldpfed.engine.channels import watchdog
+
+    key = new_key()
+    serving = Serving("127.0.0.1", key)
+    accepted = threading.Event()
+
+    def serve():
+        serving.accept()
+        accepted.set()
+        threading.Event().wait(30)     # never reads: a frozen peer
+
+    serving.start(serve, lambda text: None)
+    conn = connect(serving.address, key)
+    assert accepted.wait(5)
+    big = b"x" * (64 * 2**20)          # far more than the sockets buffer
+    started = time.perf_counter()
+    with pytest.raises(OSError):
+        with watchdog([conn], 0.5):
+            conn.send_bytes(big)
+    assert time.perf_counter() - started < 10
+    serving.stop(timeout=1)
+    conn.close()
+    # a listener that accepts the TCP connection and never starts the handshake
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        from ldpfed.engine import channels
+
+        started = time.perf_counter()
+        with pytest.raises((EOFError, OSError)):
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(channels, "CONNECT_TIMEOUT_S", 0.5)
+                connect(silent.getsockname()[:2], key)
+        assert time.perf_counter() - started < 10
 
 
 def test_a_silent_channel_reaches_the_timeout_and_stop_ends_a_blocked_thread():

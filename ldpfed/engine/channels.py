@@ -27,6 +27,7 @@ import socket
 import threading
 import time
 import traceback
+from contextlib import contextmanager
 from multiprocessing.connection import Connection, answer_challenge, deliver_challenge, wait
 
 CONNECT_TIMEOUT_S = 10.0
@@ -70,13 +71,29 @@ def _nodelay(sock: socket.socket) -> socket.socket:
 
 
 def connect(address, key: bytes) -> Connection:
-    """A client connection to `address`, authenticated both ways with `key`."""
+    """A client connection to `address`, authenticated both ways with `key` (within CONNECT_TIMEOUT_S: a peer that
+    accepts and then never answers, e.g. a frozen process, fails it)."""
     sock = socket.create_connection(tuple(address), timeout=CONNECT_TIMEOUT_S)
     sock.settimeout(None)
     conn = Connection(_nodelay(sock).detach())
-    answer_challenge(conn, key)
-    deliver_challenge(conn, key)
+    with watchdog([conn], CONNECT_TIMEOUT_S):
+        answer_challenge(conn, key)
+        deliver_challenge(conn, key)
     return conn
+
+
+@contextmanager
+def watchdog(conns, seconds: float):
+    """Shut `conns` down if the block has not ended within `seconds`: a call blocked on a peer that stopped reading or
+    answering (a frozen process) then fails instead of waiting for ever. (A Connection's fd is blocking: a socket
+    timeout cannot be used.)"""
+    timer = threading.Timer(max(0.0, seconds), lambda: [_wake(conn) for conn in conns])
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 def _wake(conn) -> None:

@@ -34,6 +34,7 @@ keep one round's totals.
 from __future__ import annotations
 
 import collections
+import contextlib
 import math
 import os
 import pickle
@@ -47,7 +48,8 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ldpfed.algorithms import make_algorithm
-from ldpfed.engine.channels import ChannelBroken, RemoteError, Serving, close_all, connect, new_key, receive
+from ldpfed.engine.channels import (ChannelBroken, RemoteError, Serving, close_all, connect, new_key, receive,
+                                    watchdog)
 from ldpfed.engine.core import PopulationRow, join_pieces, population_users, shuffler_pieces, simulate_population
 from ldpfed.engine.driver import Backend, drive
 from ldpfed.engine.ray_security import disable_metrics_export, enable_token_auth
@@ -726,11 +728,17 @@ class RayBackend(Backend):
         populations, shards = self.channels
         published = model if self.shards_check_model else None
         request = pickle.dumps((model, r, start, stop), protocol=pickle.HIGHEST_PROTOCOL)    # once for all actors
+        # A send blocks only when its peer stopped reading (a frozen actor) and the request is larger than what the
+        # sockets buffer (a few hundred KiB on Linux): a large one goes under a watchdog that ends it at the
+        # round's deadline (a thread per round: not for the small requests of most rounds)
+        guard = watchdog(populations + list(shards.values()), _left(deadline)) if len(request) > INLINE_MODEL_BYTES \
+            else contextlib.nullcontext()
         try:
-            for conn in populations:
-                conn.send_bytes(request)
-            for conn in shards.values():
-                conn.send((r, published))
+            with guard:
+                for conn in populations:
+                    conn.send_bytes(request)
+                for conn in shards.values():
+                    conn.send((r, published))
         except OSError as error:
             raise ChannelBroken(f"round {r}: {describe_error(error)}") from error
         values = receive(populations + list(shards.values()), _left(deadline),
