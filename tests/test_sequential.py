@@ -68,7 +68,16 @@ def assert_same_run(a, b, rtol=1e-9):
             np.testing.assert_allclose(value, b.state[key], rtol=rtol, atol=1e-12, err_msg=key)
 
 
-@pytest.mark.parametrize("algorithm,env,env_params", CASES)
+# Every kernel runs in the default suite on at least one env; these further env kinds of the multi-parameter kernels
+# (each compiles its own kernel: 9-14 s apiece on 2 cores) run with the slow tests (jobs/slow_tests.py), so the
+# default suite stays under 15 minutes.
+SLOW_CASES = [("ldp-ols-multi", "logistic-multi"), ("ldp-ols-multi", "poisson-multi"),
+              ("ldp-ols-multi", "classification"), ("ldp-sgd-multi", "poisson-multi"),
+              ("ldp-sgd-multi", "classification")]
+
+
+@pytest.mark.parametrize("algorithm,env,env_params", [
+    pytest.param(*case, marks=pytest.mark.slow) if case[:2] in SLOW_CASES else case for case in CASES])
 def test_the_sequential_loop_reproduces_the_round_engine_on_its_draws(algorithm, env, env_params):
     config = RunConfig(algorithm, env=env, users=160, seed=5, env_params=env_params)
     if env_params.get("contexts") == "gaussian":

@@ -27,8 +27,7 @@ def test_ray_calls_transport_equals_single_process_for_any_shards_actors_and_mod
     config = small(algorithm)
     local = run_local(config)
     spec = make_algorithm(make_env(config), config).message_spec()
-    for actors, shards, mode, layout in [(2, 1, "pre-aggregated", None), (3, 4, "pre-aggregated", None),
-                                         (3, 2, "per-user", None), (2, 3, "per-user", "block")]:
+    for actors, shards, mode, layout in [(3, 4, "pre-aggregated", None), (2, 3, "per-user", "block")]:
         remote = run_ray(config, actors=actors, shards=shards, mode=mode, layout=layout, transport="ray")
         assert_same(local, remote)
         s = remote.summary
@@ -45,8 +44,8 @@ def test_ray_calls_transport_equals_single_process_for_any_shards_actors_and_mod
 
 # every algorithm goes over the default (direct) transport in test_ray_engine.py, and the transports carry the same
 # objects: here over Ray calls, those whose shards check published choices (the scheduled arms of ldp-mab-ucb and
-# sw-klucb-cf) against the model passed in the fold call, and another family of messages
-SAMPLE = ["ldp-mab-ucb", "sw-klucb-cf", "ldp-gloc"]
+# sw-klucb-cf) against the model passed in the fold call
+SAMPLE = ["ldp-mab-ucb", "sw-klucb-cf"]
 
 
 def test_sample_of_algorithms_over_ray_calls(ray_session):
