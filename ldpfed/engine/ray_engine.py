@@ -290,6 +290,10 @@ class ShardActor(ServesRounds):
         return self.core.collect(round_index), accepted, rejected
 
     def rewind(self, round_index: int) -> None:
+        # The round is redone: a serving thread still waiting for it (for a population actor on a frozen node, whose
+        # socket stays open and which Ray cannot kill yet) is stopped first, so it neither holds the lock nor folds
+        # late; the coordinator opens new channels for the redone round.
+        self.close_channel()
         with self.lock:
             self.core.rewind(round_index)
 
@@ -298,6 +302,7 @@ class ShardActor(ServesRounds):
             return self.core.peek(round_index)
 
     def stats(self) -> dict:
+        self.close_channel()      # asked at the end of a run (or before its channels open): its rounds are over
         with self.lock:
             return {**self.core.stats(), "pid": os.getpid(), "cpu_s": time.process_time()}
 
