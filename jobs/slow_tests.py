@@ -5,7 +5,7 @@ submit`, the example plugin on 3 nodes, a node killed or frozen mid-run, a plugi
 environment variable), long fault scenarios, the jobs' and the sweep/ui's end-to-end runs, the network-namespace
 cluster (root only).
 
-    python jobs/slow_tests.py              # every slow test (~8 minutes on the project's 2-core machine)
+    python jobs/slow_tests.py              # every slow test (~10 minutes on the project's 2-core machine)
     python jobs/slow_tests.py -k node      # pytest's own options pass through
 """
 import subprocess
