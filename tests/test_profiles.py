@@ -173,7 +173,8 @@ def test_sequential_kernels_mirror_the_authors_code_profile(algorithm, env):
 
 
 @pytest.mark.parametrize("algorithm,env", [("ldp-sgd-multi", "linear-multi"), ("ldp-ols-multi", "linear-multi"),
-                                           ("ldp-sgd-multi", "logistic-multi")])
+                                           # a second env of the same kernel: with the slow tests (the suite's time)
+                                           pytest.param("ldp-sgd-multi", "logistic-multi", marks=pytest.mark.slow)])
 def test_sequential_kernels_mirror_the_authors_multi_parameter_code(algorithm, env):
     """The authors' multi-parameter code on the compiled sequential engine: fed the generic engine's draws it
     reproduces run_local (unclipped N(0, I_d) contexts, the SGD's OLS warm-up and its one K d-dimensional l2-ball

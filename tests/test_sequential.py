@@ -72,8 +72,8 @@ def assert_same_run(a, b, rtol=1e-9):
 # (each compiles its own kernel: 9-14 s apiece on 2 cores) run with the slow tests (jobs/slow_tests.py), so the
 # default suite stays under 15 minutes.
 SLOW_CASES = [("ldp-ols-multi", "logistic-multi"), ("ldp-ols-multi", "poisson-multi"),
-              ("ldp-ols-multi", "classification"), ("ldp-sgd-multi", "poisson-multi"),
-              ("ldp-sgd-multi", "classification")]
+              ("ldp-ols-multi", "classification"), ("ldp-sgd-multi", "logistic-multi"),
+              ("ldp-sgd-multi", "poisson-multi"), ("ldp-sgd-multi", "classification"), ("ols-multi", "classification")]
 
 
 @pytest.mark.parametrize("algorithm,env,env_params", [
