@@ -11,9 +11,9 @@ Each run: ldp-sgd (d = 10, K = 10) with one population per actor and --users-per
 per round (`cpu_s_driver` of the run's summary) and the wall time per round, after an untimed warm-up run that
 starts the actor processes. --shape: flat (the driver calls every actor), tree (groups of ceil(sqrt(actors)), the
 driver calls their leaders; see RayBackend's group_size) or a group size, all over Ray calls (transport "ray"); or
-direct (a flat round over the direct transport's sockets, the engine's default; ldpfed/engine/channels.py). Fits: per-round cost = a + b x actors
-(least squares), and a + b x groups for a tree, per shape and shard count. Each actor is a process (~150 MB): 64
-actors take ~10 GB on this machine; more needs more memory or nodes.
+direct (a flat round over the direct transport's sockets, the engine's default; ldpfed/engine/channels.py). Fits:
+per-round cost = a + b x actors (least squares), and a + b x groups for a tree, per shape and shard count. Each
+actor is a process (~150 MB): 64 actors take ~10 GB on this machine; more needs more memory or nodes.
 """
 from __future__ import annotations
 

@@ -45,7 +45,8 @@ def main(argv=None) -> int:
     config = RunConfig(args.algorithm, env="linear", users=args.users, round_size=args.round_size,
                        populations=args.populations, env_params={"d": 10, "K": 10})
     print(f"chaos soak: {config.algorithm} T={config.users:,} B={config.round_size:,} ({args.mode}), a fault every "
-          f"{args.every:g} s (nodes {args.node_share:.0%}); load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs", flush=True)
+          f"{args.every:g} s (nodes {args.node_share:.0%}); load average {os.getloadavg()[0]:.1f} on "
+          f"{os.cpu_count()} CPUs", flush=True)
     options = {"mode": args.mode, "transport": args.transport,
                **({} if args.round_timeout is None else {"round_timeout": args.round_timeout})}
     bar = Progress(config.users, label="soak")

@@ -129,7 +129,6 @@ class Serving:
         self.address = self.listener.getsockname()[:2]
         self.conns: list[Connection] = []
         self.thread: threading.Thread | None = None
-        self.lock = threading.Lock()
 
     def accept(self) -> Connection:
         sock, _ = self.listener.accept()

@@ -256,6 +256,11 @@ class ShardActor(ServesRounds):
         return ray.get_runtime_context().get_node_id()
 
     def fold(self, *batches, sent_at=None):
+        return self._fold_each(batches, sent_at)
+
+    def _fold_each(self, batches, sent_at=None) -> tuple[int, int]:
+        """(accepted, rejected) of folding `batches`, any iterable (the direct transport's receives each batch when it
+        is its turn, so the first is folded while the next is still on its way)."""
         accepted = rejected = 0
         for batch in batches:
             a, r = self.core.fold(batch, sent_at=sent_at)
@@ -279,14 +284,10 @@ class ShardActor(ServesRounds):
         return self._fold_round(round_index, batches, model)
 
     def _fold_round(self, round_index: int, batches, model):
-        """fold_round's work; batches: any iterable (the direct transport receives each batch when it is its turn,
-        so the first is folded while the next is still on its way)."""
+        """fold_round's work, on any iterable of batches (`_fold_each`)."""
         if model is not None:
             self.core.publish(round_index, model)
-        accepted, rejected = 0, 0
-        for batch in batches:
-            a, r = self.fold(batch)
-            accepted, rejected = accepted + a, rejected + r
+        accepted, rejected = self._fold_each(batches)
         return self.core.collect(round_index), accepted, rejected
 
     def rewind(self, round_index: int) -> None:
@@ -731,13 +732,13 @@ class RayBackend(Backend):
                               f"the run goes on with Ray calls (transport 'ray')", RuntimeWarning, stacklevel=2)
                 return self._round(model, r, start, stop, deadline)
         populations, shards = self.channels
+        conns = populations + list(shards.values())
         published = model if self.shards_check_model else None
         request = pickle.dumps((model, r, start, stop), protocol=pickle.HIGHEST_PROTOCOL)    # once for all actors
         # A send blocks only when its peer stopped reading (a frozen actor) and the request is larger than what the
         # sockets buffer (a few hundred KiB on Linux): a large one goes under a watchdog that ends it at the
         # round's deadline (a thread per round: not for the small requests of most rounds)
-        guard = watchdog(populations + list(shards.values()), _left(deadline)) if len(request) > INLINE_MODEL_BYTES \
-            else contextlib.nullcontext()
+        guard = watchdog(conns, _left(deadline)) if len(request) > INLINE_MODEL_BYTES else contextlib.nullcontext()
         try:
             with guard:
                 for conn in populations:
@@ -746,7 +747,7 @@ class RayBackend(Backend):
                     conn.send((r, published))
         except OSError as error:
             raise ChannelBroken(f"round {r}: {describe_error(error)}") from error
-        values = receive(populations + list(shards.values()), _left(deadline),
+        values = receive(conns, _left(deadline),
                          lambda n: RoundTimeout(f"round {r}: {n} channels silent at the timeout"))
         self.fold_calls += len(shards)
         self.direct_rounds += 1
@@ -880,8 +881,8 @@ class RayBackend(Backend):
             return extra
         try:
             counts = self.counts()
-            stats = ray.get([self.handles[(kind, i)].stats.remote() for kind in self.KINDS for i in range(counts[kind])],
-                            timeout=self.first_round_timeout)
+            stats = ray.get([self.handles[(kind, i)].stats.remote() for kind in self.KINDS
+                             for i in range(counts[kind])], timeout=self.first_round_timeout)
             pop_stats, stats = stats[:self.actors], stats[self.actors:]
             shuffler_stats, shard_stats = stats[:self.shufflers], stats[self.shufflers:]
         except FAULTS as error:   # the rounds are done; only the figures below are lost
