@@ -7,6 +7,9 @@ cluster (root only).
 
     python jobs/slow_tests.py              # every slow test (~10 minutes on the project's 2-core machine)
     python jobs/slow_tests.py -k node      # pytest's own options pass through
+
+They run one at a time (`-n 0`; the default suite runs on pytest-xdist workers): each starts clusters of its own and
+times their faults.
 """
 import subprocess
 import sys
@@ -15,7 +18,7 @@ from pathlib import Path
 
 if __name__ == "__main__":
     started = time.perf_counter()
-    code = subprocess.call([sys.executable, "-m", "pytest", "-m", "slow", "-q", *sys.argv[1:]],
+    code = subprocess.call([sys.executable, "-m", "pytest", "-m", "slow", "-q", "-n", "0", *sys.argv[1:]],
                            cwd=Path(__file__).resolve().parent.parent)
     print(f"slow tests: exit {code} after {time.perf_counter() - started:.0f} s")
     sys.exit(code)

@@ -30,3 +30,11 @@ def ray_session():
 
         IDLE_ACTORS.clear()
         ray.shutdown()
+
+
+def pytest_collection_modifyitems(config, items):
+    # Under pytest-xdist (pyproject's `-n 2`): every test on the shared Ray instance runs in one worker, so there is
+    # one such instance, not one per worker.
+    for item in items:
+        if "ray_session" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("ray"))
