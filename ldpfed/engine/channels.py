@@ -9,7 +9,8 @@ the rounds (`RayBackend` with transport="direct"):
 * the coordinator sends each population actor (model, round, start, stop), and each shard (round, published model);
 * a population actor runs the round (`PopulationActor.run_round`, the same code as over Ray), sends each shard its
   objects for that shard and the coordinator its metrics;
-* a shard folds its populations' objects in actor order (`ShardActor.fold_round`, the same checks of every message)
+* a shard folds its populations' objects as they arrive, adding them in actor order (`ShardActor.fold_round`, the
+  same checks of every message)
   and sends its totals to the coordinator.
 So the results are the Ray transport's, bit for bit.
 
@@ -173,6 +174,17 @@ class Serving:
         self._close()
         if self.thread is not None and self.thread is not threading.current_thread():
             self.thread.join(timeout)
+
+
+def as_ready(conns: list):
+    """One message from each of `conns`, yielded in the order they arrive (a shard validates a batch while the next
+    one is still being made; it adds them in actor order whatever the order it got them: `ShardCore.fold`). An
+    error of a connection propagates (the serving thread ends)."""
+    pending = list(conns)
+    while pending:
+        for conn in wait(pending):
+            pending.remove(conn)
+            yield conn.recv()
 
 
 def receive(conns: list, deadline_s: float, on_timeout) -> list:

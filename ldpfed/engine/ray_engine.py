@@ -48,8 +48,8 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ldpfed.algorithms import make_algorithm
-from ldpfed.engine.channels import (ChannelBroken, RemoteError, Serving, close_all, connect, new_key, receive,
-                                    watchdog)
+from ldpfed.engine.channels import (ChannelBroken, RemoteError, Serving, as_ready, close_all, connect, new_key,
+                                    receive, watchdog)
 from ldpfed.engine.core import PopulationRow, join_pieces, population_users, shuffler_pieces, simulate_population
 from ldpfed.engine.driver import Backend, drive
 from ldpfed.engine.ray_security import disable_metrics_export, enable_token_auth
@@ -310,8 +310,9 @@ class ShardActor(ServesRounds):
     def open_channel(self, key: bytes, actors: int):
         """Serve this run's rounds over channels (transport "direct", ldpfed.engine.channels): take the connections
         of the coordinator and of the `actors` population actors (each says who it is), then for each (round,
-        published model) the coordinator sends, fold one batch from each population actor, in actor order, and send
-        the coordinator what `fold_round` returns. Returns the address to connect to."""
+        published model) the coordinator sends, fold one batch from each population actor as they arrive (added in
+        actor order all the same: `ShardCore.fold`), and send the coordinator what `fold_round` returns. Returns the
+        address to connect to."""
         def serve(serving, coordinator):
             peers = {}
             while len(peers) < actors + 1:
@@ -322,7 +323,7 @@ class ShardActor(ServesRounds):
             while (request := coordinator[0].recv()) is not None:
                 round_index, model = request
                 with self.lock:
-                    result = self._fold_round(round_index, (conn.recv() for conn in populations), model)
+                    result = self._fold_round(round_index, as_ready(populations), model)
                 coordinator[0].send(result)
 
         return self._serve(key, serve)
