@@ -6,6 +6,7 @@
     python jobs/bench_engine.py --before /tmp/before # the floor of an older checkout against this one's
     python jobs/bench_engine.py --lockstep           # the work's CPU in 2 plain processes, round by round (no Ray)
     python jobs/bench_engine.py --round-size 100000 --rounds 30     # the speed comparison at B = 1e5, 30 rounds
+    python jobs/bench_engine.py --populations 2,8,16                # the same for each number of populations
 
 Default mode: for each algorithm, in the same run, on the same config:
   * baseline: `run_local` with the contexts drawn as before ldpfed/envs/sphere.py (numpy normals, then a norm):
@@ -21,6 +22,11 @@ Default mode: for each algorithm, in the same run, on the same config:
   * privatizers alone (jobs/bench_privatize.py's loop, same d, 2e5 users): the cost floor of the client half;
   * CPU per round: the floor's (all the work in one process) against Ray's population actors, shards and driver
     (every thread of each process): on a 2-CPU machine, what Ray adds to the work bounds its speed.
+
+How many populations a round is split into (--populations, default 8) matters beside the transport: each one is a
+message for the shards to check, and a population's arrays (its users' contexts and messages) are as large as its
+users. When they outgrow the caches, two processes running them at once slow each other down: `--lockstep` measures
+that, with no Ray, and prints the bound it puts on any 2-process run.
 
 --users above 1e6: ldp-sgd through Ray at 1e6 users, then at --users, in the same Ray session (the same actor
 processes), printing after each the peak RSS of the driver, the population actors and the shards. Peak RSS only
@@ -149,10 +155,17 @@ def _lockstep_worker(conn, config, populations) -> None:
 def lockstep(args) -> int:
     """--lockstep: is the population actors' extra CPU Ray's? The same populations in 2 plain processes (pipes, no
     Ray), one round at a time: both simulate their half, then both wait (as actors wait for the server's fold and the
-    next model; here 4 ms of sleep), against the single process. Per round: CPU of the work in each setting."""
+    next model; here 4 ms of sleep), against the single process. Per round: CPU of the work in each setting, and
+    the bound that puts on any 2-process run (Ray or not): 2 x one process's CPU / the 2 processes' CPU."""
+    for algorithm in args.algorithms:
+        for args.populations in args.population_counts:
+            _lockstep(args, algorithm)
+    return 0
+
+
+def _lockstep(args, algorithm) -> None:
     import multiprocessing
 
-    algorithm = args.algorithms[0]
     config = config_for(algorithm, args.users, args)
     run_local(config_for(algorithm, 2 * args.round_size, args))
     floor_cpu = timed_local(config)[2]
@@ -175,10 +188,10 @@ def lockstep(args) -> int:
     cpu = sum(pipe.recv() for pipe in pipes)
     for worker in workers:
         worker.join()
-    print(f"{algorithm}: CPU per round of the work: one process {1e3 * config.users / floor_cpu / config.rounds:.1f} ms; "
-          f"2 plain processes in lockstep rounds {1e3 * cpu / (config.rounds - 2):.1f} ms in all "
-          f"({config.rounds} rounds of {config.round_size:,} users)")
-    return 0
+    one, two = 1e3 * config.users / floor_cpu / config.rounds, 1e3 * cpu / (config.rounds - 2)
+    print(f"{algorithm} P = {config.populations}: CPU per round of the work: one process {one:.1f} ms; 2 plain "
+          f"processes in lockstep rounds {two:.1f} ms in all ({config.rounds} rounds of {config.round_size:,} users): "
+          f"{two / one - 1:+.0%}, so 2 processes run at most {2 * one / two:.2f}x one", flush=True)
 
 
 def privatizer_floor(d: int) -> dict:
@@ -233,36 +246,44 @@ def floor_vs_ray(args) -> int:
           f"{'floor':>9} {'(cpu)':>9} {'x base':>6}  {'ray':>9} {'/floor':>6} {'/2floor':>7}  {'ray wall':>9}  "
           f"{'privatize cpu':>13}  same")
     for algorithm in args.algorithms:
-        config = config_for(algorithm, args.users, args)
-        # Untimed: two rounds through Ray and run_local first, so the pooled actor processes have started, and every
-        # process has imported ldpfed and loaded its compiled kernels (numba: ~1.4 s per process, once), before the
-        # measured runs, whose rates would otherwise count that one-off cost in the first runs only.
-        t0 = time.perf_counter()
-        for transport in args.transports:
-            run_ray(config_for(algorithm, 2 * args.round_size, args), **ray_options(args, transport))
-        warm_up = time.perf_counter() - t0
-        run_local(config_for(algorithm, 2 * args.round_size, args))     # and this process's kernels
-        base = base_cpu = float("nan")
-        if args.baseline:
-            with mock.patch.object(GLMContextual, "contexts", numpy_contexts):
-                _, base, base_cpu = timed_local(config)
-        # the floor and each transport alternate, `repeat` times: this VM's speed drifts by tens of percent from
-        # minute to minute, so each Ray run is compared with the floor run just before it, and the medians are printed
-        runs = {transport: [] for transport in args.transports}
-        for _ in range(args.repeat):
-            local, floor_wall, floor_cpu = timed_local(config)
-            for transport in args.transports:
-                t0 = time.perf_counter()
-                remote = run_ray(config, **ray_options(args, transport))
-                wall = time.perf_counter() - t0
-                same = local.table.equals(remote.table)
-                ok = ok and same
-                runs[transport].append({"floor": local.summary["users_per_s"], "floor_cpu": floor_cpu,
-                                        "rate": remote.summary["users_per_s"], "wall": config.users / wall,
-                                        "same": same, "summary": remote.summary})
-        for transport, pairs in runs.items():
-            ok = report(algorithm, transport, config, pairs, base, base_cpu, floor_privatize, warm_up, args) and ok
+        for args.populations in args.population_counts:
+            ok = _floor_vs_ray(args, algorithm, floor_privatize) and ok
     return 0 if ok else 1
+
+
+def _floor_vs_ray(args, algorithm, floor_privatize) -> bool:
+    """The rows of one algorithm at args.populations; False if a Ray run's table differs from the floor's."""
+    ok = True
+    config = config_for(algorithm, args.users, args)
+    # Untimed: two rounds through Ray and run_local first, so the pooled actor processes have started, and every
+    # process has imported ldpfed and loaded its compiled kernels (numba: ~1.4 s per process, once), before the
+    # measured runs, whose rates would otherwise count that one-off cost in the first runs only.
+    t0 = time.perf_counter()
+    for transport in args.transports:
+        run_ray(config_for(algorithm, 2 * args.round_size, args), **ray_options(args, transport))
+    warm_up = time.perf_counter() - t0
+    run_local(config_for(algorithm, 2 * args.round_size, args))     # and this process's kernels
+    base = base_cpu = float("nan")
+    if args.baseline:
+        with mock.patch.object(GLMContextual, "contexts", numpy_contexts):
+            _, base, base_cpu = timed_local(config)
+    # the floor and each transport alternate, `repeat` times: this VM's speed drifts by tens of percent from
+    # minute to minute, so each Ray run is compared with the floor run just before it, and the medians are printed
+    runs = {transport: [] for transport in args.transports}
+    for _ in range(args.repeat):
+        local, floor_wall, floor_cpu = timed_local(config)
+        for transport in args.transports:
+            t0 = time.perf_counter()
+            remote = run_ray(config, **ray_options(args, transport))
+            wall = time.perf_counter() - t0
+            same = local.table.equals(remote.table)
+            ok = ok and same
+            runs[transport].append({"floor": local.summary["users_per_s"], "floor_cpu": floor_cpu,
+                                    "rate": remote.summary["users_per_s"], "wall": config.users / wall,
+                                    "same": same, "summary": remote.summary})
+    for transport, pairs in runs.items():
+        ok = report(algorithm, transport, config, pairs, base, base_cpu, floor_privatize, warm_up, args) and ok
+    return ok
 
 
 def report(algorithm, transport, config, pairs, base, base_cpu, floor_privatize, warm_up, args) -> bool:
@@ -338,7 +359,8 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=None,
                         help="the speed comparison on this many rounds (users = rounds x round size, any number; "
                              "--users above 1e6 alone runs the memory check instead)")
-    parser.add_argument("--populations", type=int, default=8)
+    parser.add_argument("--populations", default="8",
+                        help="populations per round; a comma list runs each (the speed comparison and --lockstep)")
     parser.add_argument("--actors", type=int, default=2)
     parser.add_argument("--shards", type=int, default=1)
     parser.add_argument("--mode", default="pre-aggregated", choices=["pre-aggregated", "per-user"])
@@ -356,6 +378,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     args.algorithms = [a for a in args.algorithms.split(",") if a]
     args.transports = [t for t in args.transport.split(",") if t]
+    args.population_counts = [int(p) for p in args.populations.split(",") if p]
+    args.populations = args.population_counts[0]
     missing = [a for a in args.algorithms if a not in REGISTRY]
     if missing:
         print(f"not registered (yet): {missing}; known: {sorted(REGISTRY)}", file=sys.stderr)

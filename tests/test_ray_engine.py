@@ -126,6 +126,16 @@ def test_last_round_smaller_than_populations_and_no_message_algorithm(ray_sessio
         assert_same(run_local(config), run_ray(config, actors=3, shards=2))
 
 
+def test_fewer_populations_than_actors_warns_and_uses_one_actor_per_population(ray_session):
+    from ldpfed.engine.ray_engine import run_ray
+
+    config = small(LDP[0], populations=2)
+    with pytest.warns(RuntimeWarning, match="populations=2 < actors=3: the run uses 2 population actors"):
+        remote = run_ray(config, actors=3)
+    assert remote.summary["actors"] == 2
+    assert_same(run_local(config), remote)
+
+
 def test_progress_and_bad_options(ray_session):
     from ldpfed.engine.ray_engine import run_ray
 

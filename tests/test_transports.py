@@ -14,7 +14,7 @@ import pytest
 from ldpfed.algorithms import REGISTRY, make_algorithm
 from ldpfed.config import RunConfig
 from ldpfed.engine import run_local
-from ldpfed.engine.channels import ChannelBroken, RemoteError, Serving, connect, new_key, receive
+from ldpfed.engine.channels import ChannelBroken, RemoteError, Serving, as_ready, connect, new_key, receive
 from ldpfed.envs import make_env
 from ldpfed.errors import ConfigError
 from test_ray_engine import LDP, assert_same, small
@@ -165,6 +165,23 @@ def test_an_actors_error_is_raised_in_the_coordinator_and_a_closed_channel_is_a_
     with pytest.raises(ChannelBroken):
         receive([conn], 10.0, lambda n: TimeoutError(n))
     conn.close()
+
+
+def test_a_shard_gets_its_batches_in_the_order_they_arrive():
+    # as_ready: what a shard's channel loop folds from (ShardCore adds them in actor order whatever this order is:
+    # test_ray_engine's test_shard_folds_in_population_order_whatever_the_arrival_order)
+    from multiprocessing import Pipe
+
+    pairs = [Pipe() for _ in range(3)]
+    got = as_ready([ours for ours, _ in pairs])
+    pairs[2][1].send("third actor's batch")
+    assert next(got) == "third actor's batch"
+    pairs[0][1].send("first actor's batch")
+    assert next(got) == "first actor's batch"
+    pairs[1][1].send("second actor's batch")
+    assert list(got) == ["second actor's batch"]     # one message from each connection, then it ends
+    pairs[0][1].send("next round's")                  # not read: it belongs to the next round's loop
+    assert pairs[0][0].recv() == "next round's"
 
 
 def test_channels_listen_in_the_port_range_asked_for(monkeypatch):

@@ -612,7 +612,11 @@ class RayBackend(Backend):
             self.transport = "ray"
         check_transport(config, self.transport)
         self.shufflers = config.shufflers if config.trust == "shuffle" else 0
-        self.actors = min(self.actors, config.populations)
+        if config.populations < self.actors:    # an actor hosts whole populations: the rest would have none
+            warnings.warn(f"populations={config.populations} < actors={self.actors}: the run uses "
+                          f"{config.populations} population actors (set populations to at least the actors)",
+                          RuntimeWarning, stacklevel=2)
+            self.actors = config.populations
         # The shuffle trust model keeps the flat shape, whatever group_size says: its population actors' objects
         # go to the shufflers, which take one batch per actor.
         size = 1 if self.shufflers or self.transport == "direct" else self.group_size or auto_group_size(self.actors)
