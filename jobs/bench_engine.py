@@ -72,7 +72,8 @@ def config_for(algorithm: str, users: int, args) -> RunConfig:
                      eps=1.0, delta=0.01, seed=args.seed, env_params={"d": args.d, "K": args.K})
 
 
-def ray_options(args, transport: str = "ray") -> dict:
+def ray_options(args, transport: str | None = None) -> dict:
+    """The Ray engine's options of this job (transport None: the engine's default)."""
     return {"actors": args.actors, "shards": args.shards, "mode": args.mode, "transport": transport}
 
 
