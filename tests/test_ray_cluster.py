@@ -68,6 +68,63 @@ print("RESULT " + json.dumps({"same": bool(run_local(config).table.equals(out["r
 """
 
 
+NODE_JOINS = r"""
+import json, sys
+import ray
+from ray.cluster_utils import Cluster
+from ldpfed.config import RunConfig
+from ldpfed.engine import run_local
+from ldpfed.engine.ray_engine import cluster_nodes, run_ray
+
+LOOPBACK = "127.0.0.2"
+cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False,
+                                                       "node_ip_address": LOOPBACK})
+cluster.add_node(num_cpus=1, node_ip_address=LOOPBACK)
+cluster.wait_for_nodes()
+try:
+    ray.init(address=cluster.address, _node_ip_address=LOOPBACK, log_to_driver=False, logging_level="ERROR")
+    config = RunConfig(sys.argv[1], env="linear", users=3000, round_size=100, populations=6, seed=5,
+                       env_params={"d": 3, "K": 4})
+    before, joined = cluster_nodes(), []
+
+    def progress(users_done, regret):      # a third of the way in, a third node joins the cluster
+        if users_done >= 1000 and not joined:
+            cluster.add_node(num_cpus=1, node_ip_address=LOOPBACK)
+            cluster.wait_for_nodes()
+            joined.extend(n for n in cluster_nodes() if n not in before)
+
+    remote = run_ray(config, actors=2, shards=1, progress=progress, rebalance_every=0)
+    s = remote.summary
+    print("RESULT " + json.dumps({"same": bool(run_local(config).table.equals(remote.table)), "joined": joined,
+                                  "rebalances": s["rebalances"], "population_nodes": s["population_nodes"],
+                                  "shard_nodes": s["shard_nodes"], "nodes": s["nodes"], "before": before}))
+finally:
+    ray.shutdown()
+    cluster.shutdown()
+"""
+
+
+@pytest.mark.slow     # a 2-node cluster that grows to 3: ~30 s; run by jobs/slow_tests.py
+def test_a_node_that_joins_mid_run_takes_a_population_actor_and_the_run_ends_bit_identical():
+    """The head (a population actor and the shard) and a worker (the other population actor); a third node joins a
+    third of the way in. At the next round the head's population actor moves to it (the head has two of the run's
+    actors, the new node none); the shard stays; the table is the undisturbed one."""
+    env = dict(os.environ, RAY_DEDUP_LOGS="0")
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.run([sys.executable, "-c", NODE_JOINS, ALGORITHM], capture_output=True, text=True,
+                          timeout=400, env=env, cwd=ROOT)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = json.loads(lines[-1][len("RESULT "):])
+    assert out["same"] and len(out["joined"]) == 1
+    (move,) = out["rebalances"]
+    head, new = out["before"][0], out["joined"][0]
+    assert (move["kind"], move["index"], move["old_node"], move["new_node"]) == ("population", 0, head, new)
+    assert 10 <= move["round"] <= 12        # the round after the join, not before
+    assert out["shard_nodes"] == [head] and out["nodes"] == 3
+    assert {out["population_nodes"][str(p)] for p in (0, 2, 4)} == {new}
+
+
 @pytest.mark.slow     # a 3-node cluster per case: ~70 s in all; run by jobs/slow_tests.py
 @pytest.mark.parametrize("fault, mode", [("kill", "per-user"), ("freeze", "pre-aggregated")])
 def test_a_lost_node_is_left_behind_and_the_run_ends_bit_identical(fault, mode):

@@ -141,11 +141,14 @@ def test_progress_and_bad_options(ray_session):
 
     seen = []
     config = small("uniform", users=120, round_size=40, populations=2)
-    run_ray(config, actors=2, progress=lambda done, regret: seen.append(done))
+    # rebalance_every=0: a look for joined nodes before every round; on one node none joins, nothing moves
+    remote = run_ray(config, actors=2, progress=lambda done, regret: seen.append(done), rebalance_every=0)
     assert seen == [0, 40, 80, 120]        # 0: the engine starts the clock of its rate
+    assert remote.summary["rebalances"] == []
     for options, field in [({"actors": 0}, "actors"), ({"shards": -1}, "shards"), ({"mode": "batch"}, "mode"),
                            ({"max_in_flight": 0}, "max_in_flight"), ({"group_size": -1}, "group_size"),
-                           ({"group_size": 2.5}, "group_size"), ({"group_size": True}, "group_size")]:
+                           ({"group_size": 2.5}, "group_size"), ({"group_size": True}, "group_size"),
+                           ({"rebalance_every": -1}, "rebalance_every"), ({"rebalance_every": "30"}, "rebalance_every")]:
         with pytest.raises(ConfigError) as error:
             run_ray(config, **options)
         assert error.value.field == field

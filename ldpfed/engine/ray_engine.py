@@ -476,6 +476,13 @@ class RayBackend(Backend):
     spares: idle actor processes of each kind kept started, so that a recovery configures one instead of
     starting a Python process (seconds on a busy machine); each spare costs one idle process.
 
+    rebalance_every: seconds between looks, at a round's start, for nodes that joined the cluster since the run
+    last looked (a new machine, or a lost one back: a restarted node has a new id). Population actors move onto
+    them, one at a time from the node with the most of this run's actors, while that evens the load (a population
+    actor keeps nothing between rounds: the new one is configured and the old one killed, and the results stay the
+    same bits); each move is in the summary's `rebalances`. Shards stay where they are (they hold the run's
+    counters). 0: at every round; None: never.
+
     group_size: the shape of a round. 0 or 1: flat (the driver calls every population actor). g >= 2: a tree (the
     actors in contiguous groups of g, the last one smaller; the driver calls each group's first actor, which calls
     the others, `PopulationActor.run_group`): the driver's work per round grows with the groups, not the actors;
@@ -498,7 +505,8 @@ class RayBackend(Backend):
                  max_in_flight: int | None = None, layout: str | None = None, round_timeout: float | None = None,
                  timeout_factor: float = 10.0, min_round_timeout: float = 5.0, first_round_timeout: float = 120.0,
                  probe_timeout: float = 2.0, max_recoveries: int = 10, spares: int = 0,
-                 group_size: int | None = None, transport: str | None = None):
+                 group_size: int | None = None, transport: str | None = None,
+                 rebalance_every: float | None = 30.0):
         self.actors = _check_int("actors", actors)
         self.shards = _check_int("shards", shards)
         if mode not in MODES:
@@ -529,6 +537,13 @@ class RayBackend(Backend):
         self.round_timeout, self.timeout_factor = round_timeout, float(timeout_factor)
         self.min_round_timeout, self.first_round_timeout = float(min_round_timeout), float(first_round_timeout)
         self.probe_timeout = float(probe_timeout)
+        if rebalance_every is not None and not (isinstance(rebalance_every, (int, float))
+                                                and not isinstance(rebalance_every, bool) and rebalance_every >= 0):
+            raise ConfigError("rebalance_every", rebalance_every, "must be a number of seconds >= 0, or None")
+        self.rebalance_every = rebalance_every
+        self.rebalances: list[dict] = []
+        self.known_nodes: set = set()     # the nodes the run has seen (a node not in it has joined since)
+        self.next_look = 0.0
         self.max_recoveries = _check_int("max_recoveries", max_recoveries, low=0)
         self.spares = _check_int("spares", spares, low=0)
         self.spare: dict = {kind: [] for kind in self.CLASSES}   # started, idle actor processes: a recovery takes one
@@ -546,13 +561,13 @@ class RayBackend(Backend):
     # the order a recovery probes them in: a shard's call waits for the shufflers', which wait for the populations'
     KINDS = tuple(CLASSES)
 
-    def _start(self, kind: str, index: int, first_round: int, node: str | None = None):
-        """A (reused or new) actor for (kind, index) on `node` (an alive node; default: round robin); returns the ref
-        of its `configure` call."""
+    def _start(self, kind: str, index: int, first_round: int, node: str | None = None, spare: bool = True):
+        """A (reused or new) actor for (kind, index) on `node` (an alive node; default: round robin), or a spare
+        (spare=True: a warm process, wherever it is); returns the ref of its `configure` call."""
         if node is None:
             nodes = cluster_nodes()
             node = nodes[index % len(nodes)]
-        if self.spare[kind]:        # a warm process: no interpreter and imports to wait for
+        if spare and self.spare[kind]:        # a warm process: no interpreter and imports to wait for
             node, handle = self.spare[kind].pop()
         else:
             handle = IDLE_ACTORS.take(self.CLASSES[kind], node)
@@ -581,13 +596,13 @@ class RayBackend(Backend):
                 died.append(key)
         return died
 
-    def _place(self, keys, first_round: int, node_of) -> None:
+    def _place(self, keys, first_round: int, node_of, spare: bool = True) -> None:
         """Start and configure the actors `keys`, `node_of(key, avoid)` choosing each one's node; an actor that dies
         while being configured is placed again, away from the nodes where that happened (up to max_recoveries
         times), so a node that died without Ray knowing yet is left behind."""
         avoid: set = set()
         for _ in range(self.max_recoveries + 1):
-            refs = {key: self._start(key[0], key[1], first_round, node_of(key, avoid)) for key in keys}
+            refs = {key: self._start(key[0], key[1], first_round, node_of(key, avoid), spare) for key in keys}
             keys = self._configured(list(refs), list(refs.values()))
             if not keys:
                 return
@@ -632,6 +647,8 @@ class RayBackend(Backend):
         nodes = cluster_nodes()   # population actor a on node a % N, shuffler s and shard s on node s % N
         self._place(keys, first_round, lambda key, avoid: _node_for(key[1], nodes, avoid))
         self._add_spares(wait=True)
+        self.known_nodes = set(cluster_nodes())
+        self.next_look = time.monotonic() + (self.rebalance_every or 0.0)
         # CPU seconds of each process so far (pooled processes served earlier runs): the run's share is the rise
         self.driver_cpu_at_open = time.process_time()
         self.cpu_at_open = {st["pid"]: st["cpu_s"] for st in ray.get([self.handles[key].stats.remote() for key in keys],
@@ -658,6 +675,9 @@ class RayBackend(Backend):
         return max(self.min_round_timeout, self.timeout_factor * max(self.round_times))
 
     def simulate(self, model, round_index, start, stop):
+        if self.rebalance_every is not None and time.monotonic() >= self.next_look:
+            self._rebalance(round_index)
+            self.next_look = time.monotonic() + self.rebalance_every
         while True:
             began = time.perf_counter()
             try:
@@ -785,6 +805,43 @@ class RayBackend(Backend):
             close_all(populations + list(shards.values()))
             self.channels = None
 
+    # ---- nodes that join -------------------------------------------------------------------------
+    def _rebalance(self, r: int) -> None:
+        """Move population actors onto the nodes that joined since the last look (see rebalance_every), before
+        round r: one at a time, from the node with the most of this run's actors to the joined node with the
+        fewest, while the first has at least two more."""
+        nodes = cluster_nodes()
+        joined = [node for node in nodes if node not in self.known_nodes]
+        self.known_nodes = set(nodes)
+        if not joined:
+            return
+        load = collections.Counter({node: 0 for node in nodes})
+        load.update(self.where[key][0] for key in self.handles)
+        moves = {}
+        while True:
+            crowded = max((self.where[key][0] for key in self.handles if key[0] == "population" and key not in moves),
+                          key=lambda node: load[node], default=None)
+            target = min(joined, key=lambda node: load[node])
+            if crowded is None or load[crowded] < load[target] + 2:
+                break
+            key = max(k for k in self.handles if k[0] == "population" and self.where[k][0] == crowded
+                      and k not in moves)
+            moves[key] = target
+            load[crowded] -= 1
+            load[target] += 1
+        if not moves:
+            return
+        self._close_channels()       # the direct transport opens them again, to the new actors, for round r
+        old = {key: (self.handles[key], self.where[key]) for key in moves}
+        # a new process on the joined node (not a spare, which may be anywhere); if it dies there, elsewhere
+        self._place(list(moves), r, lambda key, avoid: moves[key] if moves[key] not in avoid
+                    else _node_for(key[1], cluster_nodes(), avoid), spare=False)
+        for key, (handle, (node, pid)) in old.items():
+            _kill(handle)
+            self.rebalances.append({"round": r, "kind": key[0], "index": key[1], "old_node": node, "old_pid": pid,
+                                    "new_node": self.where[key][0], "new_pid": self.where[key][1]})
+        self.led = set()             # a tree's leaders get their members' handles again
+
     # ---- recovery -------------------------------------------------------------------------------
     def _settle(self) -> None:
         """Collect the failed round's calls that have ended (their errors are expected, not news), drop the rest."""
@@ -880,7 +937,7 @@ class RayBackend(Backend):
             "max_in_flight": self.max_in_flight, "groups": len(getattr(self, "groups", ())),
             "shard_layout": self.plan.layout if hasattr(self, "plan") else None, "fold_calls": self.fold_calls,
             "recoveries": len(self.recoveries), "recovery_s": sum(e["recover_s"] for e in self.recoveries),
-            "recovery_events": self.recoveries,
+            "recovery_events": self.recoveries, "rebalances": self.rebalances,
         }
         if not ok or not hasattr(self, "plan"):
             return extra
@@ -1016,7 +1073,7 @@ def run_ray(config, *, actors: int = 2, shards: int = 1, mode: str = "pre-aggreg
     `ray_shard.make_plan`). checkpointer: see `checkpoint.Checkpointer`. group_size: population actors per group
     of the tree shape (RayBackend; 0 or 1: flat; default `auto_group_size`, which the direct transport makes flat).
     transport: "ray", "direct" (the rounds' messages over authenticated sockets, flat rounds only) or None (direct
-    where it can run, else ray; see RayBackend). recovery: RayBackend's timeouts, max_recoveries and spares.
+    where it can run, else ray; see RayBackend). recovery: RayBackend's timeouts, max_recoveries, spares and rebalance_every.
     """
     backend = RayBackend(actors, shards, mode, max_in_flight, layout, group_size=group_size, transport=transport,
                          **recovery)
