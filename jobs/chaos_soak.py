@@ -54,7 +54,8 @@ def main(argv=None) -> int:
     bar.close()
     result = out["result"]
     print(f"soak: {out['wall_s']:,.0f} s, {config.users / out['wall_s']:,.0f} users/s, {len(out['faults'])} faults, "
-          f"{len(out['recoveries'])} recoveries; transport {result.summary['transport']}", flush=True)
+          f"{len(out['recoveries'])} recoveries, {len(result.summary['rebalances'])} population actors moved onto "
+          f"nodes that joined; transport {result.summary['transport']}", flush=True)
     t0 = time.perf_counter()
     same = result.table.equals(run_local(config).table)
     print(f"undisturbed single-process run: {time.perf_counter() - t0:,.0f} s; identical table: {same}")
