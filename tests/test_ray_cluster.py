@@ -17,13 +17,15 @@ ROOT = Path(__file__).resolve().parents[1]
 ALGORITHM = "ldp-ols" if "ldp-ols" in REGISTRY else "uniform"
 RAY = str(Path(sys.executable).with_name("ray"))
 
-TWO_NODES = r"""
+# A 2-node ray.cluster_utils.Cluster (head and one worker, 1 CPU each) and this script connected to it; a script goes
+# on inside the `try` and ends with `CLUSTER_DOWN`.
+TWO_NODE_CLUSTER = r"""
 import json, sys
 import ray
 from ray.cluster_utils import Cluster
 from ldpfed.config import RunConfig
 from ldpfed.engine import run_local
-from ldpfed.engine.ray_engine import run_ray
+from ldpfed.engine.ray_engine import cluster_nodes, run_ray
 
 LOOPBACK = "127.0.0.2"    # 127.0.0.1 would be replaced by the machine's outward address
 cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False,
@@ -32,6 +34,14 @@ cluster.add_node(num_cpus=1, node_ip_address=LOOPBACK)
 cluster.wait_for_nodes()
 try:
     ray.init(address=cluster.address, _node_ip_address=LOOPBACK, log_to_driver=False, logging_level="ERROR")
+"""
+CLUSTER_DOWN = r"""
+finally:
+    ray.shutdown()
+    cluster.shutdown()
+"""
+
+TWO_NODES = TWO_NODE_CLUSTER + r"""
     assert cluster.address.startswith(LOOPBACK), cluster.address
     nodes = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
     config = RunConfig(sys.argv[1], env="linear", users=400, round_size=50, populations=4, seed=11,
@@ -46,10 +56,7 @@ try:
                             "same_table": bool(local.table.equals(remote.table)),
                             "regret": [local.summary["final_regret"], remote.summary["final_regret"]]})
     print("RESULT " + json.dumps(out))
-finally:
-    ray.shutdown()
-    cluster.shutdown()
-"""
+""" + CLUSTER_DOWN
 
 
 NODE_LOSS = r"""
@@ -68,21 +75,7 @@ print("RESULT " + json.dumps({"same": bool(run_local(config).table.equals(out["r
 """
 
 
-NODE_JOINS = r"""
-import json, sys
-import ray
-from ray.cluster_utils import Cluster
-from ldpfed.config import RunConfig
-from ldpfed.engine import run_local
-from ldpfed.engine.ray_engine import cluster_nodes, run_ray
-
-LOOPBACK = "127.0.0.2"
-cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False,
-                                                       "node_ip_address": LOOPBACK})
-cluster.add_node(num_cpus=1, node_ip_address=LOOPBACK)
-cluster.wait_for_nodes()
-try:
-    ray.init(address=cluster.address, _node_ip_address=LOOPBACK, log_to_driver=False, logging_level="ERROR")
+NODE_JOINS = TWO_NODE_CLUSTER + r"""
     config = RunConfig(sys.argv[1], env="linear", users=3000, round_size=100, populations=6, seed=5,
                        env_params={"d": 3, "K": 4})
     before, joined = cluster_nodes(), []
@@ -98,10 +91,7 @@ try:
     print("RESULT " + json.dumps({"same": bool(run_local(config).table.equals(remote.table)), "joined": joined,
                                   "rebalances": s["rebalances"], "population_nodes": s["population_nodes"],
                                   "shard_nodes": s["shard_nodes"], "nodes": s["nodes"], "before": before}))
-finally:
-    ray.shutdown()
-    cluster.shutdown()
-"""
+""" + CLUSTER_DOWN
 
 
 @pytest.mark.slow     # a 2-node cluster that grows to 3: ~30 s; run by jobs/slow_tests.py
