@@ -148,7 +148,8 @@ def test_progress_and_bad_options(ray_session):
     for options, field in [({"actors": 0}, "actors"), ({"shards": -1}, "shards"), ({"mode": "batch"}, "mode"),
                            ({"max_in_flight": 0}, "max_in_flight"), ({"group_size": -1}, "group_size"),
                            ({"group_size": 2.5}, "group_size"), ({"group_size": True}, "group_size"),
-                           ({"rebalance_every": -1}, "rebalance_every"), ({"rebalance_every": "30"}, "rebalance_every")]:
+                           ({"rebalance_every": -1}, "rebalance_every"),
+                           ({"rebalance_every": "30"}, "rebalance_every")]:
         with pytest.raises(ConfigError) as error:
             run_ray(config, **options)
         assert error.value.field == field

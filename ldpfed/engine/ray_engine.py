@@ -1073,7 +1073,8 @@ def run_ray(config, *, actors: int = 2, shards: int = 1, mode: str = "pre-aggreg
     `ray_shard.make_plan`). checkpointer: see `checkpoint.Checkpointer`. group_size: population actors per group
     of the tree shape (RayBackend; 0 or 1: flat; default `auto_group_size`, which the direct transport makes flat).
     transport: "ray", "direct" (the rounds' messages over authenticated sockets, flat rounds only) or None (direct
-    where it can run, else ray; see RayBackend). recovery: RayBackend's timeouts, max_recoveries, spares and rebalance_every.
+    where it can run, else ray; see RayBackend). recovery: RayBackend's timeouts, max_recoveries, spares and
+    rebalance_every.
     """
     backend = RayBackend(actors, shards, mode, max_in_flight, layout, group_size=group_size, transport=transport,
                          **recovery)
