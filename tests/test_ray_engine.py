@@ -136,6 +136,23 @@ def test_fewer_populations_than_actors_warns_and_uses_one_actor_per_population(r
     assert_same(run_local(config), remote)
 
 
+def test_which_population_actors_move_onto_joined_nodes():
+    from ldpfed.engine.ray_engine import moves_onto
+
+    pop, shard = ("population", 0), ("shard", 0)
+    # the head held population 0 and the shard, a worker population 1: population 0 moves to the joined node
+    assert moves_onto(["new"], {pop: "head", ("population", 1): "w1", shard: "head"}) == {pop: "new"}
+    # balanced already (one actor per node): nothing moves; nothing joined: nothing moves
+    assert moves_onto(["new"], {pop: "head", ("population", 1): "w1"}) == {}
+    assert moves_onto([], {("population", a): "head" for a in range(4)}) == {}
+    # after a node loss the head held 4 population actors and the shard: the highest indices move first, each to
+    # the joined node with the fewest, until the head has at most one more than them: head 2 (population 0 and the
+    # shard, which never moves), b 2, a 1
+    where = {**{("population", a): "head" for a in range(4)}, shard: "head"}
+    assert moves_onto(["b", "a"], where) == {("population", 3): "b", ("population", 2): "a", ("population", 1): "b"}
+    assert moves_onto(["new"], {shard: "head", ("shard", 1): "head", ("shard", 2): "head"}) == {}
+
+
 def test_progress_and_bad_options(ray_session):
     from ldpfed.engine.ray_engine import run_ray
 

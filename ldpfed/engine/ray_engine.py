@@ -411,6 +411,28 @@ def _node_for(index: int, nodes: list, avoid: set) -> str:
     return usable[index % len(usable)]
 
 
+def moves_onto(joined: list, node_of: dict) -> dict:
+    """{actor key: joined node} of the population actors to move onto the nodes `joined`, given every actor's node
+    (`node_of`: (kind, index) -> node): one at a time, from the node with the most actors to the joined node with the
+    fewest, while the first has at least two more (each move evens the load); of a node's population actors, the
+    highest index moves first. Other kinds stay."""
+    load = collections.Counter({node: 0 for node in joined})
+    load.update(node_of.values())
+    movable = sorted(key for key in node_of if key[0] == "population")
+    moves = {}
+    while joined and movable:
+        crowded = max((node_of[key] for key in movable), key=lambda node: load[node])
+        target = min(joined, key=lambda node: load[node])
+        if load[crowded] < load[target] + 2:
+            break
+        key = max(key for key in movable if node_of[key] == crowded)
+        movable.remove(key)
+        moves[key] = target
+        load[crowded] -= 1
+        load[target] += 1
+    return moves
+
+
 def _plugins() -> str:
     """This driver's LDPFED_PLUGINS ("" when unset): every actor gets it, so it rebuilds the same classes by name."""
     return os.environ.get(PLUGINS_VAR, "")
@@ -807,28 +829,12 @@ class RayBackend(Backend):
 
     # ---- nodes that join -------------------------------------------------------------------------
     def _rebalance(self, r: int) -> None:
-        """Move population actors onto the nodes that joined since the last look (see rebalance_every), before
-        round r: one at a time, from the node with the most of this run's actors to the joined node with the
-        fewest, while the first has at least two more."""
+        """Move population actors onto the nodes that joined since the last look (see rebalance_every; which ones:
+        `moves_onto`), before round r."""
         nodes = cluster_nodes()
         joined = [node for node in nodes if node not in self.known_nodes]
         self.known_nodes = set(nodes)
-        if not joined:
-            return
-        load = collections.Counter({node: 0 for node in nodes})
-        load.update(self.where[key][0] for key in self.handles)
-        moves = {}
-        while True:
-            crowded = max((self.where[key][0] for key in self.handles if key[0] == "population" and key not in moves),
-                          key=lambda node: load[node], default=None)
-            target = min(joined, key=lambda node: load[node])
-            if crowded is None or load[crowded] < load[target] + 2:
-                break
-            key = max(k for k in self.handles if k[0] == "population" and self.where[k][0] == crowded
-                      and k not in moves)
-            moves[key] = target
-            load[crowded] -= 1
-            load[target] += 1
+        moves = moves_onto(joined, {key: self.where[key][0] for key in self.handles})
         if not moves:
             return
         self._close_channels()       # the direct transport opens them again, to the new actors, for round r
