@@ -33,7 +33,7 @@ def ray_session():
 
 
 def pytest_collection_modifyitems(config, items):
-    # Under pytest-xdist (pyproject's `-n 2`): every test on the shared Ray instance runs in one worker, so there is
+    # Under pytest-xdist (pyproject's `-n auto`): every test on the shared Ray instance runs in one worker, so there is
     # one such instance, not one per worker.
     for item in items:
         if "ray_session" in getattr(item, "fixturenames", ()):

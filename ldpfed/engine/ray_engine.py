@@ -357,6 +357,13 @@ def _check_int(name, value, low=1):
     return int(value)
 
 
+def _check_seconds(name, value, zero: bool = False) -> None:
+    """ConfigError naming `name` unless value is None or a number of seconds > 0 (>= 0 with zero=True)."""
+    if value is not None and not (isinstance(value, (int, float)) and not isinstance(value, bool)
+                                  and (value >= 0 if zero else value > 0)):
+        raise ConfigError(name, value, f"must be a number of seconds {'>=' if zero else '>'} 0")
+
+
 LOOPBACK_NODE_IP = "127.0.0.2"
 
 
@@ -553,15 +560,11 @@ class RayBackend(Backend):
         for name, value in (("round_timeout", round_timeout), ("timeout_factor", timeout_factor),
                             ("min_round_timeout", min_round_timeout), ("first_round_timeout", first_round_timeout),
                             ("probe_timeout", probe_timeout)):
-            if value is not None and not (isinstance(value, (int, float)) and not isinstance(value, bool)
-                                          and value > 0):
-                raise ConfigError(name, value, "must be a number of seconds > 0")
+            _check_seconds(name, value)
         self.round_timeout, self.timeout_factor = round_timeout, float(timeout_factor)
         self.min_round_timeout, self.first_round_timeout = float(min_round_timeout), float(first_round_timeout)
         self.probe_timeout = float(probe_timeout)
-        if rebalance_every is not None and not (isinstance(rebalance_every, (int, float))
-                                                and not isinstance(rebalance_every, bool) and rebalance_every >= 0):
-            raise ConfigError("rebalance_every", rebalance_every, "must be a number of seconds >= 0, or None")
+        _check_seconds("rebalance_every", rebalance_every, zero=True)     # None: never
         self.rebalance_every = rebalance_every
         self.rebalances: list[dict] = []
         self.known_nodes: set = set()     # the nodes the run has seen (a node not in it has joined since)
