@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from ldpfed import sweep as sweeps
-from ldpfed.config import PROFILES, TRUST_MODELS
+from ldpfed.config import PROFILES, SMALL_GROUPS, TRUST_MODELS
 from ldpfed.errors import ConfigError
 from ldpfed.plugins import PluginError
 from ldpfed.tracking.store import TrackingUnavailable
@@ -16,7 +16,8 @@ from ldpfed.tracking.store import TrackingUnavailable
 # Where a RunConfig field comes from on the command line, so an error names the option the user typed.
 OPTION_OF_FIELD = {"algorithm": "ALGORITHM", "env": "--env", "users": "--users", "round_size": "--round-size",
                    "populations": "--populations", "eps": "--eps", "delta": "--delta", "seed": "--seed",
-                   "profile": "--profile", "trust": "--trust", "shufflers": "--shufflers", "mode": "--mode",
+                   "profile": "--profile", "trust": "--trust", "shufflers": "--shufflers",
+                   "small_groups": "--small-groups", "mode": "--mode",
                    "out": "--out", "resume": "--resume", "group_size": "--group-size", "actors": "--actors",
                    "shards": "--shards", "transport": "--transport"}
 
@@ -75,6 +76,15 @@ UI_EXAMPLES = """examples:
 """
 
 
+def _preset_names() -> str:
+    """The presets for `sweep --help`; the parser is built before every command, so presets that cannot be found
+    do not stop the others (`sweep PRESET` then says so in one line)."""
+    try:
+        return ", ".join(sweeps.presets())
+    except ConfigError as error:
+        return f"none found ({error.reason})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     defaults = _Defaults
     parser = argparse.ArgumentParser(prog="python -m ldpfed", description=__doc__)
@@ -102,6 +112,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--shufflers", type=_positive_int, default=1,
                      help="with --trust shuffle: S shufflers, each mixing its share of a round (round size / S "
                           "users: the shuffled batch); on the ray engine, S shuffler actors (--mode per-user)")
+    run.add_argument("--small-groups", choices=SMALL_GROUPS, default="refuse",
+                     help="with --trust shuffle: a user hides only among the users of its batch on the same "
+                          "randomizer (a public schedule sets some apart); when the smallest such group amplifies "
+                          "too little, refuse the run (default) or run every user at --eps unamplified")
     run.add_argument("--param", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
                      help="algorithm option (repeatable; see `describe`)")
     run.add_argument("--env-param", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
@@ -147,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
                                        "keys: ldpfed/sweep.py)\nor a preset shipped with ldpfed; options override "
                                        "the file's keys. Results go to --out/<name> and MLflow.")
     sweep.add_argument("sweep", nargs="?", default="quick", metavar="FILE|PRESET",
-                       help=f"a sweep file, or a preset: {', '.join(sweeps.presets())}")
+                       help=f"a sweep file, or a preset: {_preset_names()}")
     sweeps.add_arguments(sweep)
     ui = sub.add_parser("ui", help="start the MLflow UI on 127.0.0.1 and print the link to the latest sweep",
                         formatter_class=ExamplesHelp, epilog=UI_EXAMPLES,
@@ -258,7 +272,7 @@ def cmd_run(args) -> int:
     config = RunConfig(algorithm=args.algorithm, env=args.env, users=args.users, round_size=args.round_size,
                        populations=args.populations, eps=args.eps, delta=args.delta, seed=args.seed,
                        params=dict(args.param), env_params=dict(args.env_param), profile=args.profile,
-                       trust=args.trust, shufflers=args.shufflers)
+                       trust=args.trust, shufflers=args.shufflers, small_groups=args.small_groups)
     from ldpfed.engine import run
     from ldpfed.engine.checkpoint import Checkpointer, CheckpointError
     from ldpfed.signals import Terminated, exit_status, interruptible
@@ -335,11 +349,17 @@ def cmd_run(args) -> int:
         print(f"final estimation error: {error:.4f}")
     if s.get("privacy_trust") == "shuffle":
         among = "" if s.get("privacy_shufflers", 1) == 1 else f" (a round among {s['privacy_shufflers']} shufflers)"
-        print(f"privacy (shuffle): each user's randomizer at eps0 = {s['privacy_eps0']:.4g} (delta0 = "
-              f"{s['privacy_delta0']:.3g}); a shuffled batch of {s['privacy_shuffle_batch']:,} users"
-              f"{among} gives (eps, delta) "
-              f"= ({s['privacy_eps_composed']:.6g}, {s['privacy_delta_composed']:.3g}) ({s['privacy_shuffle_bound']} "
-              f"bound, Feldman-McMillan-Talwar 2021)")
+        smallest = (f"the smallest group of users on one randomizer in a shuffled batch{among}: "
+                    f"{s['privacy_shuffle_batch']:,} (round {s['privacy_shuffle_round']})")
+        if not s.get("privacy_shuffle_amplified", True):
+            print(f"privacy (shuffle): no amplification: {smallest} is too small, so every user's randomizer runs "
+                  f"at the target; (eps, delta) = ({s['privacy_eps_composed']:.6g}, "
+                  f"{s['privacy_delta_composed']:.3g}), as under --trust local")
+        else:
+            print(f"privacy (shuffle): each user's randomizer at eps0 = {s['privacy_eps0']:.4g} (delta0 = "
+                  f"{s['privacy_delta0']:.3g}); {smallest} gives the worst-off user (eps, delta) = "
+                  f"({s['privacy_eps_composed']:.6g}, {s['privacy_delta_composed']:.3g}) "
+                  f"({s['privacy_shuffle_bound']} bound, Feldman-McMillan-Talwar 2021)")
     if s.get("privacy_trust") == "central":
         print(f"privacy (central): clipped data to a trusted server, which adds the noise once per round of "
               f"{config.round_size:,} users; each user's guarantee (eps, delta) = ({s['privacy_eps_composed']:.6g}, "
@@ -354,7 +374,11 @@ def cmd_run(args) -> int:
 
 
 def main(argv=None) -> int:
-    parser = build_parser()
+    try:
+        parser = build_parser()
+    except (ConfigError, PluginError) as error:   # before any command runs: one line, status 2
+        print(f"python -m ldpfed: error: {error}", file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
     try:
         if args.command == "list":

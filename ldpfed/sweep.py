@@ -188,10 +188,19 @@ def build(data: dict, source: str = "sweep") -> Sweep:
 
 
 def presets() -> dict:
-    """The sweep presets shipped with ldpfed (package data ldpfed/presets/*.toml), by name: {name: file}."""
-    folder = resources.files("ldpfed") / "presets"
-    return {item.name[:-len(".toml")]: item for item in sorted(folder.iterdir(), key=lambda item: item.name)
-            if item.name.endswith(".toml")}
+    """The sweep presets shipped with ldpfed (package data ldpfed/presets/*.toml), by name: {name: file}.
+
+    They are the resources of the package `ldpfed.presets`, not a folder next to `ldpfed`'s own path: from a folder
+    that holds a folder named ldpfed (a clone of the repository, say), Python takes that folder for a namespace
+    package `ldpfed`, while an editable install's finder still serves ldpfed's modules and `ldpfed.presets`. Not
+    found at all (a broken install): a ConfigError, which the command line prints as one line."""
+    try:
+        folder = resources.files("ldpfed.presets")
+        items = sorted(folder.iterdir(), key=lambda item: item.name)
+    except (ImportError, OSError) as error:
+        raise ConfigError("presets", "ldpfed/presets", f"the sweep presets shipped with ldpfed are not found "
+                          f"({type(error).__name__}: {error}); reinstall ldpfed (pip install -e .)") from None
+    return {item.name[:-len(".toml")]: item for item in items if item.name.endswith(".toml")}
 
 
 def locate(spec, where: str = "FILE|PRESET"):
