@@ -37,7 +37,8 @@ MULTI = ["ldp-sgd-multi", "ldp-ols-multi", "uniform"]
 # The reference's names of the four algorithms (Scheme1/instances/singleparam.py's configurations).
 REFERENCE = {"ldp-sgd": ("LDP-SGD", "SGD", "GSGD"), "ldp-ols": ("LDP-OLS", "OLS", "GOLS"),
              "ldp-gloc": ("LDP-GLOC", "GLM", "LUCBG"), "ldp-ucb": ("LDP-UCB", "OLS", "LUCB")}
-# Figures of ALGORITHMS.md / issue 8 (reference, eps = 1, seeds 0-9): median [25% - 75%].
+# The reference's figures as first quoted, before this job ran it (eps = 1, seeds 0-9, T = 1e5): median [25% - 75%].
+# REPRODUCTION.md's cross-check table sets them beside the reference run here ("reference (quoted)").
 QUOTED = {"ldp-sgd": "1,136 [178 - 1,908]", "ldp-ols": "11,744 [9,369 - 22,814]",
           "ldp-gloc": "15,306 [5,251 - 23,218]", "ldp-ucb": "30,863 [28,400 - 35,390]"}
 QUOTED_MEDIAN = {"ldp-sgd": 1136.0, "ldp-ols": 11744.0, "ldp-gloc": 15306.0, "ldp-ucb": 30863.0}
@@ -101,7 +102,7 @@ def run_ldpfed(algorithm: str, setting: str, eps: float, seed: int, users: int, 
         config = RunConfig(algorithm, env="linear", users=users, round_size=1, eps=eps, delta=0.01, seed=seed,
                            env_params={"d": 2, "K": 10}, profile=profile)
     else:
-        # s0 = 3000 users in total (the issue's setting, the authors' warm_up): 1000 per arm at K = 3
+        # s0 = 3000 users in total (the authors' warm_up): 1000 per arm at K = 3
         params = {"s0": 1000} if algorithm != "uniform" else {}
         config = RunConfig(algorithm, env="linear-multi", users=users, round_size=1, eps=eps, delta=0.1, seed=seed,
                            env_params={"d": 20, "K": 3}, params=params, profile=profile)
@@ -137,22 +138,22 @@ def quartiles(values) -> str:
 
 
 def tables(rows: list[dict], profiles: list[str], users: int = 100_000) -> str:
-    """The tables of the runs at T = users; issue 8's quoted reference figures are at T = 1e5 only."""
+    """The tables of the runs at T = users; the quoted reference figures are at T = 1e5 only."""
     from scipy.stats import mannwhitneyu
 
     def sample(source, setting, algorithm, eps, profile=None):
         return [r for r in rows if r["source"] == source and r["setting"] == setting and r["algorithm"] == algorithm
                 and float(r["eps"]) == eps and (profile is None or r["profile"] == profile)]
 
-    quote = users == 100_000   # issue 8's columns
+    quote = users == 100_000   # the quoted figures' columns
     lines = [f"### Single parameter: linear env, d = 2, K = 10, T = {horizon(users)}, round size 1, delta = 0.01",
              "", "Final cumulative regret, median [25% - 75%] over seeds (n = number of seeds); p: two-sided "
              "Mann-Whitney U test of ldpfed's authors-code sample against the reference's run here; ratios: ldpfed "
-             "authors-code median / reference median" + (" (run here; issue 8's at eps = 1)" if quote else "") +
+             "authors-code median / reference median" + (" (run here; quoted at eps = 1)" if quote else "") +
              "; 95%: bootstrap interval of that ratio (10,000 resamples of both samples).", "",
-             "| eps | algorithm | reference (run here) | " + ("reference (issue 8) | " if quote else "") +
+             "| eps | algorithm | reference (run here) | " + ("reference (quoted) | " if quote else "") +
              " | ".join(f"ldpfed {p}" for p in profiles) + " | ratio (run here) | 95% | " +
-             ("ratio (issue 8) | " if quote else "") + "Mann-Whitney p |",
+             ("ratio (quoted) | " if quote else "") + "Mann-Whitney p |",
              "|---|---|---|" + "---|" * (len(profiles) + (5 if quote else 3))]
     eps_values = sorted({float(r["eps"]) for r in rows if r["setting"] == "single"}, reverse=True)
     for eps in eps_values:

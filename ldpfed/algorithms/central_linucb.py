@@ -16,8 +16,9 @@ algorithms: `central_prepare`), fold (the row into its slot of Z: `slot_fold`, s
 server's step on the round's rows, its tree noise included) are compiled functions that every engine path runs. The tree's node noise is the server's randomness: `draw_server`
 draws it (one node per round, in the order the tree mechanism draws it) and the compiled update scales it.
 
-The seed lost its formulas; the reconstruction of /work/shared/ALGORITHMS.md ("Seed 001") is the spec. Options
-marked "reconstruction" are ours, not the paper's text.
+The spec is the paper: Huazheng Wang, David Zhao, Hongning Wang, "Dynamic Global Sensitivity for Differentially
+Private Contextual Bandits", RecSys 2022 (doi:10.1145/3523227.3546781; arXiv:2208.14555). Where a formula was not
+available to us it is reconstructed; options marked "reconstruction" are ours, not the paper's text.
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ from ldpfed.mechanisms import (Domain, DynamicTreeMechanism, Guarantee, SumBound
 
 PAPER_001 = "seed 001 Wang, Zhao, Wang 2022"
 # Seed 001's simulation (Section 4): arm pool of 1,000, 10 arms shown, reward noise std 0.5; eps, delta lost:
-# ALGORITHMS.md gives delta = 0.1 with eps swept; eps = 1 is the default point of the sweep.
+# the reconstruction takes delta = 0.1 with eps swept; eps = 1 is the default point of the sweep.
 SETTING_001 = {"env_params": {}, "users": 100_000, "eps": 1.0, "delta": 0.1, "params": {}}
 
 
