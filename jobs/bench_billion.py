@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A billion users in one run (issue 19 item 4): ldp-sgd (d = 10, K = 10) through the Ray engine on this machine.
+"""A billion users in one run: ldp-sgd (d = 10, K = 10) through the Ray engine on this machine.
 
     python jobs/bench_billion.py                    # 1e9 users, rounds of 1e5, 2 population actors, 1 shard
     python jobs/bench_billion.py --users 1e8        # a tenth of it

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The coordinator's cost per round against the number of population actors and shards (issue 19 item 3).
+"""The coordinator's cost per round against the number of population actors and shards.
 
     python jobs/bench_driver.py                                    # actors 2..64, shards 1 and 4
     python jobs/bench_driver.py --actors 2,4,8 --shards 1 --rounds 50

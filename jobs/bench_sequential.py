@@ -19,8 +19,8 @@ algorithms (ldp-gloc on the logistic env, the others linear); the multi-paramete
     users) for LDP-SGD, LDP-OLS, LDP-UCB and LDP-GLOC (Scheme1/instances/singleparam.py and logistic.py settings).
 The machine is named (CPUs, memory, load average): on a shared machine wall figures move, CPU figures less.
 With `--algorithms all`, every registered algorithm runs at B = 1 on its default env; one not written as compiled
-steps (a plugin in plain numpy) runs on the generic engine only, and the line says so. Issue 17's B = 1 target:
-100,000 users/s (20,000 for the LASSO ones).
+steps (a plugin in plain numpy) runs on the generic engine only, and the line says so. The B = 1 speed target:
+100,000 users/s (20,000 for the LASSO ones, which solve a LASSO per episode).
 Nothing here is asserted by the test suite; the reference code is never imported by ldpfed or its tests.
 """
 from __future__ import annotations
@@ -53,7 +53,7 @@ SETTINGS = {   # algorithm -> (env, env_params, reference (name, mechanism, serv
 }
 
 
-# Issue 17's B = 1 speed targets, users/s (None: every other algorithm)
+# The B = 1 speed targets, users/s (None: every other algorithm)
 B1_TARGET = {None: 100_000, "private-lasso": 20_000, "lasso-bandit": 20_000}
 
 

@@ -2,7 +2,7 @@
 """Fault drill: inject each fault into a real run and measure the time to detect it and to recover.
 
     python jobs/fault_drill.py                       # ldp-ols, d=10, K=10, 2e5 users in rounds of 2,000
-    python jobs/fault_drill.py --users 2000000       # the issue's size
+    python jobs/fault_drill.py --users 2000000       # 2e6 users, rounds of 2,000
 
 Scenarios (each run is compared, table bit for bit, with an undisturbed run of the same config):
 * population actor SIGKILLed, shard actor SIGKILLed (Ray engine, 2 actors, 2 shards): detect = from the kill to
@@ -93,7 +93,7 @@ def main(argv=None) -> int:
                                                          {**options, "mode": "per-user"}), shuffled_reference))
     finally:
         ray.shutdown()
-    if not args.skip_nodes:        # a cluster of its own: after the session above is shut down
+    if not args.skip_nodes:        # a cluster of its own: after the Ray instance above is shut down
         node_config = config.replace(populations=max(config.populations, 6))
         node_reference = run_local(node_config) if node_config != config else reference
         for how in ("kill", "freeze"):

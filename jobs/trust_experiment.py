@@ -31,7 +31,7 @@ import pandas as pd
 
 TRUSTS = ("local", "shuffle", "central")
 STYLES = {"local": "o-", "shuffle": "s--", "central": "^:"}
-ALGORITHMS = {      # the issue's: two contextual (d = 10, K = 10) and two multi-armed algorithms
+ALGORITHMS = {      # two contextual (d = 10, K = 10) and two multi-armed algorithms
     "ldp-sgd": ("linear", {"d": 10, "K": 10}),
     "ldp-ols": ("linear", {"d": 10, "K": 10}),
     "ldp-mab-ucb": ("bernoulli", {}),

@@ -1,7 +1,7 @@
 """How many threads numpy's BLAS and OpenMP pools use in a simulation process: one by default.
 
 A round's linear algebra is small (d x d solves, d-vectors): a BLAS pool spinning several threads on it buys
-nothing and takes the cores of parallel sweep workers and of Ray actors on the same machine (issue 19: ldp-sgd,
+nothing and takes the cores of parallel sweep workers and of Ray actors on the same machine (measured: ldp-sgd,
 2e6 users, 5.9 s of CPU with the default pools, 3.5 s with one thread, at the same speed). The engines run under
 `limited()`, the Ray actors call `limit()` once; LDPFED_BLAS_THREADS sets another number (e.g. for a LASSO with a
 large d on an otherwise idle machine).

@@ -1,4 +1,4 @@
-"""Hardening of the Ray set-up (issue 12 item 4, issue 11 item 4) and the local cluster script's robustness:
+"""Hardening of the Ray set-up (token authentication, loopback-only services) and the local cluster script's robustness:
 * the cluster token file is private (0600) in every path that creates it or finds it wider; a token file or
   cluster directory owned by someone else, or a symlink, is refused;
 * the cluster's directory is created 0700 and refused when other users could reach it;

@@ -120,8 +120,8 @@ def test_a_node_that_joins_mid_run_takes_a_population_actor_and_the_run_ends_bit
 def test_a_lost_node_is_left_behind_and_the_run_ends_bit_identical(fault, mode):
     """A 3-node cluster (ray.cluster_utils, in a subprocess): a third of the way in, the node hosting a population
     actor and a shard is killed (its raylet and workers gone) or frozen (SIGSTOP on all of them: a partition).
-    Ray has not marked the node dead when the engine recovers, so the replacements must be placed elsewhere (before
-    issue 19, the replacement went back to the dead node and ActorDiedError ended the run)."""
+    Ray has not marked the node dead when the engine recovers, so the replacements must be placed elsewhere (placed
+    by Ray alone, a replacement could go back to the dead node, and ActorDiedError would end the run)."""
     env = dict(os.environ, RAY_DEDUP_LOGS="0")
     env.pop("RAY_ADDRESS", None)
     proc = subprocess.run([sys.executable, "-c", NODE_LOSS, ALGORITHM, mode, fault], capture_output=True, text=True,

@@ -1,5 +1,5 @@
 """A server that trusts no client: every message field of every algorithm has an output domain, honest messages lie
-in it, and the attacks of issue 12 (built as an attacker would, from genuine messages) are rejected and counted by
+in it, and the attacks below (built as an attacker would, from genuine messages) are rejected and counted by
 a shard, with its state unchanged, in per-user and pre-aggregated mode, in process and over Ray."""
 import numpy as np
 import pytest
@@ -107,7 +107,7 @@ def test_every_field_declares_a_domain_and_honest_messages_pass(name):
         state = algo.update(state, total or {}, start, stop, derive(config.seed, "server", r))
 
 
-# ---- the attacks of issue 12 -----------------------------------------------------------------------------------
+# ---- the attacks: forged messages built from genuine ones ------------------------------------------------------
 
 def _set(field, index, value):
     def attack(m, users, algo):

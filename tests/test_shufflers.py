@@ -1,4 +1,4 @@
-"""Shuffler actors (issue 18 item 3): under --trust shuffle the Ray engine's populations send their users' messages
+"""Shuffler actors: under --trust shuffle the Ray engine's populations send their users' messages
 to S shufflers, which permute each round's share (ldpfed.shuffling) and forward anonymous chunks to the shards;
 run_local sums the same permuted chunks, so the engines agree bit for bit."""
 from __future__ import annotations

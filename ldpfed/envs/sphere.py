@@ -5,8 +5,8 @@ come from ldpfed.normals (a compiled ziggurat fed by xoshiro256++), with the nor
 loop: one pass, no temporaries.
 
 Stream: 4 raw words of the run's Generator per call, as ldpfed.normals says (same Generator state, same points, in
-any process). (Before session 3's change the ziggurat read the Generator's own PCG64 words, one per draw; the points
-then were other points of the same law.)
+any process). (Earlier versions of ldpfed fed the ziggurat the Generator's own PCG64 words, one per draw: the
+same law, other points, so their runs' contexts differ from these.)
 tests/test_sphere.py checks the points (norms, the law of a coordinate).
 """
 from __future__ import annotations
