@@ -372,7 +372,7 @@ def main(argv=None) -> int:
     parser.add_argument("--repeat", type=int, default=3, help="alternating floor and Ray runs (medians printed)")
     parser.add_argument("--before", type=Path, default=None,
                         help="a checkout of an older commit: compare its single-process floor with this one's "
-                             "(e.g. git worktree add /tmp/before f2de3d7^, the code before the batched engine)")
+                             "(e.g. git worktree add /tmp/before f2de3d7^, the code before the compiled context sampler)")
     parser.add_argument("--lockstep", action="store_true",
                         help="the work's CPU in 2 plain processes run round by round (no Ray) against one process")
     parser.add_argument("--no-baseline", dest="baseline", action="store_false",
