@@ -15,6 +15,9 @@ PROFILES = ("paper", "authors-code")
 # an anonymizing shuffler mixes per round (privacy amplified: --eps/--delta are then the shuffled batch's target);
 # "central", clipped data to a trusted server that adds the noise once to each round's aggregate.
 TRUST_MODELS = ("local", "shuffle", "central")
+# Under "shuffle", what a run does when its smallest group of users on one randomizer (ldpfed.shuffling) amplifies
+# too little: "refuse" it before it starts, or run every user at the target eps with "no-amplification".
+SMALL_GROUPS = ("refuse", "no-amplification")
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,7 @@ class RunConfig:
     profile: str = "paper"            # one of PROFILES: sets the defaults of env_params and params
     trust: str = "local"              # one of TRUST_MODELS: where the noise is added (ldpfed.algorithms.trust)
     shufflers: int = 1                # trust "shuffle": S shufflers, each mixes its share of a round (ldpfed.shuffling)
+    small_groups: str = "refuse"      # trust "shuffle": one of SMALL_GROUPS (ldpfed.algorithms.trust.shuffle_plan)
 
     def __post_init__(self):
         from ldpfed.algorithms import REGISTRY
@@ -69,6 +73,8 @@ class RunConfig:
             raise ConfigError("shufflers", self.shufflers, f"only the shuffle trust model has shufflers (this run's "
                                                            f"trust is {self.trust!r}); use --trust shuffle or drop "
                                                            f"--shufflers")
+        if self.small_groups not in SMALL_GROUPS:
+            raise ConfigError("small_groups", self.small_groups, f"unknown; choose from {list(SMALL_GROUPS)}")
         for name in ("env_params", "params"):
             if not isinstance(getattr(self, name), dict):
                 raise ConfigError(name, getattr(self, name), "must be a mapping")

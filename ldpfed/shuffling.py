@@ -8,6 +8,10 @@ and the accounting (the batch of a shuffler) compute the same thing.
   10 users among 3 shufflers get 3, 3, 4). The accounting's batch is the smallest share, n // S.
 * It permutes its share with `derive(seed, "shuffle", round, shuffler)`, drops who sent what, and cuts the
   permuted messages into chunks of CHUNK_MESSAGES (the last one shorter): chunk c goes to shard (s + c) % shards.
+* A shuffler hides a user only among the users of its share that run the same local randomizer (FMT's
+  amplification holds among identical randomizers): the algorithm's `randomizer_groups` labels them, and
+  `smallest_groups` gives the accounting each round's smallest group. `check_groups` is the shuffler's guard: a
+  public field that differs inside a declared group stops the run (the declaration was wrong, the claim false).
 * The round's aggregate is the sum of the chunks' aggregates in (shuffler, chunk) order (`core.add_sums`); each
   chunk's aggregate is `anonymous_aggregate`: the server does not know its users.
 """
@@ -32,6 +36,63 @@ def share_bounds(n_users: int, shuffler: int, shufflers: int) -> tuple[int, int]
 def smallest_share(n_users: int, shufflers: int) -> int:
     """The fewest users a shuffler mixes in a round of n_users: the anonymity set (the accounting's batch)."""
     return n_users // shufflers
+
+
+def group_sizes(labels: np.ndarray | None, size: int) -> np.ndarray:
+    """Users per randomizer group among `size` users labelled `labels` (None: one group of all)."""
+    if labels is None:
+        return np.array([size], dtype=np.int64)
+    return np.unique(labels, return_counts=True)[1]
+
+
+def smallest_groups(algo, n_users: int, round_size: int, shufflers: int) -> tuple[np.ndarray, np.ndarray]:
+    """(smallest, largest): per round, the fewest and the most users one shuffler's share holds of one randomizer
+    group (`algo.randomizer_groups`): the anonymity set of the round's worst-off user, and the largest batch any
+    user is shuffled in. Labels are computed round by round, so memory follows the round size."""
+    rounds = -(-n_users // round_size)
+    smallest, largest = np.empty(rounds, dtype=np.int64), np.empty(rounds, dtype=np.int64)
+    for r in range(rounds):
+        start = r * round_size
+        stop = min(start + round_size, n_users)
+        labels = algo.randomizer_groups(np.arange(start, stop, dtype=np.int64))
+        sizes = []
+        for s in range(shufflers):
+            lo, hi = share_bounds(stop - start, s, shufflers)
+            if hi > lo:
+                sizes.append(group_sizes(None if labels is None else labels[lo:hi], hi - lo))
+        sizes = np.concatenate(sizes)
+        smallest[r], largest[r] = sizes.min(), sizes.max()
+    return smallest, largest
+
+
+class GroupsBroken(RuntimeError):
+    """A shuffled share whose public fields tell apart users the algorithm declared alike: its privacy claim
+    would be false, so the run stops before the share reaches the server."""
+
+
+def check_groups(algo, round_index: int, users: np.ndarray, share: dict) -> None:
+    """GroupsBroken when a public field that is not a common draw (`public_draws`) differs between two users of
+    one randomizer group (`algo.randomizer_groups`) in this share (messages in user order)."""
+    plan = getattr(algo, "shuffle", None)
+    if plan is not None and not plan.amplifies:     # nothing is claimed of the shuffle: the local guarantee holds
+        return
+    fixed = [key for key in share if key in algo.public_fields and key not in algo.public_draws]
+    if not fixed or not len(users):
+        return
+    labels = algo.randomizer_groups(np.asarray(users, dtype=np.int64))
+    if labels is None:
+        labels = np.zeros(len(users), dtype=np.int64)
+    _, first, inverse = np.unique(labels, return_index=True, return_inverse=True)
+    leader = first[inverse.reshape(-1)]
+    for key in fixed:
+        values = np.asarray(share[key]).reshape(len(users), -1)
+        differ = np.flatnonzero((values != values[leader]).any(axis=1))
+        if differ.size:
+            user = int(users[differ[0]])
+            raise GroupsBroken(f"round {round_index}: public field {key!r} of user {user} differs from that of user "
+                               f"{int(users[leader[differ[0]]])}, which {algo.name} declares the same randomizer "
+                               f"(randomizer_groups): the server could tell them apart, so the shuffle's "
+                               f"amplification does not hold for them")
 
 
 def permutation(seed: int, round_index: int, shuffler: int, size: int) -> np.ndarray:

@@ -54,6 +54,7 @@ from ldpfed.errors import ConfigError
 from ldpfed.mechanisms import accounting, audit
 from ldpfed.plugins import PLUGINS_VAR, PluginError, environment_references, load_reference
 from ldpfed.rng import derive
+from ldpfed.shuffling import GroupsBroken, check_groups
 
 CHECKS = ("contract", "ledger", "clipping", "privacy_audit", "no_truth", "public_fields", "engines")
 
@@ -712,6 +713,21 @@ def check_public_fields(subject: Subject):
                 subject.fail(check, f"public field differs for {changed} of {len(users)} users (users {users[0]}..) "
                                     f"when only their contexts and rewards change: it depends on their data",
                              field)
+        if algo.privacy_model == "ldp":     # what a shuffled server tells apart: the declared randomizer groups
+            _check_groups(subject, check, algo, batch, users, sent[0])
+
+
+def _check_groups(subject, check, algo, batch, users, messages):
+    """Users that `randomizer_groups` declares alike send the same public fields (bar `public_draws`): else a
+    shuffled server could tell them apart, and the shuffle model's amplification would be claimed for nobody."""
+    try:
+        check_groups(algo, batch, users, messages)
+    except NotImplementedError as error:
+        subject.fail(check, f"the shuffle trust model cannot tell which users it hides among each other: {error}")
+    except GroupsBroken as error:
+        field = re.search(r"public field '([^']+)'", str(error))
+        subject.fail(check, f"randomizer_groups joins users a server tells apart: {error}",
+                     field.group(1) if field else None)
 
 
 # ---- 7. engines ------------------------------------------------------------------------------------------------

@@ -33,8 +33,10 @@ def test_pure_randomizers_run_at_the_largest_eps0_the_batch_amplifies():
     # the amplified eps is the pure bound at the batch: just under the target (the binary search's tolerance)
     assert s["privacy_eps_composed"] == pytest.approx(shuffle.numerical_eps(eps0, 2000, 1e-6))
     assert s["privacy_eps_composed"] > 1.0 - 1e-3
-    [row] = result.ledger
+    row, rounds = result.ledger      # the randomizer's row, then the rounds' (one run of rounds: both of 2,000)
     assert row["trust"] == "shuffle" and row["eps"] == eps0 and "shuffled batch of >= 2000 users" in row["scope"]
+    assert rounds["rounds"] == [0, 1] and rounds["smallest_group"] == 2000
+    assert rounds["eps"] == s["privacy_eps_composed"]
 
 
 def test_gaussian_randomizers_split_delta_with_the_approximate_theorem():
@@ -87,14 +89,15 @@ def test_cli_runs_shuffle_and_names_the_option_it_refuses(capsys, tmp_path):
     assert main(["run", "ldp-sgd", "--users", "3000", "--round-size", "1000", "--trust", "shuffle", "--delta",
                  "1e-6", "--quiet"]) == 0
     out = capsys.readouterr().out
-    assert "privacy (shuffle): each user's randomizer at eps0 = 2.72" in out and "batch of 1,000 users" in out
+    assert "privacy (shuffle): each user's randomizer at eps0 = 2.72" in out
+    assert "the smallest group of users on one randomizer in a shuffled batch: 1,000 (round 0)" in out
     with pytest.raises(SystemExit) as caught:
         main(["run", "ldp-sgd", "--users", "50", "--trust", "shuffle", "--quiet"])
     assert caught.value.code == 2 and "--round-size" in capsys.readouterr().err
     # S shufflers: the batch is a shuffler's share of the round
     assert main(["run", "ldp-sgd", "--users", "4000", "--round-size", "2000", "--trust", "shuffle", "--shufflers", "2",
                  "--delta", "1e-6", "--quiet"]) == 0
-    assert "batch of 1,000 users (a round among 2 shufflers)" in capsys.readouterr().out
+    assert "shuffled batch (a round among 2 shufflers): 1,000 (round 0)" in capsys.readouterr().out
     for bad in (["--shufflers", "0", "--trust", "shuffle"], ["--shufflers", "2"]):
         with pytest.raises(SystemExit) as caught:
             main(["run", "ldp-sgd", "--users", "4000", "--round-size", "2000", "--quiet", *bad])

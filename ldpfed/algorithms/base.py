@@ -38,6 +38,9 @@ class Algorithm:
     options: dict = {}               # option name -> Option: default (the paper's value), kind, bounds, doc
     defaults: dict = {}              # option name -> default, derived from `options` (see __init_subclass__)
     public_fields: frozenset = frozenset()  # message fields that the protocol makes public (e.g. a public arm)
+    # Public fields each user draws with its own coins from the round's published distribution, the same for every
+    # user of the round (a Thompson or Tsallis arm): part of one randomizer, so they split no shuffled batch.
+    public_draws: frozenset = frozenset()
     _fields: dict | None = None      # what fields() declared (set after setup()); None: the methods are written
     # The paper's experiment, for jobs/: RunConfig fields, e.g. {"env_params": {...}, "users": 10**5, "eps": 1.0,
     # "delta": 0.01, "params": {...}}; the env is `default_env`.
@@ -201,6 +204,42 @@ class Algorithm:
             self._domains = self.message_domains()
         return self._domains
 
+    # ---- what the server can tell apart: the shuffle trust model hides a user only among the same randomizer ------
+    def randomizer_groups(self, users: np.ndarray) -> np.ndarray | None:
+        """One int64 label per user of `users` (arrival indices of one round): users with equal labels run the same
+        local randomizer in that round whatever model the server published, so a shuffled server cannot tell them
+        apart; users with different labels it can (a public field the schedule fixes, which slots a message fills).
+        None: every user of the round runs the same randomizer. A label may split a set of users that the server
+        cannot tell apart (finer is safe), never join users it can.
+
+        Default: derived from the message's domains, the public schedule the server checks: a public field with an
+        `exact` value (a public count) or a `scheduled` arm (user t < K pulls t), and any field whose sent `slots`
+        the schedule fixes. A public field whose domain fixes neither, and that is not in `public_draws`, leaves
+        the groups unknown: NotImplementedError, which the shuffle trust model turns into a refusal (an algorithm
+        then writes this method)."""
+        users = np.asarray(users, dtype=np.int64)
+        domains = self.cached_domains()
+        columns = []
+        for key, domain in domains.items():
+            public = key in self.public_fields
+            if public and domain.exact is not None:
+                columns.append(np.asarray(domain.exact(users), dtype=float).reshape(len(users), -1))
+            elif public and domain.scheduled is not None:
+                columns.append(np.where(users < domain.scheduled, users, -1).astype(float)[:, None])
+            elif public and key not in self.public_draws:
+                raise NotImplementedError(
+                    f"{self.name}: public field {key!r} is neither fixed by a public schedule (its domain has no "
+                    f"exact value or scheduled arm) nor drawn from the round's common distribution (public_draws): "
+                    f"write randomizer_groups to say which users the server can tell apart")
+            if domain.slots is not None:
+                columns.append(np.asarray(domain.slots(users), dtype=float).reshape(len(users), -1))
+        if not columns or not len(users):
+            return None
+        rows = np.concatenate(columns, axis=1)
+        if (rows == rows[0]).all():
+            return None
+        return np.unique(rows, axis=0, return_inverse=True)[1].reshape(-1).astype(np.int64)
+
     # ---- description -------------------------------------------------------------------------
     def ledger(self) -> list[dict]:
         """What the mechanisms of this run guarantee, one row per message field or release, with the noise they
@@ -220,8 +259,12 @@ class Algorithm:
             rows = [{**row, "trust": "central", "scope": note} for row in rows]
         if self.shuffle is not None:     # the rows are the local randomizer's; the shuffled batch amplifies them
             note = (f"local randomizer of the shuffle trust model: each user sends one message in one shuffled "
-                    f"batch of >= {self.shuffle.batch} users, so the run's guarantee is its batch's (the summary's "
-                    f"privacy_eps_composed, {self.shuffle.bound} bound of Feldman, McMillan, Talwar 2021)")
+                    f"batch of >= {self.shuffle.batch} users on its randomizer, so the run's guarantee is its "
+                    f"worst-off user's batch's (the summary's privacy_eps_composed, {self.shuffle.bound} bound of "
+                    f"Feldman, McMillan, Talwar 2021)") if self.shuffle.amplifies else (
+                    f"local randomizer of the shuffle trust model, at the target: a group of "
+                    f"{self.shuffle.batch} user(s) on one randomizer (round {self.shuffle.smallest_round}) "
+                    f"amplifies too little, so no user's guarantee counts on the shuffle")
             rows = [{**row, "trust": "shuffle", "scope": note} for row in rows]
         return rows
 

@@ -209,6 +209,8 @@ class LdpMabAdversarial(_OnePointMab):
     state_keys = ("L", "p", "t")
     model_keys = ("p",)
     act_draws = 1                # the uniform that samples the arm from p
+    # every user of a round draws its arm from the same published p with its own coins: one randomizer
+    public_draws = frozenset({"arm"})
     # Reconstruction (no MAB experiment in the paper), as for ldp-mab-ucb.
     paper_setting = {"env_params": {"K": 10}, "users": 10**5, "eps": 1.0, "delta": 0.01, "params": {}}
 
@@ -428,6 +430,8 @@ class _BallBco(_OnePointScalar, CompiledAlgorithm):
     than uniform play. "centre" (y_1 = 0, Agarwal et al.'s and FKM's choice) sits at distance ||x*|| = R/2 of
     x* on the default env, so standing still already scores a third of uniform play's regret there.
     """
+
+    public_draws = frozenset({"u"})   # every user draws its direction uniformly with its own coins: one randomizer
 
     env_kinds = ("convex",)
     default_env = "convex"

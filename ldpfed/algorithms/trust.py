@@ -30,7 +30,7 @@ from ldpfed.config import TRUST_MODELS  # noqa: F401  (re-exported: the trust mo
 from ldpfed.errors import ConfigError
 from ldpfed.mechanisms import shuffle
 from ldpfed.mechanisms.central import central_twin
-from ldpfed.shuffling import smallest_share
+from ldpfed.shuffling import smallest_groups, smallest_share
 
 SHUFFLE_BOUND = "numerical"       # FMT's numerical bound: the tighter of their two (shuffle.BOUNDS)
 # A batch "too small to amplify": its eps0 is less than 5% above the target (shuffling any batch never hurts, so
@@ -40,52 +40,98 @@ MIN_GAIN = 1.05
 
 @dataclass(frozen=True)
 class ShufflePlan:
-    """The local budget of a shuffled run and what it buys."""
+    """The local budget of a shuffled run and what it buys. A user is hidden only among the users of its shuffler's
+    share that run the same randomizer (`Algorithm.randomizer_groups`): the worst-off user is in the smallest such
+    group of the run, so eps0 is the largest its group size amplifies to the target."""
 
     eps0: float            # each user's local randomizer (the algorithm's eps)
     delta0: float          # its delta (0: pure randomizers)
-    batch: int             # users per shuffled batch: the smallest round
+    batch: int             # the smallest randomizer group of any round's share: the worst user's anonymity set
     delta_pure: float      # the part of the target delta spent in the pure bound
     bound: str
+    largest: int = 0       # the largest group any user is shuffled in (FMT Thm 3.8's added delta grows with it)
+    smallest_round: int = 0                 # the first round whose smallest group is `batch`
+    group_runs: tuple = ()                  # (first round, last round, smallest group) for runs of equal rounds
+    amplifies: bool = True                  # False: the smallest group amplifies nothing, eps0 is the target
 
-    def amplified(self, eps0: float, delta0: float) -> shuffle.Amplified:
-        """The guarantee of a batch of (eps0, delta0)-LDP messages (the ledger's composed local guarantee)."""
-        return shuffle.amplify(eps0, self.batch, self.delta_pure, delta0, bound=self.bound)
+    def amplified(self, eps0: float, delta0: float, n: int | None = None) -> shuffle.Amplified:
+        """The guarantee of the worst-off user (a group of n, by default the run's smallest) for (eps0, delta0)-LDP
+        messages (the ledger's composed local guarantee). Its delta charges FMT Thm 3.8's term at the largest
+        group, which bounds it for every group."""
+        n = self.batch if n is None else int(n)
+        pure = shuffle.amplify(eps0, n, self.delta_pure, bound=self.bound)
+        largest = max(self.largest, n)
+        delta = self.delta_pure + (math.exp(pure.eps) + 1.0) * (1.0 + math.exp(-eps0) / 2.0) * largest * delta0
+        what = (f"({eps0:g}, {delta0:g})-LDP messages" if delta0 else f"eps0 = {eps0:g}-LDP messages")
+        reason = (f"shuffle: the smallest group of users on one randomizer in a shuffler's share is n = {n} {what} "
+                  f"(round {self.smallest_round}), {pure.reason.split(' messages, ', 1)[-1].split(';')[0]}; "
+                  f"each user sends one message in one batch, so the run's guarantee is its worst user's")
+        return shuffle.Amplified(pure.eps, delta, float(eps0), float(delta0), n, self.bound, reason)
 
 
 def smallest_batch(config) -> int:
     """The fewest users a shuffler mixes: each of the S shufflers mixes its share of a round (ldpfed.shuffling), so
     the batch every user is shuffled in is at least the smallest share of the run's smallest round (the last one
-    may be short)."""
+    may be short). Users on different randomizers split it further (`shuffle_plan`)."""
     last = config.users - (config.rounds - 1) * config.round_size
     return smallest_share(min(config.round_size, last), config.shufflers)
 
 
-def shuffle_plan(config, pure: bool) -> ShufflePlan:
-    """The largest local eps0 (and its delta0) whose shuffled batch meets the run's (eps, delta); ConfigError naming
-    round_size (or eps, or the shufflers that split it) when the batch is too small to amplify."""
-    n = smallest_batch(config)
-    # the batch is a shuffler's share of the smallest round: with S > 1 fewer shufflers also make it larger
-    batch = f"{n} users" if config.shufflers == 1 else f"{n} users (a round split among {config.shufflers} shufflers)"
-    fewer = "" if config.shufflers == 1 else " or lower --shufflers"
-    if n < 2:
-        raise ConfigError("round_size", config.round_size,
-                          f"the shuffle trust model needs batches of at least 2 users to hide a user among others "
-                          f"(this run's smallest batch has {batch}); raise --round-size (or --users){fewer}")
+def _runs(values: np.ndarray) -> tuple:
+    """(first, last, value) for each run of equal consecutive values."""
+    cuts = np.flatnonzero(np.diff(values)) + 1
+    starts, ends = np.concatenate([[0], cuts]), np.concatenate([cuts - 1, [len(values) - 1]])
+    return tuple((int(a), int(b), int(values[a])) for a, b in zip(starts, ends))
+
+
+def shuffle_plan(config, pure: bool, algo=None) -> ShufflePlan:
+    """The largest local eps0 (and its delta0) whose worst-off user meets the run's (eps, delta): the user in the
+    smallest randomizer group of any round's shuffler share (`algo.randomizer_groups`; without `algo`, every user
+    of a round on one randomizer). When that group amplifies too little, `config.small_groups` decides: "refuse"
+    (ConfigError naming the algorithm, the round and the group size) or "no-amplification" (eps0 = the target:
+    the run's guarantee is the local one, the shuffler changes nothing)."""
+    if algo is None:
+        smallest = largest = np.full(config.rounds, smallest_batch(config), dtype=np.int64)
+    else:
+        try:
+            smallest, largest = smallest_groups(algo, config.users, config.round_size, config.shufflers)
+        except NotImplementedError as error:
+            raise ConfigError("trust", "shuffle", f"{error}; the shuffle trust model must know which users a "
+                                                  f"shuffled server can tell apart") from None
+    r = int(np.argmin(smallest))
+    n, top = int(smallest[r]), int(largest.max())
+    split = n < smallest_batch(config)      # the schedule, not the round size, made the group small
+    base = dict(batch=n, bound=SHUFFLE_BOUND, largest=top, smallest_round=r, group_runs=_runs(smallest))
     delta_pure = config.delta if pure else config.delta / 2.0
-    delta0 = 0.0 if pure else (config.delta / 2.0) / ((math.exp(config.eps) + 1.0) * 1.5 * n)
+    delta0 = 0.0 if pure else (config.delta / 2.0) / ((math.exp(config.eps) + 1.0) * 1.5 * top)
+
+    def too_small(why: str) -> ShufflePlan:
+        if config.small_groups == "no-amplification":
+            return ShufflePlan(float(config.eps), 0.0 if pure else float(config.delta), delta_pure=config.delta,
+                               amplifies=False, **base)
+        name = getattr(algo, "name", config.algorithm)
+        if split:
+            raise ConfigError("small_groups", config.small_groups,
+                              f"{name}: round {r} has a group of {n} user{'s' if n != 1 else ''} that the public "
+                              f"schedule sets apart from the rest of its batch (a shuffled server tells their "
+                              f"messages apart, so only users on the same randomizer hide each other): {why}; "
+                              f"--small-groups no-amplification runs every user at the target eps unamplified")
+        batch = f"{n} users" if config.shufflers == 1 else \
+            f"{n} users (a round split among {config.shufflers} shufflers)"
+        fewer = "" if config.shufflers == 1 else " or lower --shufflers"
+        raise ConfigError("round_size", config.round_size, f"{name}: round {r}: a shuffled batch of {batch} {why}; "
+                                                           f"raise --round-size (or --users){fewer}, or --eps")
+
+    if n < 2:
+        return too_small("a batch needs at least 2 users to hide a user among others")
     try:
         eps0 = shuffle.largest_eps0(config.eps, n, delta_pure, bound=SHUFFLE_BOUND)
     except ConfigError as error:
-        raise ConfigError("round_size", config.round_size,
-                          f"a shuffled batch of {batch} cannot reach eps = {config.eps:g} at delta = "
-                          f"{config.delta:g} ({error.reason}); raise --round-size or --eps{fewer}") from None
+        return too_small(f"cannot reach eps = {config.eps:g} at delta = {config.delta:g} ({error.reason})")
     if eps0 < MIN_GAIN * config.eps:
-        raise ConfigError("round_size", config.round_size,
-                          f"a shuffled batch of {batch} amplifies too little at eps = {config.eps:g}, delta = "
-                          f"{config.delta:g}: its largest local eps0 is {eps0:.4g} (less than {MIN_GAIN:g} x eps); "
-                          f"raise --round-size (or --users, if the last round is short) or --eps{fewer}")
-    return ShufflePlan(eps0, delta0, n, delta_pure, SHUFFLE_BOUND)
+        return too_small(f"amplifies too little at eps = {config.eps:g}, delta = {config.delta:g}: its largest "
+                         f"local eps0 is {eps0:.4g} (less than {MIN_GAIN:g} x eps)")
+    return ShufflePlan(eps0, delta0, delta_pure=delta_pure, **base)
 
 
 def local_config(config, cls, world):
@@ -103,9 +149,9 @@ def local_config(config, cls, world):
     probe = cls(world, config)
     rows = probe.ledger()
     refuse_void(probe, rows, "amplify")
-    plan = shuffle_plan(config, pure=all(float(row["delta"]) == 0.0 for row in rows))
+    plan = shuffle_plan(config, pure=all(float(row["delta"]) == 0.0 for row in rows), algo=probe)
     local = config.replace(eps=plan.eps0, delta=plan.delta0 if plan.delta0 else config.delta, trust="local",
-                           shufflers=1)
+                           shufflers=1, small_groups="refuse")
     return local, plan
 
 

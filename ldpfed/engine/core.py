@@ -12,7 +12,7 @@ from ldpfed.algorithms import make_algorithm
 from ldpfed.envs import make_env
 from ldpfed.mechanisms import accounting
 from ldpfed.rng import derive
-from ldpfed.shuffling import anonymous_aggregate, share_bounds, shuffle_share
+from ldpfed.shuffling import anonymous_aggregate, check_groups, share_bounds, shuffle_share
 
 
 # The per-round table's first columns, in order (metric counters follow): what every engine's RunResult.table has.
@@ -129,6 +129,8 @@ def shuffled_sums(algo, config, round_index: int, populations: list) -> dict:
     total = None
     for s in range(config.shufflers):
         share = join_pieces([pieces[s] for pieces in cut if pieces[s] is not None])
+        lo, hi = share_bounds(stop - start, s, config.shufflers)
+        check_groups(algo, round_index, np.arange(start + lo, start + hi, dtype=np.int64), share)
         for chunk in shuffle_share(config.seed, round_index, s, share):
             total = add_sums(total, anonymous_aggregate(algo, chunk))
     return total
@@ -149,17 +151,42 @@ def privacy_summary(config, algo) -> dict:
         accounting.check_budget(composed, config.eps, config.delta, config.algorithm)
         trust = {"privacy_trust": "central"} if algo.central is not None else {}
         return {**composed.summary(), **trust} if composed is not None else {}
-    # shuffle: the ledger is the local randomizer's (eps0, delta0); the shuffled batch amplifies it
+    # shuffle: the ledger is the local randomizer's (eps0, delta0); its worst-off user's group amplifies it
     local = accounting.compose(algo.ledger(), algo.delta)
+    shuffled = {"privacy_trust": "shuffle", "privacy_eps0": local.eps, "privacy_delta0": local.delta,
+                "privacy_eps0_dp_accounting": local.eps_pld, "privacy_shuffle_batch": plan.batch,
+                "privacy_shuffle_round": plan.smallest_round, "privacy_shuffle_amplified": plan.amplifies,
+                "privacy_shufflers": config.shufflers, "privacy_shuffle_bound": plan.bound}
+    if not plan.amplifies:          # the run's randomizers are at the target: the local guarantee, nothing more
+        accounting.check_budget(local, config.eps, config.delta, config.algorithm)
+        return {**local.summary(), **shuffled}
     accounting.check_budget(local, plan.eps0, algo.delta, config.algorithm)
     amplified = plan.amplified(local.eps, local.delta if plan.delta0 else 0.0)
     accounting.check_budget(accounting.Composition(amplified.eps, amplified.delta, config.delta, None,
                                                    (amplified.reason,)), config.eps, config.delta, config.algorithm)
     return {"privacy_eps_composed": amplified.eps, "privacy_delta_composed": amplified.delta,
-            "privacy_eps_dp_accounting": None, "privacy_trust": "shuffle", "privacy_eps0": local.eps,
-            "privacy_delta0": local.delta, "privacy_eps0_dp_accounting": local.eps_pld,
-            "privacy_shuffle_batch": amplified.n, "privacy_shufflers": config.shufflers,
-            "privacy_shuffle_bound": amplified.bound}
+            "privacy_eps_dp_accounting": None, **shuffled}
+
+
+def shuffle_rows(algo) -> list[dict]:
+    """Under the shuffle trust model, the ledger's rows of the rounds: per run of rounds with the same smallest
+    randomizer group, that group and its worst-off user's (eps, delta)."""
+    plan = algo.shuffle
+    if plan is None:
+        return []
+    local = accounting.compose(algo.ledger(), algo.delta)
+    rows = []
+    for first, last, n in plan.group_runs:
+        if plan.amplifies:
+            got = plan.amplified(local.eps, local.delta if plan.delta0 else 0.0, n)
+            eps, delta = got.eps, got.delta
+        else:
+            eps, delta = local.eps, local.delta
+        rows.append({"message": f"shuffled rounds {first}-{last}", "rounds": [first, last], "smallest_group": n,
+                     "eps": eps, "delta": delta, "trust": "shuffle", "amplified": plan.amplifies,
+                     "scope": "the worst-off user of these rounds: the smallest group of users on one randomizer "
+                              "in a shuffler's share"})
+    return rows
 
 
 @dataclass
@@ -238,5 +265,5 @@ def make_result(config, algo, env, table: pd.DataFrame, state, *, engine: str, e
         **privacy,
         **(extra or {}),
     }
-    ledger = [{**row, "users_sending": messages} for row in algo.ledger()]
+    ledger = [{**row, "users_sending": messages} for row in algo.ledger()] + shuffle_rows(algo)
     return RunResult(config, table, ledger, summary, env.describe(), state)

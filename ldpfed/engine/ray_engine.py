@@ -59,7 +59,7 @@ from ldpfed.envs import make_env
 from ldpfed.errors import ConfigError, describe_error
 from ldpfed.memory import keep_freed_memory
 from ldpfed.plugins import PLUGINS_VAR
-from ldpfed.shuffling import shard_of_chunk, shuffle_share
+from ldpfed.shuffling import check_groups, shard_of_chunk, shuffle_share
 from ldpfed.threads import limit as limit_threads
 
 
@@ -197,6 +197,8 @@ class ShufflerActor:
     def configure(self, config, plan, shuffler: int) -> tuple[str, int]:
         limit_threads()
         self.config, self.plan, self.shuffler = config, plan, shuffler
+        # the algorithm's randomizer groups and public fields: what the shuffler checks before it forwards a share
+        self.algo = make_algorithm(make_env(config), config)
         self.messages, self.busy_s = 0, 0.0
         self.latency = LatencyHistogram()          # time to mix and cut one round's share
         return self.node(), os.getpid()
@@ -215,6 +217,7 @@ class ShufflerActor:
         if got != len(users):     # the engine's own populations: a wrong count is a bug, not an attack
             raise RuntimeError(f"shuffler {self.shuffler}: round {round_index} has {got} messages for "
                                f"{len(users)} users")
+        check_groups(self.algo, round_index, users, share)
         per_shard = [[] for _ in range(self.plan.shards)]
         for c, chunk in enumerate(shuffle_share(self.config.seed, round_index, self.shuffler, share)):
             per_shard[shard_of_chunk(self.shuffler, c, self.plan.shards)].append(

@@ -106,6 +106,7 @@ class LdpEpsGreedy(CompiledAlgorithm):
     model_keys = ("arm",)                        # what every user sees: the published greedy arm
     metric_names = ("clipped",)                  # prepare's counters (to the simulation's metrics, never the server)
     act_draws = 2                                # act's random numbers per user (see draw_act)
+    public_draws = frozenset({"pulls"})          # an explorer's arm: its own coins' draw (see randomizer_groups)
 
     def setup(self):
         """Build the mechanisms (called by Algorithm.__init__; self.params, self.K, self.eps are set)."""
@@ -133,6 +134,14 @@ class LdpEpsGreedy(CompiledAlgorithm):
             # the reward bit through randomized response, in the pulled arm's slot: the ledger's one row
             "feedback": Field((K,), mechanism=self.rr, schedule={"at_most_one": True}),
         }
+
+    def randomizer_groups(self, users):
+        """Under --trust shuffle: which users a shuffled server can tell apart. User t explores with its own
+        probability min(1, c K / t), so users past c K each run a randomizer of their own (the arm's law differs);
+        the first c K all explore, one randomizer. A shuffle hides the later ones among nobody: their groups are
+        single users, and the shuffle model refuses the run or runs it unamplified (--small-groups)."""
+        users = np.asarray(users, dtype=np.int64)
+        return np.where(users + 1.0 <= self.c * self.K, -1, users)
 
     def central_touched(self, sums, start, stop):
         """Under --trust central the server adds its noise only to the reports of arms someone pulled this round
