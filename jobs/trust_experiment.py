@@ -30,6 +30,10 @@ import numpy as np
 import pandas as pd
 
 TRUSTS = ("local", "shuffle", "central")
+# A shuffled run whose smallest group of users on one randomizer amplifies too little (the users a public schedule
+# sets apart, e.g. ldp-mab-ucb's "user t < K pulls arm t") runs at the target eps: its row shows what shuffling
+# buys such an algorithm honestly (nothing) instead of being refused.
+SMALL_GROUPS = "no-amplification"
 STYLES = {"local": "o-", "shuffle": "s--", "central": "^:"}
 ALGORITHMS = {      # two contextual (d = 10, K = 10) and two multi-armed algorithms
     "ldp-sgd": ("linear", {"d": 10, "K": 10}),
@@ -47,7 +51,7 @@ def _one(job: dict) -> dict:
     env, env_params = ALGORITHMS[job["algorithm"]]
     config = RunConfig(job["algorithm"], env=env, env_params=env_params, users=job["users"],
                        round_size=job["round_size"], eps=job["eps"], delta=job["delta"], seed=job["seed"],
-                       trust=job["trust"])
+                       trust=job["trust"], small_groups=SMALL_GROUPS if job["trust"] == "shuffle" else "refuse")
     started = time.process_time()
     try:
         s = run(config).summary
@@ -55,6 +59,7 @@ def _one(job: dict) -> dict:
         return {**job, "refused": f"{error.field}: {error.reason}"}
     return {**job, "final_regret": s["final_regret"], "final_estimation_error": s.get("final_estimation_error"),
             "eps0": s.get("privacy_eps0", job["eps"]), "eps_composed": s.get("privacy_eps_composed"),
+            "smallest_group": s.get("privacy_shuffle_batch"), "amplified": s.get("privacy_shuffle_amplified"),
             "cpu_s": time.process_time() - started, "refused": ""}
 
 

@@ -57,6 +57,7 @@ class Sweep:
     profile: str = "paper"
     trust: str = "local"                   # the LDP algorithms' trust model (others keep theirs)
     shufflers: int = 1                     # trust "shuffle": shufflers per round (RunConfig.shufflers)
+    small_groups: str = "refuse"           # trust "shuffle": RunConfig.small_groups
     ray: dict = field(default_factory=dict)
     params: dict = field(default_factory=dict)
     env_params: dict = field(default_factory=dict)
@@ -136,7 +137,7 @@ def _positive(value, where: str) -> int:
 def build(data: dict, source: str = "sweep") -> Sweep:
     """A validated Sweep from a mapping (a parsed TOML file, with overrides); errors name `source` and the key."""
     from ldpfed.algorithms import REGISTRY
-    from ldpfed.config import PROFILES, TRUST_MODELS
+    from ldpfed.config import PROFILES, SMALL_GROUPS, TRUST_MODELS
     from ldpfed.envs import ENVS
 
     unknown = set(data) - KEYS
@@ -155,6 +156,9 @@ def build(data: dict, source: str = "sweep") -> Sweep:
     trust = data.get("trust", "local")
     if trust not in TRUST_MODELS:
         raise ConfigError(f"{source}: trust", trust, f"choose from {list(TRUST_MODELS)}")
+    small_groups = data.get("small_groups", "refuse")
+    if small_groups not in SMALL_GROUPS:
+        raise ConfigError(f"{source}: small_groups", small_groups, f"choose from {list(SMALL_GROUPS)}")
     delta = data.get("delta")
     if delta is not None and not (isinstance(delta, (int, float)) and 0 < delta < 1):
         raise ConfigError(f"{source}: delta", delta, "must be in (0, 1)")
@@ -169,7 +173,7 @@ def build(data: dict, source: str = "sweep") -> Sweep:
         round_size=_positive(data.get("round_size", 1), f"{source}: round_size"),
         populations=_positive(data.get("populations", 1), f"{source}: populations"),
         delta=None if delta is None else float(delta), engine=engine, profile=profile, trust=trust,
-        shufflers=_positive(data.get("shufflers", 1), f"{source}: shufflers"))
+        shufflers=_positive(data.get("shufflers", 1), f"{source}: shufflers"), small_groups=small_groups)
     for key in ("ray", "params", "env_params"):
         value = data.get(key, {})
         if not isinstance(value, dict):
@@ -272,7 +276,8 @@ def configs(sweep: Sweep) -> list:
                                      populations=min(sweep.populations, sweep.round_size, users), eps=eps,
                                      delta=delta, seed=seed, env_params=env_params, params=params,
                                      profile=sweep.profile, trust=trust,
-                                     shufflers=sweep.shufflers if trust == "shuffle" else 1))
+                                     shufflers=sweep.shufflers if trust == "shuffle" else 1,
+                                     small_groups=sweep.small_groups if trust == "shuffle" else "refuse"))
     return out
 
 

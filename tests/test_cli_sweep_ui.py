@@ -137,7 +137,7 @@ def test_ui_starts_on_loopback_and_prints_the_latest_sweep(swept):
 
 @pytest.mark.slow
 def test_the_quick_preset_as_documented_from_outside_the_repository(tmp_path):
-    """The issue's words: `python -m ldpfed sweep quick --users 2000` (every algorithm on Ray, 98 runs)."""
+    """As the README documents it: `python -m ldpfed sweep quick --users 2000` (every algorithm on Ray, 98 runs)."""
     done = _ldpfed("sweep", "quick", "--users", "2000", cwd=tmp_path, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = pd.read_parquet(tmp_path / "results" / "run_all" / "custom" / "summary" / "summary.parquet")

@@ -22,7 +22,7 @@ def test_l2_ball_radius_closed_forms():
         assert M.l2_ball_radius(1.0, eps, 1) == pytest.approx(1 / math.tanh(eps / 2), rel=1e-13)
         assert M.l2_ball_radius(1.0, eps, 2) == pytest.approx(math.pi / 2 / math.tanh(eps / 2), rel=1e-13)
         assert M.l2_ball_radius(2.5, eps, 7) == pytest.approx(2.5 * M.l2_ball_radius(1.0, eps, 7), rel=1e-13)
-    # the second form of ALGORITHMS.md with the plain Gamma ratio, where it does not overflow yet
+    # the second closed form of the calibration with the plain Gamma ratio, where it does not overflow yet
     for d in (3, 10, 100, 300):
         e = 1.0
         plain = (math.exp(e) + 1) / (math.exp(e) - 1) * math.sqrt(math.pi) / 2 * d * math.gamma((d + 1) / 2) / math.gamma(d / 2 + 1)

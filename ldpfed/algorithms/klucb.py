@@ -300,7 +300,7 @@ class SWKLUCBCF(CompiledAlgorithm):
                                   "tanh(eps/2), the factor randomized response shrinks every feedback gap by (at most "
                                   "T)"),
     }
-    # The paper has no experiments; ALGORITHMS.md proposes T = 1e5..1e6, K = 5, L_T = 4, eps in {0.5, 1, 2}.
+    # The paper has no experiments; a reconstruction: T = 1e5..1e6, K = 5, L_T = 4, eps in {0.5, 1, 2}.
     # delta is not used (pure eps-LDP); RunConfig needs one.
     paper_setting = {"env_params": {"K": 5, "breakpoints": 4}, "users": 10**5, "eps": 1.0, "delta": 0.01,
                      "params": {}}

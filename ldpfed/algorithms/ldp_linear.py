@@ -89,7 +89,7 @@ class LdpUcb(CompiledAlgorithm):
     env_kinds = SINGLE_GLM_ENVS
     default_env = "linear"
     options = {"alpha": ALPHA, "calibration": CALIBRATION}
-    # The setting of the public reference comparison (ALGORITHMS.md: d=2, K=10, unit contexts, eps=1,
+    # The setting of the public reference comparison (d=2, K=10, unit contexts, eps=1,
     # delta=0.01); a reconstruction, the seed's own experiment settings are not in its text.
     paper_setting = {"env_params": {"d": 2, "K": 10}, "users": 10**5, "eps": 1.0, "delta": 0.01, "params": {}}
     shares = 2   # number of mechanisms sharing (eps, delta)

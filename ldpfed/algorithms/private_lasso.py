@@ -5,7 +5,7 @@ Central model: the server is trusted with the raw (x, r) of every pulled arm (cl
 It keeps the sufficient statistics X^T X, X^T y of the whole history (folded in blocks of `FLUSH` rows, so a
 user costs one row of a BLAS Gram update, not a d x d outer product) and releases, privately:
 
-* at each episode start (users t = 2^k - 1, k = 1, 2, ...; ALGORITHMS.md; the seed's text also reads 2^(k-1)):
+* at each episode start (users t = 2^k - 1, k = 1, 2, ...; the seed's text also reads 2^(k-1)):
   the support S_t (SparseEstimation, Algorithm 2): LASSO on the history,
   theta_hat = argmin (1/n) ||y - X theta||^2 + lambda_t ||theta||_1, lambda_t = lambda_0 sqrt(2 log n log d / n)
   (coordinate descent on the Gram form with an active set and vectorized KKT checks); S0 = {i : |theta_hat_i| >
@@ -287,7 +287,7 @@ class PrivateThresholdLasso(CentralRows, CompiledAlgorithm):
         "debias": Option(False, kind="bool", doc="subtract the Wishart mean k s^2 I of every node from the released "
                                                  "Gram (a reconstruction; off, as in the seed)"),
     }
-    # The seed has no experiment; ALGORITHMS.md: d >> s0, e.g. d = 1000, s0 = 5, K = 10 (the env's defaults).
+    # The seed has no experiment; a reconstruction: d >> s0, e.g. d = 1000, s0 = 5, K = 10 (the env's defaults).
     paper_setting = {"env_params": {"d": 1000, "s0": 5, "K": 10}, "users": 100_000, "eps": 1.0, "delta": 0.1,
                      "params": {}}
     FLUSH = 256
