@@ -199,8 +199,8 @@ def row_of(job, result, cpu, extra) -> dict:
 
 
 # (algorithm, env, env params): seed 000/002's contextual algorithms run at --batch-users (T = 1e6, the papers'
-# horizon); the others (one per family: MAB, piecewise-stationary, central-DP LinUCB, BCO) at --batch-users-others, since
-# those without a compiled sequential kernel take ~20x longer per user at round size 1.
+# horizon); the others (one per family: MAB, piecewise-stationary, central-DP LinUCB, BCO) at --batch-users-others,
+# since those without a compiled sequential kernel take ~20x longer per user at round size 1.
 BATCH_ALGORITHMS = [("ldp-sgd", "linear", SINGLE), ("ldp-ols", "linear", SINGLE), ("ldp-ucb", "linear", SINGLE),
                     ("ldp-gloc", "logistic", SINGLE)]
 BATCH_OTHERS = [("ldp-mab-ucb", "bernoulli", {"K": 10}), ("sw-klucb-cf", "piecewise-bernoulli",
