@@ -501,9 +501,10 @@ def test_steady_window_stops_at_the_first_shard_out_of_work():
 
 @pytest.mark.parametrize("mode", ["per-user", "pre-aggregated"])
 @pytest.mark.parametrize("name, attack", [("ldp-mab-ucb", _all_other_arm), ("sw-klucb-cf", _all_pulls_other_arm)])
-def test_an_arm_the_server_did_not_publish_is_caught_only_with_the_rounds_model(name, attack, mode):
-    """Every user of a message agrees on one arm, but not the published one: without the round's model a shard
-    cannot tell (the users agree); with it (the Ray engine publishes it to the shards) the message is rejected."""
+def test_an_arm_the_server_did_not_publish_is_caught_with_the_rounds_model_and_refused_without_it(name, attack, mode):
+    """Every user of a message agrees on one arm, but not the published one: with the round's model (the Ray engine
+    publishes it to the shards) the message is rejected as such; without it a shard cannot check the arm, so it
+    rejects the message for want of the schedule (a check without its input fails closed)."""
     config, algo, plan, genuine = attack_setup(name, mode)
     users, messages = genuine[1]
     m = {f: v.copy() for f, v in messages.items()}
@@ -511,7 +512,8 @@ def test_an_arm_the_server_did_not_publish_is_caught_only_with_the_rounds_model(
     payload = m if mode == "per-user" else algo.aggregate(m, users)
     blind, told = ShardCore(plan, 0, algo), ShardCore(plan, 0, algo)
     told.publish(0, published_model(config, algo))
-    assert blind.fold([as_message(config, plan, 1, payload, len(users))]) == (1, 0)
+    assert blind.fold([as_message(config, plan, 1, payload, len(users))]) == (0, 1)
+    assert blind.rejected_by_reason == {"no published schedule": 1} and blind.peek(0) == {}
     assert told.fold([as_message(config, plan, 1, payload, len(users))]) == (0, 1)
     assert list(told.rejected_by_reason) == [f"out of domain ({'arm' if name == 'ldp-mab-ucb' else 'pulls'}): "
                                              f"not the published arm" if mode == "per-user" else

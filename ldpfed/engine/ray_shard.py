@@ -33,12 +33,16 @@ the run's; the round is not open (closed, or beyond the window of open rounds); 
 that round (shuffled: a chunk the plan does not send this shard); the (population, round) or (shuffler, chunk,
 round) was already received; the payload's fields, dtype (float64) or shapes do not
 match the plan (derived from `algo.message_spec()` and the probe); a value is not finite; a value lies outside
-the field's output domain (below); or aggregating it fails.
+the field's output domain (below); a domain checks a public choice against the round's published model (a
+scheduled arm) and the shard does not hold that model ("no published schedule": not published yet, or forgotten
+by a recreated, resumed or rewound shard; the coordinator publishes it with every round's fold call); or
+aggregating it fails.
 
 Domains (the shard trusts no client). Per-user mode: every field of every user must lie in the domain the
 algorithm declares (`algo.message_domains()`: the output domain of the mechanism that made it, e.g. the l2-ball
 sphere, bits, a Gaussian tail bound, or the public schedule: one-hot scheduled arms, public counts, unit
-directions); pre-aggregated mode: every population sum must lie in what its n honest users can produce
+directions; in block layout a slice of a field gets the checks a slice allows, a whole field all of them);
+pre-aggregated mode: every population sum must lie in what its n honest users can produce
 (`algo.aggregate_bounds(users)`: n B-type norm bounds with the public weights of `aggregate`, [0, n] for bit
 sums, exact public counts, Gaussian tail bounds of sums), and a running total must stay finite. Rejected messages
 are counted by reason ("out of domain (<field>): <why>"). `check_domains=False` turns this off (for measuring
@@ -60,6 +64,12 @@ from ldpfed.shuffling import anonymous_aggregate, chunk_bounds, chunks_of_shard,
 
 FLOAT = np.dtype(np.float64)
 MODES = ("pre-aggregated", "per-user")
+NO_MODEL = "no published schedule"    # the rejection of a message whose check needs a model the shard lacks
+
+
+def _reads_model(check) -> bool:
+    """Whether a Domain's or SumBounds' check compares a public choice with the round's published model."""
+    return getattr(check, "scheduled", None) is not None and getattr(check, "published", None) is not None
 
 
 class WireMessage(NamedTuple):
@@ -352,6 +362,12 @@ class ShardCore:
         if self.check_domains and set(self.domains) != set(plan.message_spec):
             raise ValueError(f"{plan.algorithm}: message_domains() {sorted(self.domains)} do not cover the message "
                              f"fields {sorted(plan.message_spec)}")
+        # Per-user fields whose check reads the round's published model: a shard without that model rejects their
+        # messages (a check without its input must not pass). In block layout only a segment that is a whole field
+        # checks the scheduled arm; pre-aggregated mode decides on each message's bounds (_domain_reason).
+        self.model_fields = () if plan.mode != "per-user" else tuple(
+            f for f, d in self.domains.items() if _reads_model(d) and (plan.layout != "block" or any(
+                seg.field == f and seg.lo == 0 and seg.hi == d.size for seg in plan.segments[shard])))
         self.segments = plan.segments[shard]
         self.max_open_rounds = max_open_rounds
         self.next_round = first_round  # rounds below are closed (a recreated or resumed shard starts later)
@@ -368,7 +384,8 @@ class ShardCore:
     # ---- folding ----------------------------------------------------------------------------------
     def publish(self, round_index: int, model) -> None:
         """The model the server published for round `round_index`: what the users of the round saw, so that the
-        messages' public choices (a published arm) are checked against it, not only against each other."""
+        messages' public choices (a published arm) are checked against it, not only against each other. Until it
+        is published (again, after a rewind), such messages are rejected: "no published schedule"."""
         self.models[int(round_index)] = model
 
     def fold(self, messages, sent_at: float | None = None) -> tuple[int, int]:
@@ -502,16 +519,21 @@ class ShardCore:
                        for f, v in part.items())
 
     def _domain_reason(self, payload: dict, users: np.ndarray, model=None) -> str | None:
-        """None if the payload could come from honest users who saw `model` (None: not known to this shard), else
-        why not (see the module docstring)."""
+        """None if the payload could come from honest users who saw `model`, else why not (see the module
+        docstring). model None: not known to this shard; a payload whose check needs it is rejected."""
         plan = self.plan
         if plan.mode == "pre-aggregated":
             bounds = self.algo.aggregate_bounds(users)
+            if model is None and any(_reads_model(bounds[seg.field]) and seg.lo == 0
+                                     and seg.hi == bounds[seg.field].size for seg in self.segments):
+                return NO_MODEL     # (the published arm is checked on a whole field only)
             for seg in self.segments:
                 why = bounds[seg.field].reason(payload[seg.field], seg.lo, seg.hi, model=model)
                 if why is not None:
                     return f"out of domain ({seg.field}): {why}"
             return None
+        if model is None and self.model_fields:
+            return NO_MODEL
         if plan.layout == "shuffled":   # `users`: the shuffler's share; the chunk is some of them, in unknown order
             for field, value in payload.items():
                 why = self.domains[field].anonymous_reason(value, users, model=model)
@@ -524,8 +546,10 @@ class ShardCore:
                 if why is not None:
                     return f"out of domain ({field}): {why}"
             return None
-        for seg in self.segments:
-            why = self.domains[seg.field].reason(payload[seg.field], users, seg.lo, seg.hi, model=model)
+        for seg in self.segments:    # a segment that is a whole field gets every check (a scheduled arm too)
+            domain = self.domains[seg.field]
+            cols = () if seg.lo == 0 and seg.hi == domain.size else (seg.lo, seg.hi)
+            why = domain.reason(payload[seg.field], users, *cols, model=model)
             if why is not None:
                 return f"out of domain ({seg.field}): {why}"
         return None
@@ -559,6 +583,8 @@ class ShardCore:
             raise RuntimeError(f"shard {self.shard}: cannot rewind to round {round_index} (next is {self.next_round})")
         for r in [r for r in self.rounds if r >= round_index]:
             del self.rounds[r]
+        for r in [r for r in self.models if r >= round_index]:    # the redone rounds are published again
+            del self.models[r]
         self.next_round = round_index
 
     def peek(self, round_index: int) -> dict:
