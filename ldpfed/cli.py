@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 from ldpfed import sweep as sweeps
-from ldpfed.config import PROFILES, SMALL_GROUPS, TRUST_MODELS
+from ldpfed.algorithms.trust import TRUST_MODELS, trust_model
+from ldpfed.config import DEFAULT_TRUST, PROFILES, SMALL_GROUPS
 from ldpfed.errors import ConfigError
 from ldpfed.plugins import PluginError
 from ldpfed.tracking.store import TrackingUnavailable
@@ -105,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, default=0, help="run seed: the world and all randomness derive from it")
     run.add_argument("--profile", choices=PROFILES, default="paper",
                      help="paper: the papers' text; authors-code: the public reference code's choices")
-    run.add_argument("--trust", choices=TRUST_MODELS, default="local",
+    run.add_argument("--trust", choices=sorted(TRUST_MODELS), default=DEFAULT_TRUST,
                      help="local: every user privatizes with --eps/--delta (the papers); shuffle: users privatize at "
                           "the largest eps0 whose batch of --round-size users, shuffled, meets --eps/--delta; "
                           "central: a trusted server adds the noise once to each round's sum, at --eps/--delta")
@@ -347,23 +348,9 @@ def cmd_run(args) -> int:
     print(f"final cumulative regret: {s['final_regret']:.2f}  ({s['final_regret'] / config.users:.4f} per user)")
     if error is not None:
         print(f"final estimation error: {error:.4f}")
-    if s.get("privacy_trust") == "shuffle":
-        among = "" if s.get("privacy_shufflers", 1) == 1 else f" (a round among {s['privacy_shufflers']} shufflers)"
-        smallest = (f"the smallest group of users on one randomizer in a shuffled batch{among}: "
-                    f"{s['privacy_shuffle_batch']:,} (round {s['privacy_shuffle_round']})")
-        if not s.get("privacy_shuffle_amplified", True):
-            print(f"privacy (shuffle): no amplification: {smallest} is too small, so every user's randomizer runs "
-                  f"at the target; (eps, delta) = ({s['privacy_eps_composed']:.6g}, "
-                  f"{s['privacy_delta_composed']:.3g}), as under --trust local")
-        else:
-            print(f"privacy (shuffle): each user's randomizer at eps0 = {s['privacy_eps0']:.4g} (delta0 = "
-                  f"{s['privacy_delta0']:.3g}); {smallest} gives the worst-off user (eps, delta) = "
-                  f"({s['privacy_eps_composed']:.6g}, {s['privacy_delta_composed']:.3g}) "
-                  f"({s['privacy_shuffle_bound']} bound, Feldman-McMillan-Talwar 2021)")
-    if s.get("privacy_trust") == "central":
-        print(f"privacy (central): clipped data to a trusted server, which adds the noise once per round of "
-              f"{config.round_size:,} users; each user's guarantee (eps, delta) = ({s['privacy_eps_composed']:.6g}, "
-              f"{s['privacy_delta_composed']:.3g})")
+    described = trust_model(config).describe(s, config)
+    if described:
+        print(described)
     print(f"{s['users_per_s']:,.0f} users/s ({s['engine']})")
     if tracker is not None:
         print(f"MLflow: run {run_id} in experiment {args.experiment!r} at {tracker.display_uri}")

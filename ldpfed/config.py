@@ -11,10 +11,10 @@ from ldpfed.errors import ConfigError
 # where it differs from the text (rewards, clip rules, steps, initialisation, estimators, contexts); algorithms and
 # envs without such differences run identically under both. See the profile table in docs/tracking-and-sweeps.md.
 PROFILES = ("paper", "authors-code")
-# Trust models (ldpfed.algorithms.trust): "local", the papers' local DP; "shuffle", local randomizers whose messages
-# an anonymizing shuffler mixes per round (privacy amplified: --eps/--delta are then the shuffled batch's target);
-# "central", clipped data to a trusted server that adds the noise once to each round's aggregate.
-TRUST_MODELS = ("local", "shuffle", "central")
+# Trust models are objects found by name (ldpfed.algorithms.trust.TRUST_MODELS, the entry point group
+# ldpfed.trust_models): "local", the papers' local DP; "shuffle", local randomizers whose messages an anonymizing
+# shuffler mixes per round; "central", clipped data to a trusted server that adds the noise once per round.
+DEFAULT_TRUST = "local"
 # Under "shuffle", what a run does when its smallest group of users on one randomizer (ldpfed.shuffling) amplifies
 # too little: "refuse" it before it starts, or run every user at the target eps with "no-amplification".
 SMALL_GROUPS = ("refuse", "no-amplification")
@@ -33,7 +33,7 @@ class RunConfig:
     env_params: dict = field(default_factory=dict)
     params: dict = field(default_factory=dict)   # algorithm options, validated by the algorithm
     profile: str = "paper"            # one of PROFILES: sets the defaults of env_params and params
-    trust: str = "local"              # one of TRUST_MODELS: where the noise is added (ldpfed.algorithms.trust)
+    trust: str = DEFAULT_TRUST        # a trust model's name: where the noise is added (ldpfed.algorithms.trust)
     shufflers: int = 1                # trust "shuffle": S shufflers, each mixes its share of a round (ldpfed.shuffling)
     small_groups: str = "refuse"      # trust "shuffle": one of SMALL_GROUPS (ldpfed.algorithms.trust.shuffle_plan)
 
@@ -65,16 +65,15 @@ class RunConfig:
             raise ConfigError("seed", self.seed, "must be an integer >= 0")
         if self.profile not in PROFILES:
             raise ConfigError("profile", self.profile, f"unknown; choose from {list(PROFILES)}")
+        from ldpfed.algorithms.trust import TRUST_MODELS
+
         if self.trust not in TRUST_MODELS:
-            raise ConfigError("trust", self.trust, f"unknown; choose from {list(TRUST_MODELS)}")
+            raise ConfigError("trust", self.trust, f"unknown; choose from {sorted(TRUST_MODELS)}")
         if isinstance(self.shufflers, bool) or not isinstance(self.shufflers, int) or self.shufflers < 1:
             raise ConfigError("shufflers", self.shufflers, "must be a positive integer")
-        if self.shufflers != 1 and self.trust != "shuffle":
-            raise ConfigError("shufflers", self.shufflers, f"only the shuffle trust model has shufflers (this run's "
-                                                           f"trust is {self.trust!r}); use --trust shuffle or drop "
-                                                           f"--shufflers")
         if self.small_groups not in SMALL_GROUPS:
             raise ConfigError("small_groups", self.small_groups, f"unknown; choose from {list(SMALL_GROUPS)}")
+        TRUST_MODELS[self.trust]().check(self)       # options only another trust model takes
         for name in ("env_params", "params"):
             if not isinstance(getattr(self, name), dict):
                 raise ConfigError(name, getattr(self, name), "must be a mapping")

@@ -25,6 +25,7 @@ from ldpfed.errors import ConfigError
 
 ALGORITHM_GROUP = "ldpfed.algorithms"
 ENV_GROUP = "ldpfed.envs"
+TRUST_GROUP = "ldpfed.trust_models"
 PLUGINS_VAR = "LDPFED_PLUGINS"
 BUILT_IN = "ldpfed"                       # the distribution whose entry points are the built-ins
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]*$")

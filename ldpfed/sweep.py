@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
 
+from ldpfed.config import DEFAULT_TRUST
 from ldpfed.errors import ConfigError
 
 ENGINES = ("local", "ray")
@@ -55,7 +56,7 @@ class Sweep:
     delta: float | None = None
     engine: str = "local"
     profile: str = "paper"
-    trust: str = "local"                   # the LDP algorithms' trust model (others keep theirs)
+    trust: str = DEFAULT_TRUST             # the trust model of the algorithms it applies to (others keep theirs)
     shufflers: int = 1                     # trust "shuffle": shufflers per round (RunConfig.shufflers)
     small_groups: str = "refuse"           # trust "shuffle": RunConfig.small_groups
     ray: dict = field(default_factory=dict)
@@ -137,7 +138,8 @@ def _positive(value, where: str) -> int:
 def build(data: dict, source: str = "sweep") -> Sweep:
     """A validated Sweep from a mapping (a parsed TOML file, with overrides); errors name `source` and the key."""
     from ldpfed.algorithms import REGISTRY
-    from ldpfed.config import PROFILES, SMALL_GROUPS, TRUST_MODELS
+    from ldpfed.algorithms.trust import TRUST_MODELS
+    from ldpfed.config import PROFILES, SMALL_GROUPS
     from ldpfed.envs import ENVS
 
     unknown = set(data) - KEYS
@@ -153,9 +155,9 @@ def build(data: dict, source: str = "sweep") -> Sweep:
     profile = data.get("profile", "paper")
     if profile not in PROFILES:
         raise ConfigError(f"{source}: profile", profile, f"choose from {list(PROFILES)}")
-    trust = data.get("trust", "local")
+    trust = data.get("trust", DEFAULT_TRUST)
     if trust not in TRUST_MODELS:
-        raise ConfigError(f"{source}: trust", trust, f"choose from {list(TRUST_MODELS)}")
+        raise ConfigError(f"{source}: trust", trust, f"choose from {sorted(TRUST_MODELS)}")
     small_groups = data.get("small_groups", "refuse")
     if small_groups not in SMALL_GROUPS:
         raise ConfigError(f"{source}: small_groups", small_groups, f"choose from {list(SMALL_GROUPS)}")
@@ -236,6 +238,7 @@ def configs(sweep: Sweep) -> list:
     """The RunConfigs of a sweep, in order: per algorithm (sorted), per world, per eps (private ones only),
     per seed; uniform play last, once per world with arms."""
     from ldpfed.algorithms import REGISTRY
+    from ldpfed.algorithms.trust import trust_model
     from ldpfed.config import RunConfig
     from ldpfed.envs import ENVS
 
@@ -269,15 +272,15 @@ def configs(sweep: Sweep) -> list:
     for name, env, env_params, users, delta, params in worlds:
         private = REGISTRY[name].privacy_model != "none"
         # eps is a required field of a RunConfig; a non-private algorithm ignores it: one run per seed at eps 1
-        trust = sweep.trust if REGISTRY[name].privacy_model == "ldp" else "local"
+        trust = sweep.trust if trust_model(sweep.trust).applies_to(REGISTRY[name]) else DEFAULT_TRUST
+        # the options only this trust model takes (shufflers, small_groups): the others keep their defaults
+        taken = {option: getattr(sweep, option) for option in trust_model(trust).options}
         for eps in (sweep.eps if private else (1.0,)):
             for seed in sweep.seeds:
                 out.append(RunConfig(algorithm=name, env=env, users=users, round_size=min(sweep.round_size, users),
                                      populations=min(sweep.populations, sweep.round_size, users), eps=eps,
                                      delta=delta, seed=seed, env_params=env_params, params=params,
-                                     profile=sweep.profile, trust=trust,
-                                     shufflers=sweep.shufflers if trust == "shuffle" else 1,
-                                     small_groups=sweep.small_groups if trust == "shuffle" else "refuse"))
+                                     profile=sweep.profile, trust=trust, **taken))
     return out
 
 

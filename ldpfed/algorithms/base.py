@@ -44,6 +44,7 @@ class Algorithm:
     _fields: dict | None = None      # what fields() declared (set after setup()); None: the methods are written
     # The paper's experiment, for jobs/: RunConfig fields, e.g. {"env_params": {...}, "users": 10**5, "eps": 1.0,
     # "delta": 0.01, "params": {...}}; the env is `default_env`.
+    trust = None                     # the run's TrustModel (ldpfed.algorithms.trust), set when it is built
     shuffle = None                   # the trust model's ShufflePlan when the run shuffles (ldpfed.algorithms.trust)
     central = None                   # under the central trust model: {field: its mechanism's CentralTwin}
     paper_setting: dict = {}
@@ -203,6 +204,15 @@ class Algorithm:
         if "_domains" not in self.__dict__:
             self._domains = self.message_domains()
         return self._domains
+
+    def field_noise(self) -> dict:
+        """{message field: FieldNoise (kind, variance per entry, added per "user" or once per "round")}: the noise
+        the server's aggregate carries under the run's trust model. A server half that corrects for noise reads
+        it here, not off its own mechanisms, which the trust model may have replaced (under "central" the server
+        adds the noise once to a round's sum; under "shuffle" the randomizers run at eps0)."""
+        from ldpfed.algorithms.trust import LocalTrust
+
+        return (self.trust or LocalTrust()).noise(self)
 
     # ---- what the server can tell apart: the shuffle trust model hides a user only among the same randomizer ------
     def randomizer_groups(self, users: np.ndarray) -> np.ndarray | None:

@@ -26,10 +26,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ldpfed.config import TRUST_MODELS  # noqa: F401  (re-exported: the trust models are named once, in config)
 from ldpfed.errors import ConfigError
-from ldpfed.mechanisms import shuffle
+from ldpfed.mechanisms import accounting, shuffle
 from ldpfed.mechanisms.central import central_twin
+from ldpfed.plugins import TRUST_GROUP, Registry
 from ldpfed.shuffling import smallest_groups, smallest_share
 
 SHUFFLE_BOUND = "numerical"       # FMT's numerical bound: the tighter of their two (shuffle.BOUNDS)
@@ -135,17 +135,9 @@ def shuffle_plan(config, pure: bool, algo=None) -> ShufflePlan:
 
 
 def local_config(config, cls, world):
-    """(the config the algorithm is built with, the shuffle plan or None). Under "shuffle" the algorithm is first
-    built at the target to learn whether its randomizers are pure, then at its local budget; under "central" it is
-    built at the run's budget (its mechanisms' twins then add the noise on the server: `central_twins`)."""
-    if config.trust == "local":
-        return config, None
-    if cls.privacy_model != "ldp":
-        raise ConfigError("trust", config.trust, f"{cls.name} is not a local-DP algorithm (privacy model "
-                                                 f"{cls.privacy_model!r}): there is no local randomizer to "
-                                                 f"{'shuffle' if config.trust == 'shuffle' else 'move to the server'}")
-    if config.trust == "central":       # built at the run's budget: central_twins checks the built algorithm
-        return config, None
+    """Under the shuffle model: (the config the algorithm is built with, the shuffle plan). The algorithm is first
+    built at the target to learn whether its randomizers are pure and how a round's users split into randomizer
+    groups, then at its local budget (ShuffleTrust.build)."""
     probe = cls(world, config)
     rows = probe.ledger()
     refuse_void(probe, rows, "amplify")
@@ -206,3 +198,232 @@ def central_twins(algo) -> dict:
                                               f"what public weight (central_sources)")
     declared = algo._fields or {}
     return {key: central_twin(f.mechanism, f.shape) for key, f in declared.items() if f.mechanism is not None}
+
+
+# ---- trust models as objects: the one place that knows what each model does -----------------------------------
+@dataclass(frozen=True)
+class FieldNoise:
+    """The noise on one message field that the server's aggregate carries: `variance` per entry (an upper bound
+    over the data where it depends on it), added `per` "user" (each user's randomizer) or "round" (once to a
+    round's aggregate, by a trusted server). What a server half that corrects for noise should correct for."""
+
+    kind: str              # "gaussian", "laplace", "l2-ball", "randomized-response", or the mechanism's own
+    variance: float
+    per: str
+
+
+def mechanism_noise(mech) -> tuple[str, float] | None:
+    """(kind, per-entry variance) of what a mechanism adds: its own `noise_variance()` if it offers one, else read
+    off its dp_event and output bounds; None when neither says."""
+    event = mech.dp_event() or {}
+    kind = event.get("noise") or ("l2-ball" if getattr(mech, "output_radius", None) is not None
+                                  else type(mech).__name__)
+    own = getattr(mech, "noise_variance", None)
+    if callable(own):
+        return kind, float(own())
+    if kind == "gaussian":
+        return kind, float(event["noise_std"]) ** 2
+    if kind == "laplace":
+        return kind, 2.0 * float(event["noise_scale"]) ** 2
+    if kind == "randomized-response":
+        return kind, 0.25                 # a reported bit: at most 1/4 whatever the true bit's mean
+    if kind == "l2-ball":                 # every output row has norm B, so at most B^2 per row
+        return kind, float(mech.output_radius) ** 2
+    return None
+
+
+class TrustModel:
+    """Where the noise goes, what each user's local budget is, what the server sees and how that is accounted, and
+    what the algorithm's server half may know of the noise (`noise`). Found by name through the entry point group
+    `ldpfed.trust_models`, like algorithms; nothing outside a trust model compares trust-model names.
+
+    build(cls, world, config) -> the run's algorithm, its budget set and its trust state attached (`algo.trust`,
+      and the model's own: the shuffle plan, the central twins);
+    summary(config, algo) -> the run's privacy summary (the claim every user gets; refuses an overspending run);
+    ledger_rows(algo) -> rows the run's ledger gets besides the mechanisms' own;
+    noise(algo) -> {message field: FieldNoise};
+    describe(summary, config) -> one line for the CLI, or None.
+    shuffles: the round's messages pass whole through shufflers (per-user mode, Ray calls).
+    """
+
+    name: str = ""
+    shuffles: bool = False
+    # what the server receives: "messages" (each user's privatized message, by user), "shuffled" (a shuffler's
+    # share as a multiset, no user), "aggregate" (a round's sum with the server's own noise, trusted server)
+    server_view: str = "messages"
+    options: tuple = ()        # RunConfig fields that only this trust model takes (others must keep their default)
+
+    def applies_to(self, cls) -> bool:
+        """Whether an algorithm class can run under this trust model (a sweep runs the others under "local")."""
+        return True
+
+    def check(self, config) -> None:
+        """ConfigError naming a RunConfig field that this trust model does not take but the config sets."""
+        from ldpfed.config import RunConfig
+
+        for name in ("shufflers", "small_groups"):
+            if name not in self.options and getattr(config, name) != RunConfig.__dataclass_fields__[name].default:
+                option = "--" + name.replace("_", "-")
+                raise ConfigError(name, getattr(config, name), f"only the shuffle trust model takes {option} (this "
+                                                               f"run's trust is {self.name!r}); use --trust shuffle "
+                                                               f"or drop {option}")
+
+    def build(self, cls, world, config):
+        algo = cls(world, config)
+        algo.trust = self
+        return algo
+
+    def summary(self, config, algo) -> dict:
+        composed = accounting.compose(algo.ledger(), config.delta)
+        accounting.check_budget(composed, config.eps, config.delta, config.algorithm)
+        return composed.summary() if composed is not None else {}
+
+    def ledger_rows(self, algo) -> list[dict]:
+        return []
+
+    def noise(self, algo) -> dict:
+        """Each privatized field's noise, added per user by its local mechanism."""
+        found = {}
+        for key, mech in algo.mechanisms.items():
+            noise = mechanism_noise(mech)
+            if noise is not None:
+                found[key] = FieldNoise(*noise, "user")
+        return found
+
+    def describe(self, summary: dict, config) -> str | None:
+        return None
+
+
+class LocalTrust(TrustModel):
+    """The papers' model: no one is trusted; each user privatizes its message with the run's (eps, delta)."""
+
+    name = "local"
+
+
+class ShuffleTrust(TrustModel):
+    """Local randomizers at the largest eps0 whose worst-off user's shuffled group meets the run's (eps, delta)
+    (module doc, `shuffle_plan`)."""
+
+    name = "shuffle"
+    shuffles = True
+    server_view = "shuffled"
+    options = ("shufflers", "small_groups")
+
+    def applies_to(self, cls) -> bool:
+        return cls.privacy_model == "ldp"      # a local randomizer to shuffle
+
+    def build(self, cls, world, config):
+        if not self.applies_to(cls):
+            raise ConfigError("trust", config.trust, f"{cls.name} is not a local-DP algorithm (privacy model "
+                                                     f"{cls.privacy_model!r}): there is no local randomizer to "
+                                                     f"shuffle")
+        local, plan = local_config(config, cls, world)
+        algo = cls(world, local)
+        algo.trust, algo.shuffle = self, plan
+        check_shuffled(algo)
+        return algo
+
+    def summary(self, config, algo) -> dict:
+        plan = algo.shuffle
+        local = accounting.compose(algo.ledger(), algo.delta)
+        shuffled = {"privacy_trust": self.name, "privacy_eps0": local.eps, "privacy_delta0": local.delta,
+                    "privacy_eps0_dp_accounting": local.eps_pld, "privacy_shuffle_batch": plan.batch,
+                    "privacy_shuffle_round": plan.smallest_round, "privacy_shuffle_amplified": plan.amplifies,
+                    "privacy_shufflers": config.shufflers, "privacy_shuffle_bound": plan.bound}
+        if not plan.amplifies:      # the run's randomizers are at the target: the local guarantee, nothing more
+            accounting.check_budget(local, config.eps, config.delta, config.algorithm)
+            return {**local.summary(), **shuffled}
+        accounting.check_budget(local, plan.eps0, algo.delta, config.algorithm)
+        amplified = plan.amplified(local.eps, local.delta if plan.delta0 else 0.0)
+        accounting.check_budget(accounting.Composition(amplified.eps, amplified.delta, config.delta, None,
+                                                       (amplified.reason,)), config.eps, config.delta,
+                                config.algorithm)
+        return {"privacy_eps_composed": amplified.eps, "privacy_delta_composed": amplified.delta,
+                "privacy_eps_dp_accounting": None, **shuffled}
+
+    def ledger_rows(self, algo) -> list[dict]:
+        """Per run of rounds with the same smallest randomizer group: that group and its worst-off user's
+        (eps, delta)."""
+        plan = algo.shuffle
+        local = accounting.compose(algo.ledger(), algo.delta)
+        rows = []
+        for first, last, n in plan.group_runs:
+            if plan.amplifies:
+                got = plan.amplified(local.eps, local.delta if plan.delta0 else 0.0, n)
+                eps, delta = got.eps, got.delta
+            else:
+                eps, delta = local.eps, local.delta
+            rows.append({"message": f"shuffled rounds {first}-{last}", "rounds": [first, last],
+                         "smallest_group": n, "eps": eps, "delta": delta, "trust": self.name,
+                         "amplified": plan.amplifies,
+                         "scope": "the worst-off user of these rounds: the smallest group of users on one "
+                                  "randomizer in a shuffler's share"})
+        return rows
+
+    def describe(self, s: dict, config) -> str:
+        among = "" if s.get("privacy_shufflers", 1) == 1 else f" (a round among {s['privacy_shufflers']} shufflers)"
+        smallest = (f"the smallest group of users on one randomizer in a shuffled batch{among}: "
+                    f"{s['privacy_shuffle_batch']:,} (round {s['privacy_shuffle_round']})")
+        if not s.get("privacy_shuffle_amplified", True):
+            return (f"privacy (shuffle): no amplification: {smallest} is too small, so every user's randomizer "
+                    f"runs at the target; (eps, delta) = ({s['privacy_eps_composed']:.6g}, "
+                    f"{s['privacy_delta_composed']:.3g}), as under --trust local")
+        return (f"privacy (shuffle): each user's randomizer at eps0 = {s['privacy_eps0']:.4g} (delta0 = "
+                f"{s['privacy_delta0']:.3g}); {smallest} gives the worst-off user (eps, delta) = "
+                f"({s['privacy_eps_composed']:.6g}, {s['privacy_delta_composed']:.3g}) "
+                f"({s['privacy_shuffle_bound']} bound, Feldman-McMillan-Talwar 2021)")
+
+
+class CentralTrust(TrustModel):
+    """A trusted server adds each mechanism's central twin's noise once to a round's aggregate (module doc)."""
+
+    name = "central"
+    server_view = "aggregate"
+
+    def applies_to(self, cls) -> bool:
+        return cls.privacy_model == "ldp"      # a local randomizer whose noise can move to the server
+
+    def build(self, cls, world, config):
+        if not self.applies_to(cls):
+            raise ConfigError("trust", config.trust, f"{cls.name} is not a local-DP algorithm (privacy model "
+                                                     f"{cls.privacy_model!r}): there is no local randomizer to "
+                                                     f"move to the server")
+        algo = cls(world, config)
+        algo.trust = self
+        algo.central = central_twins(algo)
+        return algo
+
+    def summary(self, config, algo) -> dict:
+        return {**super().summary(config, algo), "privacy_trust": self.name}
+
+    def noise(self, algo) -> dict:
+        """Each field's noise, added once per round by the server (the twin's), not per user."""
+        found = {}
+        for key, twin in (algo.central or {}).items():
+            variance = twin.scale ** 2 if twin.noise == "gaussian" else 2.0 * twin.scale ** 2
+            found[key] = FieldNoise(twin.noise, variance, "round")
+        return found
+
+    def describe(self, s: dict, config) -> str:
+        return (f"privacy (central): clipped data to a trusted server, which adds the noise once per round of "
+                f"{config.round_size:,} users; each user's guarantee (eps, delta) = ({s['privacy_eps_composed']:.6g}, "
+                f"{s['privacy_delta_composed']:.3g})")
+
+
+def _check_trust_class(cls, where: str) -> None:
+    from ldpfed.plugins import PluginError
+
+    for method in ("build", "summary", "noise"):
+        if not callable(getattr(cls, method, None)):
+            raise PluginError(f"{where}: a trust model writes {method}", field=f"{cls.name}.{method}")
+
+
+TRUST_MODELS = Registry(TRUST_GROUP, "trust model", lambda: TrustModel, _check_trust_class)
+
+
+def trust_model(config_or_name) -> TrustModel:
+    """The trust model of a RunConfig (or by name): a fresh instance of its registered class."""
+    name = getattr(config_or_name, "trust", config_or_name)
+    if name not in TRUST_MODELS:
+        raise ConfigError("trust", name, f"unknown; choose from {sorted(TRUST_MODELS)}")
+    return TRUST_MODELS[name]()

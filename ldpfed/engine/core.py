@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 
 from ldpfed.algorithms import make_algorithm
+from ldpfed.algorithms.trust import trust_model
 from ldpfed.envs import make_env
-from ldpfed.mechanisms import accounting
 from ldpfed.rng import derive
 from ldpfed.shuffling import anonymous_aggregate, check_groups, share_bounds, shuffle_share
 
@@ -142,51 +142,10 @@ def checkpoint_rounds(rounds: int, points: int = 2000) -> set[int]:
 
 
 def privacy_summary(config, algo) -> dict:
-    """One user's guarantee over the whole run, composed from the algorithm's ledger (the summary entries; empty
-    without privacy). Every engine calls it before simulating anyone: a run whose composed guarantee exceeds the
-    configured (eps, delta) is refused (ConfigError naming eps or delta)."""
-    plan = algo.shuffle
-    if plan is None:
-        composed = accounting.compose(algo.ledger(), config.delta)
-        accounting.check_budget(composed, config.eps, config.delta, config.algorithm)
-        trust = {"privacy_trust": "central"} if algo.central is not None else {}
-        return {**composed.summary(), **trust} if composed is not None else {}
-    # shuffle: the ledger is the local randomizer's (eps0, delta0); its worst-off user's group amplifies it
-    local = accounting.compose(algo.ledger(), algo.delta)
-    shuffled = {"privacy_trust": "shuffle", "privacy_eps0": local.eps, "privacy_delta0": local.delta,
-                "privacy_eps0_dp_accounting": local.eps_pld, "privacy_shuffle_batch": plan.batch,
-                "privacy_shuffle_round": plan.smallest_round, "privacy_shuffle_amplified": plan.amplifies,
-                "privacy_shufflers": config.shufflers, "privacy_shuffle_bound": plan.bound}
-    if not plan.amplifies:          # the run's randomizers are at the target: the local guarantee, nothing more
-        accounting.check_budget(local, config.eps, config.delta, config.algorithm)
-        return {**local.summary(), **shuffled}
-    accounting.check_budget(local, plan.eps0, algo.delta, config.algorithm)
-    amplified = plan.amplified(local.eps, local.delta if plan.delta0 else 0.0)
-    accounting.check_budget(accounting.Composition(amplified.eps, amplified.delta, config.delta, None,
-                                                   (amplified.reason,)), config.eps, config.delta, config.algorithm)
-    return {"privacy_eps_composed": amplified.eps, "privacy_delta_composed": amplified.delta,
-            "privacy_eps_dp_accounting": None, **shuffled}
-
-
-def shuffle_rows(algo) -> list[dict]:
-    """Under the shuffle trust model, the ledger's rows of the rounds: per run of rounds with the same smallest
-    randomizer group, that group and its worst-off user's (eps, delta)."""
-    plan = algo.shuffle
-    if plan is None:
-        return []
-    local = accounting.compose(algo.ledger(), algo.delta)
-    rows = []
-    for first, last, n in plan.group_runs:
-        if plan.amplifies:
-            got = plan.amplified(local.eps, local.delta if plan.delta0 else 0.0, n)
-            eps, delta = got.eps, got.delta
-        else:
-            eps, delta = local.eps, local.delta
-        rows.append({"message": f"shuffled rounds {first}-{last}", "rounds": [first, last], "smallest_group": n,
-                     "eps": eps, "delta": delta, "trust": "shuffle", "amplified": plan.amplifies,
-                     "scope": "the worst-off user of these rounds: the smallest group of users on one randomizer "
-                              "in a shuffler's share"})
-    return rows
+    """One user's guarantee over the whole run, as the run's trust model accounts it (the summary entries; empty
+    without privacy). Every engine calls it before simulating anyone: a run whose guarantee exceeds the configured
+    (eps, delta) is refused (ConfigError naming eps or delta)."""
+    return (algo.trust or trust_model(config)).summary(config, algo)
 
 
 @dataclass
@@ -265,5 +224,6 @@ def make_result(config, algo, env, table: pd.DataFrame, state, *, engine: str, e
         **privacy,
         **(extra or {}),
     }
-    ledger = [{**row, "users_sending": messages} for row in algo.ledger()] + shuffle_rows(algo)
+    ledger = [{**row, "users_sending": messages} for row in algo.ledger()] + \
+        (algo.trust or trust_model(config)).ledger_rows(algo)
     return RunResult(config, table, ledger, summary, env.describe(), state)

@@ -1,6 +1,7 @@
 """The single-process engine: the reference every other engine must reproduce, and the fast path for tests."""
 from __future__ import annotations
 
+from ldpfed.algorithms.trust import trust_model
 from ldpfed.engine.core import PopulationRow, add_sums, population_users, shuffled_sums, simulate_population
 from ldpfed.engine.driver import Backend, drive
 from ldpfed.memory import keep_freed_memory
@@ -15,7 +16,7 @@ class LocalBackend(Backend):
 
     def open(self, config, algo, env, first_round):
         self.config, self.algo, self.env = config, algo, env
-        self.shuffled = config.trust == "shuffle"
+        self.shuffled = trust_model(config).shuffles
         keep_freed_memory()     # the populations' arrays reuse freed memory instead of faulting in new pages
 
     def simulate(self, model, round_index, start, stop):

@@ -48,6 +48,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ldpfed.algorithms import make_algorithm
+from ldpfed.algorithms.trust import trust_model
 from ldpfed.engine.channels import (ChannelBroken, RemoteError, Serving, as_ready, close_all, connect, new_key,
                                     receive, watchdog)
 from ldpfed.engine.core import PopulationRow, join_pieces, population_users, shuffler_pieces, simulate_population
@@ -342,14 +343,15 @@ RemoteShard = ray.remote(ShardActor)
 
 def check_mode(config, mode: str) -> None:
     """ConfigError naming mode when the run's trust model cannot run in it (before Ray starts, and at open)."""
-    if config.trust == "shuffle" and mode != "per-user":
+    shuffles = trust_model(config).shuffles
+    if shuffles and mode != "per-user":
         raise ConfigError("mode", mode, "the shuffle trust model runs in per-user mode: its shuffler actors mix the "
                                         "users' messages, which a population's sum would bypass; use --mode per-user")
 
 
 def check_transport(config, transport: str) -> None:
     """ConfigError naming transport when the run cannot use it (before Ray starts, and at open)."""
-    if transport == "direct" and config.trust == "shuffle":
+    if transport == "direct" and trust_model(config).shuffles:
         raise ConfigError("transport", transport, "the shuffle trust model's rounds go through its shuffler actors "
                                                   "over Ray; use transport 'ray'")
 
@@ -498,8 +500,10 @@ class RayBackend(Backend):
     """The rounds of a run on population and shard actors, with recovery.
 
     Recovery: when a round fails with a dead actor, lost objects, or a timeout (round_timeout seconds, or by
-    default `timeout_factor` x the slowest of the last 20 rounds, at least `min_round_timeout`;
-    `first_round_timeout` until a round has been measured), every actor is probed (`probe_timeout` seconds,
+    default `timeout_factor` x the slowest of the last 20 rounds, at least `min_round_timeout`; until a round
+    has been measured, at the run's start and after each recovery, `first_round_timeout` at least: new actor
+    processes import and compile in their first round, which a slow or loaded machine must not take for a frozen
+    actor), every actor is probed (`probe_timeout` seconds,
     population actors first: a shard waits for their objects); a dead or unresponsive one is killed and
     recreated on its node (another alive node if its node is gone), the surviving shards forget the round
     (`ShardCore.rewind`), and the whole round is simulated again from its derived streams: the result is the
@@ -651,10 +655,11 @@ class RayBackend(Backend):
     def open(self, config, algo, env, first_round):
         self.config = config
         check_mode(config, self.mode)
-        if self.transport_asked is None and config.trust == "shuffle":
+        shuffles = trust_model(config).shuffles
+        if self.transport_asked is None and shuffles:
             self.transport = "ray"
         check_transport(config, self.transport)
-        self.shufflers = config.shufflers if config.trust == "shuffle" else 0
+        self.shufflers = config.shufflers if shuffles else 0
         if config.populations < self.actors:    # an actor hosts whole populations: the rest would have none
             warnings.warn(f"populations={config.populations} < actors={self.actors}: the run uses "
                           f"{config.populations} population actors (set populations to at least the actors)",
@@ -696,10 +701,10 @@ class RayBackend(Backend):
 
     # ---- one round ------------------------------------------------------------------------------
     def timeout(self) -> float:
+        if not self.round_times:        # new actors' first round: its own deadline (see the class doc)
+            return max(self.first_round_timeout, self.round_timeout or 0.0)
         if self.round_timeout is not None:
             return float(self.round_timeout)
-        if not self.round_times:
-            return self.first_round_timeout
         return max(self.min_round_timeout, self.timeout_factor * max(self.round_times))
 
     def simulate(self, model, round_index, start, stop):

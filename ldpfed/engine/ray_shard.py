@@ -58,6 +58,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ldpfed.algorithms.trust import trust_model
 from ldpfed.engine.core import add_sums, population_users, round_bounds, sample_messages
 from ldpfed.mechanisms.domains import symmetric_reason
 from ldpfed.shuffling import anonymous_aggregate, chunk_bounds, chunks_of_shard, share_bounds
@@ -252,7 +253,7 @@ def make_plan(algo, config, shards: int, mode: str, layout: str | None = None) -
     "block" if asked for and `aggregate` is bit-identical on column slices (else "population"). Under the shuffle
     trust model: layout "shuffled" (per-user mode only: whole messages, by shuffled chunk).
     """
-    shuffled = config.trust == "shuffle"
+    shuffled = trust_model(config).shuffles
     if shuffled and mode != "per-user":
         raise ValueError("the shuffle trust model runs in per-user mode (its shufflers mix users' messages)")
     if mode not in MODES:

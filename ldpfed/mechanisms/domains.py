@@ -62,8 +62,9 @@ class Domain:
       form a symmetric matrix. one_hot: every row is 0/1 with exactly one 1; at_most_one: with at most one 1.
     scheduled: K: an arm (a scalar arm, or a one-hot row) on the public schedule "user t < K pulls arm t, the
       others of a round pull the round's one published arm"; published: model -> that arm, from the model the
-      server published for the round. A shard that is given the round's model (`model=` of the checks) checks
-      the arm itself; without it, the users of a message must agree on one arm.
+      server published for the round. A check given the round's model (`model=`) checks the arm itself; without
+      it, only that the users of a message agree on one arm (a server shard never folds such a message without
+      the model: it rejects it, "no published schedule").
     source: what the contract comes from (for the ledger and error messages).
     """
 
@@ -190,7 +191,8 @@ class Domain:
         theirs = self._schedule_signature(batch, model)
         ours = self._message_signature(values)
         if theirs is None:
-            # a scheduled arm without the published model: its range only, each message checked as the user whose
+            # a scheduled arm without the published model (a caller that holds none; the shards reject such a
+            # message first, "no published schedule"): its range only, each message checked as the user whose
             # scheduled arm it names (an arm outside [0, K) names no such user and fails)
             arms = np.nan_to_num(ours[:, -1], nan=-1.0, posinf=-1.0, neginf=-1.0).astype(np.int64)
             return self.reason(values, arms, model=None)
