@@ -48,7 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ldpfed.algorithms import REGISTRY, check_instance, make_algorithm
-from ldpfed.algorithms.trust import check_shuffled, shuffle_plan
+from ldpfed.algorithms.trust import TRUST_MODELS, check_shuffled, shuffle_plan, trust_model
 from ldpfed.config import RunConfig
 from ldpfed.engine.core import join_pieces, privacy_summary, shuffler_pieces, simulate_population
 from ldpfed.envs import make_env
@@ -62,7 +62,10 @@ AUDIT_ALPHA = 0.01          # the bound exceeds the true eps with probability at
 REPETITIONS = 4000          # runs per world for the counts
 PILOT = 1000                # runs per world that choose the statistic and the event
 MAX_THRESHOLDS = 256        # a statistic with more distinct values is cut at quantiles
-TRUSTS = ("local", "shuffle", "central")     # the trust models whose server view this audit knows
+VIEWS = ("messages", "shuffled", "aggregate")   # the server views (TrustModel.server_view) this audit knows
+# every registered trust model whose view it knows, in the order of the views (local, shuffle, central)
+TRUSTS = tuple(sorted((name for name in TRUST_MODELS if TRUST_MODELS[name].server_view in VIEWS),
+                      key=lambda name: (VIEWS.index(TRUST_MODELS[name].server_view), name)))
 
 
 class AuditError(RuntimeError):
@@ -181,14 +184,15 @@ def build(algorithm: str, trust: str, *, eps: float, delta: float, users: int, s
           small_groups: str = "no-amplification", whole_batch: bool = False, env: str | None = None,
           env_params: dict | None = None, params: dict | None = None, canary: int | None = None) -> Setup:
     """The audited round (ConfigError when the system refuses the run: the reason names it)."""
-    if trust not in TRUSTS:
-        raise ConfigError("trust", trust, f"the server audit views {list(TRUSTS)}")
-    if whole_batch and trust != "shuffle":
+    if trust_model(trust).server_view not in VIEWS:
+        raise ConfigError("trust", trust, f"the server audit knows the server views {list(VIEWS)}")
+    model = trust_model(trust)
+    if whole_batch and not model.shuffles:
         raise ConfigError("whole_batch", whole_batch, "the whole-batch accounting is the shuffle model's")
+    taken = {name: value for name, value in (("shufflers", shufflers), ("small_groups", small_groups))
+             if name in model.options}             # the options only that trust model takes
     config = RunConfig(algorithm, env=env, users=users, round_size=users, eps=eps, delta=delta, seed=seed,
-                       env_params=dict(env_params or {}), params=dict(params or {}), trust=trust,
-                       shufflers=shufflers if trust == "shuffle" else 1,
-                       small_groups=small_groups if trust == "shuffle" else "refuse")
+                       env_params=dict(env_params or {}), params=dict(params or {}), trust=trust, **taken)
     real_env = make_env(config)
     algo = make_algorithm(real_env, config)
     if whole_batch:
@@ -208,7 +212,7 @@ def build(algorithm: str, trust: str, *, eps: float, delta: float, users: int, s
     best = None
     for size, user, share in candidates:
         worlds = tuple(NeighbourEnv(real_env, seed, user, sign, c_r, bound) for sign in (1.0, -1.0))
-        setup = Setup(config, algo, worlds, model, round_users, user, size if trust == "shuffle" else None, share,
+        setup = Setup(config, algo, worlds, model, round_users, user, size if trust_model(trust).shuffles else None, share,
                       keys, None, summary, accounting)
         setup.key_values, alike = _public_values(setup)
         # of the smallest declared groups, the one whose public fields the fewest messages of its share show (a
@@ -255,12 +259,12 @@ def _seed(seed: int, phase: int, r: int) -> int:
 def server_view(setup: Setup, world: int, seed_r: int) -> np.ndarray:
     """One run of the round in world 0 (a) or 1 (b) with repetition seed seed_r: the server's view as a flat vector."""
     algo, config, users = setup.algo, setup.config, setup.users
-    trust = config.trust
+    view = trust_model(config).server_view
     payload, _, _ = simulate_population(algo, setup.worlds[world], setup.model, seed_r, 0, 0, users,
-                                        pre_aggregate=trust == "central")
-    if trust == "local":
+                                        pre_aggregate=view == "aggregate")
+    if view == "messages":
         return _flat({key: value[setup.canary:setup.canary + 1] for key, value in payload.items()})[0]
-    if trust == "central":
+    if view == "aggregate":
         aggregate = algo.sum_layout().join(payload)
         return aggregate + algo.central_noise(payload, 0, len(users), derive(seed_r, "server", 0))
     # shuffle: the canary's shuffler share, as shuffled_sums cuts, checks and permutes it
@@ -326,10 +330,10 @@ def choose_event(stat_a: np.ndarray, stat_b: np.ndarray, delta: float, alpha: fl
 
 
 def describe_view(setup: Setup) -> str:
-    trust = setup.config.trust
-    if trust == "local":
+    view = trust_model(setup.config).server_view
+    if view == "messages":
         return "the canary's message (per-user mode)"
-    if trust == "central":
+    if view == "aggregate":
         return "the round's noisy aggregate"
     by = f" with the canary's {', '.join(setup.keys)}" if setup.keys else ""
     return f"the shuffled share: aggregate of its messages{by}"
@@ -353,7 +357,7 @@ def audit_server_view(algorithm: str, trust: str, *, eps: float = 1.0, delta: fl
                   "claimed_delta": float(summary["privacy_delta_composed"]), "lower_bound": 0.0, "flagged": False,
                   "canary": setup.canary, "group": setup.group, "view": describe_view(setup),
                   "eps0": float(setup.algo.eps), "amplified": summary.get("privacy_shuffle_amplified"),
-                  "accounting": setup.accounting if trust == "shuffle" else None, "pair": setup.pair,
+                  "accounting": setup.accounting if trust_model(trust).shuffles else None, "pair": setup.pair,
                   "event": None, "counts": None, "repetitions": int(repetitions), "pilot": pilot, "users": users,
                   "delta": float(delta), "alpha": float(alpha)}
         pilot_a, pilot_b = views(setup, 1, pilot)
@@ -376,12 +380,12 @@ def audit_server_view(algorithm: str, trust: str, *, eps: float = 1.0, delta: fl
     return result
 
 
-def audit_table(algorithms=None, trusts=TRUSTS, **options) -> list[dict]:
+def audit_table(algorithms=None, trusts=None, **options) -> list[dict]:
     """audit_server_view for every algorithm (default: every LDP one) under every trust model; a refused run is a
     row {algorithm, trust, refused: the reason}."""
     rows = []
     for name in algorithms or ldp_algorithms():
-        for trust in trusts:
+        for trust in (trusts or TRUSTS):
             try:
                 rows.append(audit_server_view(name, trust, **options))
             except ConfigError as error:
