@@ -71,9 +71,8 @@ def main(argv=None) -> int:
           f"{'canary':>6} {'group':>5} {'s':>5}  verdict", flush=True)
     rows = []
     for name, trust, whole_batch in cases:
-        options = dict(common, shufflers=args.shufflers) if trust == "shuffle" else dict(common)
-        try:
-            row = audit_server_view(name, trust, whole_batch=whole_batch, **options)
+        try:     # (shufflers reach only a trust model that takes them)
+            row = audit_server_view(name, trust, whole_batch=whole_batch, shufflers=args.shufflers, **common)
         except ConfigError as error:
             row = {"algorithm": name, "trust": trust, "accounting": "whole batch" if whole_batch else None,
                    "refused": f"{error.field}: {error.reason}"}

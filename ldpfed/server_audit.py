@@ -184,13 +184,13 @@ def build(algorithm: str, trust: str, *, eps: float, delta: float, users: int, s
           small_groups: str = "no-amplification", whole_batch: bool = False, env: str | None = None,
           env_params: dict | None = None, params: dict | None = None, canary: int | None = None) -> Setup:
     """The audited round (ConfigError when the system refuses the run: the reason names it)."""
-    if trust_model(trust).server_view not in VIEWS:
+    where = trust_model(trust)
+    if where.server_view not in VIEWS:
         raise ConfigError("trust", trust, f"the server audit knows the server views {list(VIEWS)}")
-    model = trust_model(trust)
-    if whole_batch and not model.shuffles:
+    if whole_batch and not where.shuffles:
         raise ConfigError("whole_batch", whole_batch, "the whole-batch accounting is the shuffle model's")
     taken = {name: value for name, value in (("shufflers", shufflers), ("small_groups", small_groups))
-             if name in model.options}             # the options only that trust model takes
+             if name in where.options}             # the options only that trust model takes
     config = RunConfig(algorithm, env=env, users=users, round_size=users, eps=eps, delta=delta, seed=seed,
                        env_params=dict(env_params or {}), params=dict(params or {}), trust=trust, **taken)
     real_env = make_env(config)
@@ -212,8 +212,8 @@ def build(algorithm: str, trust: str, *, eps: float, delta: float, users: int, s
     best = None
     for size, user, share in candidates:
         worlds = tuple(NeighbourEnv(real_env, seed, user, sign, c_r, bound) for sign in (1.0, -1.0))
-        setup = Setup(config, algo, worlds, model, round_users, user, size if trust_model(trust).shuffles else None, share,
-                      keys, None, summary, accounting)
+        setup = Setup(config, algo, worlds, model, round_users, user, size if where.shuffles else None, share, keys,
+                      None, summary, accounting)
         setup.key_values, alike = _public_values(setup)
         # of the smallest declared groups, the one whose public fields the fewest messages of its share show (a
         # declared group may be finer than what the server tells apart: finer is safe)
