@@ -1,6 +1,7 @@
 """The one validated description of a run: what every entry point (CLI, jobs, Ray engine) builds first."""
 from __future__ import annotations
 
+import difflib
 import math
 from dataclasses import asdict, dataclass, field
 
@@ -18,6 +19,12 @@ DEFAULT_TRUST = "local"
 # Under "shuffle", what a run does when its smallest group of users on one randomizer (ldpfed.shuffling) amplifies
 # too little: "refuse" it before it starts, or run every user at the target eps with "no-amplification".
 SMALL_GROUPS = ("refuse", "no-amplification")
+
+
+def did_you_mean(name, known) -> str:
+    """' (did you mean X?)' for the closest of `known` names to a misspelled `name`, else ''."""
+    close = difflib.get_close_matches(str(name), [str(k) for k in known], n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 @dataclass(frozen=True)
@@ -42,13 +49,13 @@ class RunConfig:
         from ldpfed.envs import ENVS
 
         if self.algorithm not in REGISTRY:
-            raise ConfigError("algorithm", self.algorithm, f"unknown; choose from {sorted(REGISTRY)} (or install a "
-                              f"plugin package: docs/writing-an-algorithm.md)")
+            raise ConfigError("algorithm", self.algorithm, f"unknown{did_you_mean(self.algorithm, REGISTRY)}; choose "
+                              f"from {sorted(REGISTRY)} (or install a plugin package: docs/writing-an-algorithm.md)")
         algo = REGISTRY[self.algorithm]
         if self.env is None:
             object.__setattr__(self, "env", algo.default_env)
         if self.env not in ENVS:
-            raise ConfigError("env", self.env, f"unknown; choose from {sorted(ENVS)}")
+            raise ConfigError("env", self.env, f"unknown{did_you_mean(self.env, ENVS)}; choose from {sorted(ENVS)}")
         if self.env not in algo.env_kinds:
             raise ConfigError("env", self.env, f"{self.algorithm} runs on {list(algo.env_kinds)}")
         for name in ("users", "round_size", "populations"):
@@ -68,7 +75,8 @@ class RunConfig:
         from ldpfed.algorithms.trust import TRUST_MODELS
 
         if self.trust not in TRUST_MODELS:
-            raise ConfigError("trust", self.trust, f"unknown; choose from {sorted(TRUST_MODELS)}")
+            raise ConfigError("trust", self.trust, f"unknown{did_you_mean(self.trust, TRUST_MODELS)}; choose from "
+                                                   f"{sorted(TRUST_MODELS)}")
         if isinstance(self.shufflers, bool) or not isinstance(self.shufflers, int) or self.shufflers < 1:
             raise ConfigError("shufflers", self.shufflers, "must be a positive integer")
         if self.small_groups not in SMALL_GROUPS:
@@ -77,6 +85,7 @@ class RunConfig:
         for name in ("env_params", "params"):
             if not isinstance(getattr(self, name), dict):
                 raise ConfigError(name, getattr(self, name), "must be a mapping")
+        algo.checked_params(self.params, self.profile)     # a bad option stops the run before any work
         check_memory(self, ENVS[self.env], algo)
 
     @property

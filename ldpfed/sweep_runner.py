@@ -5,6 +5,7 @@ leaving a sweep that `--resume` continues. `python -m ldpfed sweep` and `jobs/ru
 """
 from __future__ import annotations
 
+import shlex
 import sys
 import time
 import traceback
@@ -161,7 +162,8 @@ def run_sweep(args, sweep, sweep_file, configs, tracker, engine, options, resume
     if tracker.enabled:
         print(f"\nMLflow: experiment {tracker.experiment!r}, parent run {logged.parent_run_id}, at {tracker.display_uri}")
         if tracker.ui_command():
-            print(f"Open the UI:   python -m ldpfed ui {local_dir}\n               (or: {tracker.ui_command()})")
+            here = shlex.quote(sys.executable)       # this interpreter: the command runs as printed
+            print(f"Open the UI:   {here} -m ldpfed ui {local_dir}\n               (or: {tracker.ui_command()})")
         print(f"Sweep's runs:  {tracker.runs_url(logged.parent_run_id)}")
         print(f"Its report:    {tracker.artifact_url(logged.parent_run_id, 'report/report.html')}")
     if mlflow_lost is not None:

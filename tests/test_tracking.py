@@ -12,6 +12,7 @@ import pickle
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -248,7 +249,9 @@ def test_embedded_default_needs_no_server(tmp_path, monkeypatch):
     first = pd.read_parquet(tmp_path / "results" / "emb" / "long" / "summary" / "summary.parquet")
     assert first["users"].tolist() == [5000]
     # the UI command and the link a job prints
-    assert tracker.ui_command() == (f"mlflow ui --backend-store-uri {tracker.tracking_uri} --host 127.0.0.1 "
+    # this interpreter's mlflow, so the command runs as printed without activating the environment
+    mlflow = str(Path(sys.executable).with_name("mlflow"))
+    assert tracker.ui_command() == (f"{mlflow} ui --backend-store-uri {tracker.tracking_uri} --host 127.0.0.1 "
                                     "--port 5000 --workers 1")
     assert tracker.runs_url("abc") == (f"http://127.0.0.1:5000/#/experiments/{tracker.experiment_id}/runs?"
                                        "workflowType=machine_learning&searchFilter=tags.%60ldpfed.sweep_id%60"

@@ -75,16 +75,10 @@ class Algorithm:
     def __init__(self, world, config):
         """world: the env's PublicWorld (ldpfed.envs.base), never the env itself: an algorithm sees only what its
         paper assumes public, no ground truth (tests/test_public_world.py walks every algorithm to check)."""
-        unknown = set(config.params) - set(self.defaults)
-        if unknown:
-            name = sorted(unknown)[0]
-            raise ConfigError(f"params.{name}", config.params[name],
-                              f"unknown option of {self.name}; known: {sorted(self.defaults)}")
         self.world = world
         self.config = config
         self.profile = config.profile
-        self.params = self.validate_params(
-            {**self.defaults, **self.profile_defaults.get(self.profile, {}), **config.params})
+        self.params = self.checked_params(config.params, self.profile)
         self.eps, self.delta, self.T = float(config.eps), float(config.delta), int(config.users)
         self.d, self.K = world.d, world.K
         self.mechanisms: dict = {}   # message field (or release) -> mechanism; the ledger is built from these
@@ -97,6 +91,21 @@ class Algorithm:
     def setup(self) -> None:
         """Build the mechanisms (self.params is validated already; what depends on other options or on the world,
         e.g. a value resolved from the env, is checked here)."""
+
+    @classmethod
+    def checked_params(cls, params: dict, profile: str) -> dict:
+        """A run's options over the defaults (its profile's first), each checked: ConfigError naming params.<name>
+        for an unknown or bad one. RunConfig calls it too, so a bad option stops a run before any work."""
+        unknown = set(params) - set(cls.defaults)
+        if unknown:
+            import difflib
+
+            name = sorted(unknown)[0]
+            close = difflib.get_close_matches(name, list(cls.defaults), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"params.{name}", params[name],
+                              f"unknown option of {cls.name}{hint}; known: {sorted(cls.defaults)}")
+        return cls.validate_params({**cls.defaults, **cls.profile_defaults.get(profile, {}), **params})
 
     @classmethod
     def validate_params(cls, params: dict) -> dict:

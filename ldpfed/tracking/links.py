@@ -6,6 +6,9 @@ is not shown.
 """
 from __future__ import annotations
 
+import shlex
+import sys
+from pathlib import Path
 from urllib.parse import quote
 
 from ldpfed.tracking.store import is_http, redact
@@ -19,7 +22,9 @@ def ui_command(uri: str, port: int = UI_PORT) -> str | None:
     is the UI)."""
     if is_http(uri):
         return None
-    return f"mlflow ui --backend-store-uri {redact(uri)} --host 127.0.0.1 --port {port} --workers 1"
+    # this interpreter's own mlflow: the command runs as printed whether or not its environment is activated
+    mlflow = shlex.quote(str(Path(sys.executable).with_name("mlflow")))
+    return f"{mlflow} ui --backend-store-uri {redact(uri)} --host 127.0.0.1 --port {port} --workers 1"
 
 
 def ui_address(uri: str, port: int = UI_PORT) -> str:
