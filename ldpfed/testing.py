@@ -22,8 +22,11 @@ whether it runs bit-identically on every engine path. Each check below runs the 
                    and rewards of +-1e12 (an unclipped input breaks the domain: public bounds plus the noise tail),
                    and so do their aggregates (aggregate_bounds); and, for the mechanisms of ldpfed, the data encode
                    hands to a mechanism spreads no further than the sensitivity of its ledger row.
-4. "privacy_audit" (LDP only) an empirical lower bound on eps from neighbouring users, beyond Clopper-Pearson
-                   confidence (ldpfed/mechanisms/audit.py), must not exceed the ledger's composed eps.
+4. "privacy_audit" (LDP only) every mechanism, known only through its protocol, on its worst neighbouring inputs:
+                   its outputs must not tell them apart beyond its claim (its dp_event's noise, else its
+                   guarantee; ldpfed.mechanisms.audit.audit_samples: planned to catch noise 1/1.5 of the claim
+                   with probability >= 0.95); and an empirical lower bound on eps from neighbouring users
+                   (Clopper-Pearson) must not exceed the ledger's composed eps.
 5. "no_truth"      nothing reachable from the algorithm, its model or its server state is an Env or one of the
                    env's arrays; `world` is a PublicWorld.
 6. "public_fields" (private algorithms) with the same randomness, other users' data gives the same public fields.
@@ -58,10 +61,10 @@ from ldpfed.shuffling import GroupsBroken, check_groups
 
 CHECKS = ("contract", "ledger", "clipping", "privacy_audit", "no_truth", "public_fields", "engines")
 
-# privacy_audit: samples per neighbour to choose the event (pilot) and to measure it (audit), and the confidence:
-# an algorithm that meets its claim fails the audit with probability at most AUDIT_ALPHA. With 10,000 samples an
-# eps lower bound comes within ~0.1 of a likelihood ratio that the event shows at probabilities around 0.1-0.5;
-# a mechanism with a tenth of the noise it claims gives bounds several times its eps.
+# privacy_audit: the confidence (an algorithm that meets its claims fails the check with probability at most
+# AUDIT_ALPHA: its audits share it, Bonferroni) and, for the end-to-end audit of encode, samples per neighbour to
+# choose the event (pilot) and to measure it. Each mechanism's audit plans its own sample size (within
+# ldpfed.mechanisms.audit.MIN_N..MAX_N) to flag noise 1/1.5 of its claim with probability >= 0.95.
 PILOT_N = 2_000
 AUDIT_N = 10_000
 AUDIT_ALPHA = 1e-3
@@ -456,17 +459,25 @@ def _check_spread(subject, check, algo, key, row, calls):
 
 # ---- 4. privacy_audit -------------------------------------------------------------------------------------------
 def check_privacy_audit(subject: Subject):
-    """An end-to-end audit of encode on neighbouring users whose inputs differ maximally within the public bounds
-    (what the noise is calibrated for; check "clipping" covers inputs beyond them): same user index (past any
-    warm-up), same arm, same model; rewards +-the reward bound; contexts from the env (x, and another user's x2).
-    Candidate pairs: the rewards differ; the contexts differ; both differ.
+    """Two audits, sharing the confidence AUDIT_ALPHA (Bonferroni):
 
-    Each message (its private fields, flattened) is reduced to one number: the projection on the mean difference
-    of the two users' messages (estimated on pilot samples drawn with common random numbers, so additive noise
-    cancels), scaled by the per-coordinate variance (for Gaussian noise, the likelihood ratio; for bits, the bit).
-    On the pilot, the pair and the event "statistic above tau" (or below) with the largest eps lower bound are
-    chosen; on fresh samples that event's Clopper-Pearson bound (ldpfed.mechanisms.audit.event_audit, model-free:
-    valid for any mechanism) must not exceed the ledger's composed eps at its composed delta."""
+    * Every mechanism of the algorithm, known only through its protocol (ldpfed.mechanisms.audit.audit_samples):
+      on the inputs a user hands it (recorded from encode; for an algorithm written once, the user's row of
+      client_inputs) and their worst neighbour under its claim (audit.neighbours), its outputs must not tell the two
+      apart beyond its claim: the noise its dp_event declares (a Gaussian event: the GDP bound on mu), else its
+      guarantee (the Clopper-Pearson event bound). The samples come from the mechanism's own privatize, or for a
+      compiled algorithm from the field's compiled row privatizer, the code the algorithm runs.
+    * End to end, encode on neighbouring users whose inputs differ maximally within the public bounds (what the
+      noise is calibrated for; check "clipping" covers inputs beyond them): same user index (past any warm-up),
+      same arm, same model; rewards +-the reward bound; contexts from the env (x, and another user's x2). Candidate
+      pairs: the rewards differ; the contexts differ; both differ. Each message (its private fields, flattened) is
+      reduced to one number: the projection on the mean difference of the two users' messages (estimated on pilot
+      samples drawn with common random numbers, so additive noise cancels), scaled by the per-coordinate variance.
+      On the pilot, the pair and the event "statistic above tau" (or below) with the largest eps lower bound are
+      chosen; on fresh samples that event's Clopper-Pearson bound (model-free) must not exceed the ledger's
+      composed eps at its composed delta.
+
+    Seeds derive from the run's seed."""
     check = "privacy_audit"
     config, env, algo = subject.build()
     if algo.privacy_model != "ldp":
@@ -485,6 +496,21 @@ def check_privacy_audit(subject: Subject):
     model = _model(algo, config)
     user = np.array([config.users - 1], dtype=np.int64)    # past any warm-up: the whole message is sent
     contexts, actions, rewards = _client_round(algo, env, model, user, seed=7)
+    mechanisms = _mechanism_samplers(subject, algo, model, contexts, actions, rewards, user)
+    alpha = AUDIT_ALPHA / (len(mechanisms) + 1)
+    for index, (key, mech, sample, pair) in enumerate(mechanisms):
+        result = audit.audit_samples(sample, audit.claim_of(mech.guarantee, mech.dp_event()), alpha=alpha,
+                                     seed=(subject.seed, 17, index), pair=pair)
+        if result.flagged:
+            subject.fail(check, f"mechanism {key!r} ({type(mech).__name__}) tells neighbouring inputs ({pair}) apart "
+                                f"beyond its claim with confidence {1 - alpha:.4g}: {result.result}; "
+                                f"{result.statistic}, event {result.event}; claim: {result.claim.source}",
+                         _field_of(algo, key))
+    _audit_encode(subject, check, algo, env, model, user, contexts, actions, rewards, claim, private, alpha)
+
+
+def _audit_encode(subject, check, algo, env, model, user, contexts, actions, rewards, claim, private, alpha):
+    """The end-to-end audit of encode (check_privacy_audit's second part)."""
     other, _, _ = _client_round(algo, env, model, user, seed=8)
     c_r = float(algo.world.reward_bound)
     signs = np.where(np.arange(np.size(rewards)) % 2 == 0, 1.0, -1.0).reshape(np.shape(rewards))
@@ -495,7 +521,7 @@ def check_privacy_audit(subject: Subject):
         pairs["both differ"] = ((contexts, up), (other, down))
 
     def sample(inputs, n, seed):
-        return _audit_vectors(algo, model, *inputs, actions, user, private, n, seed)
+        return _audit_vectors(algo, model, *inputs, actions, user, private, n, (subject.seed, seed))
 
     best = None
     for label, (input_a, input_b) in pairs.items():
@@ -508,24 +534,96 @@ def check_privacy_audit(subject: Subject):
             continue                                     # the pilot sees no difference in this pair
         centre = 0.5 * (pilot_a.mean(axis=0) + pilot_b.mean(axis=0))
         tau, upper, bound = _choose_event((pilot_a - centre) @ direction, (pilot_b - centre) @ direction,
-                                          claim.delta)
+                                          claim.delta, alpha)
         if best is None or bound > best[0]:
             best = (bound, label, input_a, input_b, centre, direction, tau, upper)
     if best is None:
-        return None                                      # no pair's messages differ: nothing to tell apart
+        return                                           # no pair's messages differ: nothing to tell apart
     _, label, input_a, input_b, centre, direction, tau, upper = best
     stat_a = (sample(input_a, AUDIT_N, 201) - centre) @ direction
     stat_b = (sample(input_b, AUDIT_N, 202) - centre) @ direction
     if upper:            # "stat > tau" is likelier under b
-        result = audit.event_audit(stat_b > tau, stat_a > tau, claim.eps, claim.delta, AUDIT_ALPHA)
+        result = audit.event_audit(stat_b > tau, stat_a > tau, claim.eps, claim.delta, alpha)
     else:                # "stat <= tau" is likelier under a
-        result = audit.event_audit(stat_a <= tau, stat_b <= tau, claim.eps, claim.delta, AUDIT_ALPHA)
+        result = audit.event_audit(stat_a <= tau, stat_b <= tau, claim.eps, claim.delta, alpha)
     if result.flagged:
         subject.fail(check, f"neighbouring users ({label}) are told apart beyond the ledger's claim: eps >= "
-                            f"{result.eps_lower:.3f} with confidence {1 - AUDIT_ALPHA:g} > claimed eps = "
+                            f"{result.eps_lower:.3f} with confidence {1 - alpha:.4g} > claimed eps = "
                             f"{claim.eps:.4g} (delta = {claim.delta:.3g}); event: statistic "
                             f"{'>' if upper else '<='} {tau:.4g} on fields {', '.join(private)}, counts "
                             f"{result.counts} of {result.n}", private[0] if len(private) == 1 else None)
+
+
+def _mechanism_samplers(subject, algo, model, contexts, actions, rewards, user) -> list:
+    """(key, mechanism, sample, pair) for every mechanism of the algorithm with a ledger row that this user's encode
+    hands data to: sample(which, n, rng) draws its outputs on the user's input (which = 0) or its neighbour (1),
+    audit.neighbours. An algorithm written once privatizes its fields in compiled rows: the samples are those rows,
+    from the user's row of client_inputs; otherwise the mechanism's privatize, on the input encode handed it."""
+    keys = [key for key in algo.mechanisms if key in {row.get("message") for row in algo.ledger()}]
+    out = []
+    if isinstance(algo, CompiledAlgorithm) and algo.compiled_steps() is not None:
+        layout = algo.layout()
+        inputs, _ = algo.client_inputs(model, contexts, actions, rewards, user)
+        for key in keys:
+            if key not in layout.names:
+                continue
+            part, shape = layout.slices[key], layout.shapes[key]
+            x_a, x_b, pair = audit.neighbours(algo.mechanisms[key], inputs[0, part].reshape(shape))
+            rows = []
+            for x in (x_a, x_b):
+                row = inputs[0].copy()
+                row[part] = x.reshape(-1)
+                rows.append(row)
+            out.append((key, algo.mechanisms[key], _row_sampler(layout, key, rows), pair))
+        return out
+    _, _, probe = subject.build()            # a second instance, whose mechanisms record what they are handed
+    seen = {key: [] for key in keys}
+    for key in keys:
+        mech = probe.mechanisms[key]
+        for method in ("privatize", "privatize_counted"):
+            if callable(getattr(mech, method, None)):
+                def record(values, rng, _original=getattr(mech, method), _key=key):
+                    seen[_key].append(np.array(values, copy=True))
+                    return _original(values, rng)
+                setattr(mech, method, record)
+        if callable(getattr(mech, "privatize_gram", None)):      # privatize(x x^T) without building it
+            def gram(x, rng, _original=mech.privatize_gram, _key=key):
+                x = np.asarray(x, dtype=float)
+                seen[_key].append(x[..., :, None] * x[..., None, :])
+                return _original(x, rng)
+            mech.privatize_gram = gram
+    probe.encode(model, contexts, actions, rewards, user, np.random.default_rng([subject.seed, 16]))
+    for key in keys:
+        if not seen[key]:
+            continue                         # this user's encode does not use it
+        mech, first = algo.mechanisms[key], np.asarray(seen[key][0])
+        x_a, x_b, pair = audit.neighbours(mech, first[0] if first.ndim else first)
+        out.append((key, mech, audit.batch_sampler(mech.privatize, x_a, x_b), pair))
+    return out
+
+
+def _row_sampler(layout, key, rows):
+    """sample(which, n, rng): the compiled rows' privatizer on n copies of rows[which], the field `key`'s part. Only
+    that field's random numbers are drawn (the other fields' outputs are not read: their draws stay zero)."""
+    from ldpfed.mechanisms.rows import DRAW_OFFSET
+
+    part, mech, shape = layout.slices[key], layout.mechanisms[key], layout.shapes[key]
+    first = int(layout.layout[layout.names.index(key), DRAW_OFFSET])
+    draws = slice(first, first + layout.kernels[key].draws)
+    chunk = max(1, min(8192, audit.CHUNK_VALUES // max(1, layout.width + layout.draw_width)))
+
+    def sample(which, n, rng):
+        inputs = np.repeat(rows[which][None], min(chunk, n), axis=0)      # not overwritten: reused
+        z = np.zeros((len(inputs), layout.draw_width))
+        for start in range(0, n, chunk):
+            k = min(chunk, n - start)
+            if hasattr(mech, "fill_rows"):
+                mech.fill_rows(rng, z[:k, draws])
+            else:
+                z[:k, draws] = mech.draw_rows(rng, k, shape)
+            yield layout.privatize(inputs[:k], z[:k])[:, part]
+
+    return sample
 
 
 def _basic_claim(rows):
@@ -546,7 +644,7 @@ def _audit_vectors(algo, model, contexts, rewards, actions, user, fields, n, see
     def copies(value, m):
         return None if value is None else np.repeat(np.asarray(value), m, axis=0)
 
-    rng = np.random.default_rng([seed, 5])
+    rng = np.random.default_rng([*np.atleast_1d(seed).tolist(), 5])
     out = []
     for start in range(0, n, AUDIT_CHUNK):
         m = min(AUDIT_CHUNK, n - start)
@@ -556,7 +654,7 @@ def _audit_vectors(algo, model, contexts, rewards, actions, user, fields, n, see
     return np.concatenate(out)
 
 
-def _choose_event(stat_a: np.ndarray, stat_b: np.ndarray, delta: float):
+def _choose_event(stat_a: np.ndarray, stat_b: np.ndarray, delta: float, alpha: float = AUDIT_ALPHA):
     """(tau, upper, bound): the threshold event with the largest eps lower bound on the pilot samples; upper: the
     event is "stat > tau" (likelier under b), else "stat <= tau" (likelier under a)."""
     pooled = np.concatenate([stat_a, stat_b])
@@ -575,7 +673,7 @@ def _choose_event(stat_a: np.ndarray, stat_b: np.ndarray, delta: float):
         above_b = n_b - np.searchsorted(b_sorted, tau, side="right")
         for upper, (k_b, nb, k_a, na) in ((True, (above_b, n_b, above_a, n_a)),
                                           (False, (n_a - above_a, n_a, n_b - above_b, n_b))):
-            bound = audit.eps_lower_bound(k_b, nb, k_a, na, delta, AUDIT_ALPHA)
+            bound = audit.eps_lower_bound(k_b, nb, k_a, na, delta, alpha)
             if bound > best[2]:
                 best = (float(tau), upper, bound)
     return best

@@ -332,3 +332,61 @@ def test_audit_sparse_vector():
         res = A.event_audit(eb, ea, EPS, 0.0, ALPHA)
         _record(f"sparse-vector {label} (T={T}, n={n})", res)
         assert res.flagged == weaken
+
+
+# ---------------------------------------------------------------- one mechanism, through its protocol
+class _Declared:
+    """Known only through the protocol: the guarantee and dp_event of `claimed`, the outputs of `actual`."""
+
+    def __init__(self, claimed, actual):
+        self.guarantee, self._claimed, self._actual = claimed.guarantee, claimed, actual
+
+    def privatize(self, x, rng):
+        return self._actual.privatize(x, rng)
+
+    def output_domain(self, shape, data_bound=None, **schedule):
+        return self._claimed.output_domain(shape, data_bound, **schedule)
+
+    def dp_event(self):
+        return self._claimed.dp_event()
+
+
+def test_claims_and_neighbours_follow_the_protocol():
+    g = M.GaussianMechanism(2.0, 1.0, 0.01)
+    claim = A.claim_of(g.guarantee, g.dp_event())
+    assert claim.kind == "gdp" and claim.mu == pytest.approx(2.0 / g.sigma)
+    tree = M.TreeMechanism(15, (1,), eps=1.0, delta=0.01, sensitivity=1.0)
+    assert A.claim_of(tree.guarantee, tree.dp_event()).mu == pytest.approx(2.0 / tree.node_scale)   # 4 nodes
+    lap_tree = M.TreeMechanism(15, (1,), eps=1.0, sensitivity=1.0, noise="laplace")
+    lap = A.claim_of(lap_tree.guarantee, lap_tree.dp_event())
+    assert (lap.kind, lap.eps, lap.delta) == ("dp", pytest.approx(1.0), 0.0)          # 4 nodes of scale 4
+    ball = M.L2BallMechanism(2.0, 1.0, 3)
+    assert A.claim_of(ball.guarantee, ball.dp_event()).kind == "dp"
+    x_a, x_b, _ = A.neighbours(ball, np.array([0.3, 0.1, 0.0]))
+    assert np.array_equal(x_a, [-2.0, 0, 0]) and np.array_equal(x_b, [2.0, 0, 0])
+    x_a, x_b, _ = A.neighbours(M.RandomizedResponse(1.0), np.array([1.0, 0.0, 1.0]))
+    assert np.array_equal(x_a, [0, 0, 1]) and np.array_equal(x_b, [1, 0, 1])
+    x_a, x_b, _ = A.neighbours(g, np.array([0.5, 0.5]))
+    assert np.array_equal(x_b - x_a, [2.0, 0.0])
+
+
+@pytest.mark.parametrize("ratio", [1.0, 1.5])
+def test_mechanism_audit_flags_gaussian_noise_of_two_thirds_its_claim(ratio):
+    """The design point on a few seeds: a Gaussian mechanism drawing 1/1.5 of the noise its dp_event declares is
+    flagged, the calibrated one is not (tests/test_audit_power.py measures the rates over many seeds)."""
+    def gaussian(r):
+        mech = M.GaussianMechanism(1.0, 1.0, 0.01)
+        mech.sigma /= r
+        return mech
+
+    for seed in range(5):
+        result = A.audit_mechanism(_Declared(gaussian(1.0), gaussian(ratio)), np.zeros(3), alpha=1e-3, seed=seed)
+        _record(f"gaussian noise 1/{ratio:g}, seed {seed}", result)
+        assert result.flagged == (ratio > 1), result
+        assert result.result.mu_lower <= 1.0 / gaussian(ratio).sigma      # a lower bound on the true mu
+
+
+def test_mechanism_audit_bound_stays_below_the_truth_for_pure_dp():
+    """Randomized response at its claim: the event bound is below eps (valid) and close to it (tight)."""
+    result = A.audit_mechanism(M.RandomizedResponse(1.0), np.zeros(4), alpha=1e-3, seed=0)
+    assert not result.flagged and 0.8 < result.result.eps_lower <= 1.0
