@@ -262,9 +262,8 @@ def test_ledger_and_noise_calibration():
     ("ols", {"ridge": 0.0}), ("ldp-ols", {"context_bound": "1"}), ("ldp-ols", {"ridge": 1.0}),
 ])
 def test_bad_options_are_rejected(algorithm, params):
-    config = RunConfig(algorithm, users=100, params=params)
-    with pytest.raises(ConfigError) as info:
-        make_algorithm(make_env(config), config)
+    with pytest.raises(ConfigError) as info:      # at RunConfig already: before any work
+        RunConfig(algorithm, users=100, params=params)
     assert info.value.field == f"params.{next(iter(params))}"
 
 

@@ -163,9 +163,9 @@ def test_eps_aware_window():
     ("sw-klucb", {"horizon": 3}),
 ])
 def test_bad_options_are_rejected(name, params):
-    config = RunConfig(name, users=1000, params=params)
     with pytest.raises(ConfigError) as err:
-        make_algorithm(make_env(config), config)
+        config = RunConfig(name, users=1000, params=params)
+        make_algorithm(make_env(config), config)       # options checked against the world (klucb-cf's window)
     assert err.value.field == f"params.{next(iter(params))}"
 
 
