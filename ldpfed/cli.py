@@ -173,6 +173,22 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a sweep's results folder (its sweep.json names its store), a folder of them (the newest), "
                          "an MLflow SQLite file or a tracking URI (default: MLFLOW_TRACKING_URI, else ./mlflow.db)")
     ui.add_argument("--port", type=_positive_int, default=5000, help="port on 127.0.0.1")
+    warmup = sub.add_parser("warmup", help="compile every algorithm's and env's loops ahead, into the compile cache",
+                            formatter_class=defaults,
+                            description="Compile ahead: run a few users of each algorithm (every registered one by "
+                                        "default) on its default env, at round size 1 and in rounds, then each env "
+                                        "no algorithm's default covered, so the loops land in the compile cache "
+                                        "($LDPFED_CACHE_DIR; docs/architecture.md) and later runs, in any process "
+                                        "on this machine, load them instead of compiling. The loops depend on the "
+                                        "dimensions: give --env-param (and --param) as your runs will.")
+    warmup.add_argument("algorithms", nargs="*", metavar="ALGORITHM",
+                        help="names from `python -m ldpfed list` (default: all, and every env)")
+    warmup.add_argument("--env", default=None, help="this env for each algorithm (default: the algorithm's own)")
+    warmup.add_argument("--param", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
+                        help="algorithm option (repeatable)")
+    warmup.add_argument("--env-param", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
+                        help="env option (repeatable), e.g. d=10")
+    warmup.add_argument("--users", type=_positive_int, default=64, help="users of each warm-up run")
     sync = sub.add_parser("sync", help="upload to MLflow what a sweep's local results hold and MLflow lacks "
                                        "(runs, metrics, artifacts, statuses); idempotent", formatter_class=defaults)
     sync.add_argument("results", type=Path, help="a sweep folder (with sweep.json), or a folder of them")
@@ -266,6 +282,56 @@ def cmd_describe(name: str) -> int:
     return 0
 
 
+def _warmup_plan(names: list, env: str | None) -> list[tuple[str, str]]:
+    """(algorithm, env) pairs: each algorithm on `env` or its default env; with no names, every algorithm, then
+    each env that no default covered, with the first algorithm that runs on it."""
+    from ldpfed.algorithms import REGISTRY
+    from ldpfed.envs import ENVS
+
+    for name in names:
+        if name not in REGISTRY:
+            raise ConfigError("algorithm", name, f"unknown; choose from {sorted(REGISTRY)}")
+    plan = [(name, env or REGISTRY[name].default_env) for name in names or sorted(REGISTRY)]
+    if not names and env is None:
+        covered = {e for _, e in plan}
+        for kind in sorted(ENVS):
+            runs_it = [name for name in sorted(REGISTRY) if kind in REGISTRY[name].env_kinds and name != "uniform"]
+            if kind not in covered and runs_it:
+                plan.append((runs_it[0], kind))
+    return plan
+
+
+def cmd_warmup(args) -> int:
+    """Compile ahead (see the warmup parser's description); prints each pair's time and what it compiled."""
+    import time
+
+    from ldpfed import jit
+    from ldpfed.config import RunConfig
+    from ldpfed.engine import run
+
+    directory = jit.cache_dir()
+    print(f"compile cache: {directory if directory is not None else f'off (${jit.CACHE_ENV})'}")
+    failed, started, compiled_before = 0, time.perf_counter(), jit.compile_seconds()
+    for algorithm, env in _warmup_plan(list(args.algorithms), args.env):
+        wall, compile_s, before = time.perf_counter(), jit.compile_seconds(), jit.loop_counts()
+        try:
+            for round_size in (1, max(2, args.users // 4)):      # the sequential engine's loop; the round loops
+                run(RunConfig(algorithm=algorithm, env=env, users=args.users, round_size=round_size,
+                              params=dict(args.param), env_params=dict(args.env_param)))
+        except Exception as error:      # one that cannot run this way does not stop the others
+            failed += 1
+            print(f"{algorithm:<20} {env:<20} failed: {type(error).__name__}: {error}", flush=True)
+            continue
+        after = jit.loop_counts()
+        print(f"{algorithm:<20} {env:<20} {time.perf_counter() - wall:6.1f} s "
+              f"({jit.compile_seconds() - compile_s:.1f} s in numba's compiler): "
+              f"{after['compiled'] - before['compiled']} loops compiled, "
+              f"{after['loaded'] - before['loaded']} loaded from the cache", flush=True)
+    print(f"warmup: {time.perf_counter() - started:.1f} s, {jit.compile_seconds() - compiled_before:.1f} s in numba's "
+          f"compiler{f'; {failed} failed' if failed else ''}")
+    return 1 if failed else 0
+
+
 def cmd_run(args) -> int:
     from ldpfed.config import RunConfig
     from ldpfed.progress import Progress
@@ -351,7 +417,8 @@ def cmd_run(args) -> int:
     described = trust_model(config).describe(s, config)
     if described:
         print(described)
-    print(f"{s['users_per_s']:,.0f} users/s ({s['engine']})")
+    print(f"{s['users_per_s']:,.0f} users/s ({s['engine']}; numba's compile, {s.get('compile_s', 0.0):.2f} s, "
+          f"not counted)")
     if tracker is not None:
         print(f"MLflow: run {run_id} in experiment {args.experiment!r} at {tracker.display_uri}")
         if tracker.ui_command():
@@ -382,6 +449,8 @@ def main(argv=None) -> int:
             from ldpfed.tracking.ui import serve
 
             return serve(args.store, args.port)
+        if args.command == "warmup":
+            return cmd_warmup(args)
         if args.command == "sync":
             from ldpfed.tracking.sync import sync
 

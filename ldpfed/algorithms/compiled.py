@@ -41,9 +41,10 @@ Everything the functions need that is not data is in `consts` (built in Python f
 compiled functions are the same for every instance and numba caches them on disk.
 
 The loops that call them (`round_loops` here, envs.base's step loop, the sequential engine's user loop) are built
-per algorithm by ldpfed.jit, with the functions (and the compiled helpers they call) inlined, once per process (about
-a second each), not cached on disk; the fields' mechanisms are compiled per message layout
-(ldpfed.mechanisms.rows.FieldLayout.row_privatizer).
+per algorithm by ldpfed.jit, with the functions (and the compiled helpers they call) inlined, and compiled once per
+machine (about a second each): ldpfed.jit writes them out as modules under its cache folder, keyed by a hash of
+everything they inline, and numba caches those, so another process loads them; the fields' mechanisms are compiled
+per message layout (ldpfed.mechanisms.rows.FieldLayout.row_privatizer).
 """
 from __future__ import annotations
 
@@ -93,8 +94,9 @@ def column_sums(counts):
 
 
 def round_loops(steps: Steps):
-    """The loops of a round of users for these steps, with the steps inlined (ldpfed.jit), built once per process:
-    act, prepare, finish, and the weighted sum or the fold of the rows."""
+    """The loops of a round of users for these steps, with the steps inlined (ldpfed.jit), built once per process
+    and compiled once per machine (ldpfed.jit's disk cache): act, prepare, finish, and the weighted sum or the fold
+    of the rows."""
     def build(use):
         act, prepare, finish = use(steps.act), use(steps.prepare), use(steps.finish)
         weigh, fold = use(steps.weigh), use(steps.fold)

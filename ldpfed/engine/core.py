@@ -11,6 +11,7 @@ import pandas as pd
 from ldpfed.algorithms import make_algorithm
 from ldpfed.algorithms.trust import trust_model
 from ldpfed.envs import make_env
+from ldpfed.jit import compile_seconds
 from ldpfed.rng import derive
 from ldpfed.shuffling import anonymous_aggregate, check_groups, share_bounds, shuffle_share
 
@@ -169,6 +170,7 @@ class RoundRecorder:
         self.checkpoints = checkpoint_rounds(config.rounds)
         self.privacy = privacy_summary(config, algo)     # refuses an overspending run before any user
         self.started = time.perf_counter()
+        self.compiled_before = compile_seconds()        # numba's compile time in this process so far
         self.messages = 0
 
     def record(self, round_index, stop, regret, metrics, state, users_with_messages):
@@ -204,14 +206,19 @@ class RoundRecorder:
         for column in metrics.columns:
             table[column] = metrics[column].to_numpy()
         return make_result(self.config, self.algo, self.env, table, state, engine=engine, elapsed=elapsed,
-                           final_regret=self.cumulative, privacy=self.privacy, messages=self.messages, extra=extra)
+                           final_regret=self.cumulative, privacy=self.privacy, messages=self.messages, extra=extra,
+                           compile_s=compile_seconds() - self.compiled_before)
 
 
 def make_result(config, algo, env, table: pd.DataFrame, state, *, engine: str, elapsed: float, final_regret: float,
-                privacy: dict, messages: int, extra: dict | None = None) -> RunResult:
+                privacy: dict, messages: int, extra: dict | None = None, compile_s: float = 0.0) -> RunResult:
     """The RunResult of a finished run from its per-round table (TABLE_COLUMNS, then the metric counters): the one
-    place the summary's keys are made, for every engine."""
+    place the summary's keys are made, for every engine. `elapsed`: the run's wall time; `compile_s`: the part of it
+    numba spent compiling or loading compiled code in this process (ldpfed.jit.compile_seconds; a Ray run's actors
+    compile in their own), which the rates (users_per_s, messages_per_s) leave out: they are the simulation's."""
     errors = table["estimation_error"].dropna()
+    simulated = elapsed - min(max(compile_s, 0.0), elapsed)
+    rate = (lambda count: count / simulated if simulated > 0 else float("inf"))  # noqa: E731
     counters = [c for c in table.columns if c not in TABLE_COLUMNS]
     summary = {
         "algorithm": config.algorithm, "env": config.env, "eps": config.eps,
@@ -219,11 +226,13 @@ def make_result(config, algo, env, table: pd.DataFrame, state, *, engine: str, e
         "round_size": config.round_size, "engine": engine,
         "final_regret": float(final_regret),
         "final_estimation_error": float(errors.iloc[-1]) if len(errors) else None,
-        "elapsed_s": elapsed, "users_per_s": config.users / elapsed if elapsed > 0 else float("inf"),
+        "elapsed_s": elapsed, "compile_s": compile_s, "users_per_s": rate(config.users),
         **{f"total_{c}": float(table[c].sum()) for c in counters},
         **privacy,
         **(extra or {}),
     }
+    if "messages_per_s" in summary:
+        summary["messages_per_s"] = rate(messages)
     ledger = [{**row, "users_sending": messages} for row in algo.ledger()] + \
         (algo.trust or trust_model(config)).ledger_rows(algo)
     return RunResult(config, table, ledger, summary, env.describe(), state)

@@ -33,7 +33,7 @@ from ldpfed.algorithms.compiled import CompiledAlgorithm
 from ldpfed.engine.core import RunResult, checkpoint_rounds, make_result, privacy_summary
 from ldpfed.envs import make_env
 from ldpfed.errors import ConfigError
-from ldpfed.jit import loops
+from ldpfed.jit import compile_seconds, loops
 from ldpfed.memory import keep_freed_memory
 from ldpfed.rng import derive
 from ldpfed.threads import limited
@@ -44,7 +44,8 @@ ENGINE_NAME = "sequential"
 
 def user_loop(steps, env_step, layout):
     """The loop over users for these steps, this env step and this message layout (its fields' mechanisms compiled
-    for it: FieldLayout.row_privatizer), all inlined (ldpfed.jit), built once per process."""
+    for it: FieldLayout.row_privatizer), all inlined (ldpfed.jit), compiled once per machine (ldpfed.jit's disk
+    cache)."""
     def build(use):
         act, prepare, finish = use(steps.act), use(steps.prepare), use(steps.finish)
         weigh, fold, update, env = use(steps.weigh), use(steps.fold), use(steps.update), use(env_step)
@@ -149,8 +150,8 @@ class StepsRunner:
         in_loop = snap_at if estimate is not None else np.full(n, -1, dtype=np.int64)
         lo = 0
         for hi in stops:
-            # (no users: one call on none, which compiles the loop, or loads it from numba's cache, before the clock
-            # starts)
+            # (no users: one call on none, which compiles the loop, or loads it from the disk cache, before the first
+            # user: _load)
             for a in range(lo, hi, m) if n else (0,):
                 b = min(hi, a + m)
                 s = slice(a, b)
@@ -218,7 +219,8 @@ def _draws(runner, config, start, stop, streams):
 
 
 def _load(runner, config, snaps):
-    """Run the loop on zero users, so it is compiled (and the steps loaded from numba's cache) before the clock starts."""
+    """Run the loop on zero users, so it is compiled (or loaded from the disk cache: ldpfed.jit) before the first
+    user: the time it takes is the summary's compile_s, which users_per_s leaves out."""
     world, client, server, between_rng = _draws(runner, config, 0, 0, "block")
     empty = np.zeros(0, dtype=np.int64)
     runner.run_block(0, world, client, server, empty, snaps, np.zeros(0),
@@ -251,8 +253,8 @@ def _run_sequential(config, progress, streams) -> RunResult:
     snap_at[checkpoints] = np.arange(len(checkpoints))
     shape = runner.estimate_shape()
     snaps = np.zeros((len(checkpoints), *(shape or (1,))))
-    _load(runner, config, snaps)
-    started = time.perf_counter()   # after the one-off compile: run_local has none
+    started, compiled_before = time.perf_counter(), compile_seconds()
+    _load(runner, config, snaps)    # numba's compile (or load from the cache): compile_s, left out of the rates
     if progress is not None:
         progress(0, 0.0)            # a progress bar's rate counts from here too, as the summary's
     cumulative = 0.0
@@ -270,10 +272,12 @@ def _run_sequential(config, progress, streams) -> RunResult:
         for slot, r in enumerate(checkpoints):
             value = env.estimation_error(snaps[slot].reshape(shape))
             errors[r] = np.nan if value is None else value
-    return _result(config, algo, env, metric_names, regret, counts, errors, state, started, privacy)
+    return _result(config, algo, env, metric_names, regret, counts, errors, state, started, privacy,
+                   compile_seconds() - compiled_before)
 
 
-def _result(config, algo, env, metric_names, regret, counts, errors, state, started, privacy) -> RunResult:
+def _result(config, algo, env, metric_names, regret, counts, errors, state, started, privacy,
+            compile_s) -> RunResult:
     """The RunResult run_local would build (same table columns and summary keys: core.RoundRecorder.result and
     driver.drive's extras; tests/test_sequential.py compares them)."""
     elapsed = time.perf_counter() - started
@@ -283,7 +287,8 @@ def _result(config, algo, env, metric_names, regret, counts, errors, state, star
                           "cumulative_regret": np.cumsum(regret), "estimation_error": errors})
     for j, name in enumerate(metric_names):
         table[name] = counts[:, j]
-    # engine/driver.py's extras: every user sends one message
+    # engine/driver.py's extras: every user sends one message (make_result takes the compile time out of the rate)
     extra = {"messages": T, "messages_per_s": T / elapsed if elapsed > 0 else float("inf")}
     return make_result(config, algo, env, table, state, engine=ENGINE_NAME, elapsed=elapsed,
-                       final_regret=table["cumulative_regret"].iloc[-1], privacy=privacy, messages=T, extra=extra)
+                       final_regret=table["cumulative_regret"].iloc[-1], privacy=privacy, messages=T, extra=extra,
+                       compile_s=compile_s)

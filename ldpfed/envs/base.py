@@ -59,8 +59,8 @@ class EnvSteps(NamedTuple):
 
 
 def step_loop(step):
-    """The loop of a round's users around an env's compiled step (inlined: ldpfed.jit), built once per process:
-    what an env's batched `step` runs."""
+    """The loop of a round's users around an env's compiled step (inlined: ldpfed.jit), built once per process and
+    compiled once per machine (ldpfed.jit's disk cache): what an env's batched `step` runs."""
     def build(use):
         one = use(step)
 
