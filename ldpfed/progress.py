@@ -52,9 +52,16 @@ class Progress:
         self.bar = _bar(total, label, "users", stream)
 
     def __call__(self, done: int, regret: float | None = None) -> None:
+        from ldpfed.jit import compile_seconds
+
         if done == 0:
             self.bar.reset()            # the engine starts its first round now: the rate counts from here
+            self._compiled = compile_seconds()
             return
+        # numba's compile time during the run is not the simulation's: the summary's users_per_s leaves it out too
+        compiled = compile_seconds()
+        self.bar.start_t += compiled - getattr(self, "_compiled", compiled)
+        self._compiled = compiled
         if regret is not None:
             self.bar.set_postfix_str(f"regret {regret:,.1f}", refresh=False)
         self.bar.update(done - self.bar.n)

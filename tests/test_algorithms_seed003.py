@@ -117,8 +117,8 @@ def test_budget_split_and_ledger():
     ("lasso-bandit", {"alpha": 1}, "params.alpha"),
 ])
 def test_bad_options_name_the_field(name, params, field):
-    cfg = config(name, 100, **params)
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(ConfigError) as info:      # RunConfig checks the options; the world-dependent ones at build
+        cfg = config(name, 100, **params)
         make_algorithm(make_env(cfg), cfg)
     assert info.value.field == field
 
