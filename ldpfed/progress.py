@@ -60,7 +60,10 @@ class Progress:
             return
         # numba's compile time during the run is not the simulation's: the summary's users_per_s leaves it out too
         compiled = compile_seconds()
-        self.bar.start_t += compiled - getattr(self, "_compiled", compiled)
+        shifted = self.bar.start_t + compiled - getattr(self, "_compiled", compiled)
+        self.bar.start_t = min(shifted, time.time() - 1e-6)     # never after now: tqdm's elapsed stays positive
+        # tqdm's close prints the final line only if a line was printed since its start: keep that order
+        self.bar.last_print_t = max(self.bar.last_print_t, self.bar.start_t)
         self._compiled = compiled
         if regret is not None:
             self.bar.set_postfix_str(f"regret {regret:,.1f}", refresh=False)

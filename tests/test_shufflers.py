@@ -65,7 +65,7 @@ def test_bad_shufflers_are_refused_naming_the_option(value):
 
 
 def test_shufflers_need_the_shuffle_trust_model():
-    with pytest.raises(ConfigError, match="only the shuffle trust model has shufflers"):
+    with pytest.raises(ConfigError, match="only the shuffle trust model takes --shufflers"):
         shuffled(trust="local", shufflers=2)
 
 
