@@ -43,24 +43,6 @@ KINDS = ("gaussian", "symmetric-gaussian", "laplace", "l2-ball", "randomized-res
 RATIOS = (1.0, 1.1, 1.25, 1.5, 2.0, 3.0)
 
 
-class Declared:
-    """A mechanism known only through its protocol: the guarantee, dp_event and output domain of `claimed`, the
-    outputs of `actual`."""
-
-    def __init__(self, claimed, actual):
-        self.guarantee = claimed.guarantee
-        self._claimed, self._actual = claimed, actual
-
-    def privatize(self, x, rng):
-        return self._actual.privatize(x, rng)
-
-    def output_domain(self, shape, data_bound=None, **schedule):
-        return self._claimed.output_domain(shape, data_bound, **schedule)
-
-    def dp_event(self):
-        return self._claimed.dp_event()
-
-
 class PluginGaussian:
     """A plugin's own mechanism, written from scratch (no ldpfed class): its dp_event declares Gaussian noise of
     std `std` (the classic calibration of its guarantee) and it draws std / ratio."""
@@ -84,7 +66,7 @@ class PluginGaussian:
 
 
 def _weaker(make_claimed, make_actual, ratio):
-    return Declared(make_claimed(), make_actual(ratio))
+    return audit.Declared(make_claimed(), make_actual(ratio))
 
 
 def _tree(shape, ratio, noise):
@@ -94,7 +76,7 @@ def _tree(shape, ratio, noise):
         tree.node_scale /= scale_by              # privatize draws fresh nodes of this scale
         return tree
 
-    return Declared(build(1.0), build(ratio))
+    return audit.Declared(build(1.0), build(ratio))
 
 
 def mechanism_case(kind: str, ratio: float, seed: int, alpha: float, **options) -> audit.MechanismAudit:

@@ -335,22 +335,6 @@ def test_audit_sparse_vector():
 
 
 # ---------------------------------------------------------------- one mechanism, through its protocol
-class _Declared:
-    """Known only through the protocol: the guarantee and dp_event of `claimed`, the outputs of `actual`."""
-
-    def __init__(self, claimed, actual):
-        self.guarantee, self._claimed, self._actual = claimed.guarantee, claimed, actual
-
-    def privatize(self, x, rng):
-        return self._actual.privatize(x, rng)
-
-    def output_domain(self, shape, data_bound=None, **schedule):
-        return self._claimed.output_domain(shape, data_bound, **schedule)
-
-    def dp_event(self):
-        return self._claimed.dp_event()
-
-
 def test_claims_and_neighbours_follow_the_protocol():
     g = M.GaussianMechanism(2.0, 1.0, 0.01)
     claim = A.claim_of(g.guarantee, g.dp_event())
@@ -380,7 +364,7 @@ def test_mechanism_audit_flags_gaussian_noise_of_two_thirds_its_claim(ratio):
         return mech
 
     for seed in range(5):
-        result = A.audit_mechanism(_Declared(gaussian(1.0), gaussian(ratio)), np.zeros(3), alpha=1e-3, seed=seed)
+        result = A.audit_mechanism(A.Declared(gaussian(1.0), gaussian(ratio)), np.zeros(3), alpha=1e-3, seed=seed)
         _record(f"gaussian noise 1/{ratio:g}, seed {seed}", result)
         assert result.flagged == (ratio > 1), result
         assert result.result.mu_lower <= 1.0 / gaussian(ratio).sigma      # a lower bound on the true mu

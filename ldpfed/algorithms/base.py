@@ -231,27 +231,22 @@ class Algorithm:
         None: every user of the round runs the same randomizer. A label may split a set of users that the server
         cannot tell apart (finer is safe), never join users it can.
 
-        Default: derived from the message's domains, the public schedule the server checks: a public field with an
-        `exact` value (a public count) or a `scheduled` arm (user t < K pulls t), and any field whose sent `slots`
-        the schedule fixes. A public field whose domain fixes neither, and that is not in `public_draws`, leaves
+        Default: derived from the message's domains, the public schedule the server checks (each domain's
+        `schedule_signature`): an `exact` value (a public count), a `scheduled` arm (user t < K pulls t), the sent
+        `slots`. A public field whose domain fixes neither, and that is not in `public_draws`, leaves
         the groups unknown: NotImplementedError, which the shuffle trust model turns into a refusal (an algorithm
         then writes this method)."""
         users = np.asarray(users, dtype=np.int64)
-        domains = self.cached_domains()
         columns = []
-        for key, domain in domains.items():
-            public = key in self.public_fields
-            if public and domain.exact is not None:
-                columns.append(np.asarray(domain.exact(users), dtype=float).reshape(len(users), -1))
-            elif public and domain.scheduled is not None:
-                columns.append(np.where(users < domain.scheduled, users, -1).astype(float)[:, None])
-            elif public and key not in self.public_draws:
+        for key, domain in self.cached_domains().items():
+            rows = domain.schedule_signature(users, any_model=True)
+            if rows.shape[1]:
+                columns.append(rows)
+            elif key in self.public_fields and key not in self.public_draws:
                 raise NotImplementedError(
                     f"{self.name}: public field {key!r} is neither fixed by a public schedule (its domain has no "
                     f"exact value or scheduled arm) nor drawn from the round's common distribution (public_draws): "
                     f"write randomizer_groups to say which users the server can tell apart")
-            if domain.slots is not None:
-                columns.append(np.asarray(domain.slots(users), dtype=float).reshape(len(users), -1))
         if not columns or not len(users):
             return None
         rows = np.concatenate(columns, axis=1)

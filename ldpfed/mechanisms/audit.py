@@ -195,6 +195,23 @@ def required_n_gdp(mu_true: float, mu_target: float, alpha=0.05, z=3.0, n_max=10
 
 
 # ---- one mechanism, through its protocol ------------------------------------------------------------------------
+class Declared:
+    """A mechanism known only through its protocol: the guarantee, dp_event and output domain of `claimed`, the
+    outputs of `actual`. Planting `actual` with less noise than `claimed` is how the audit's power is measured."""
+
+    def __init__(self, claimed, actual):
+        self.guarantee, self._claimed, self._actual = claimed.guarantee, claimed, actual
+
+    def privatize(self, x, rng):
+        return self._actual.privatize(x, rng)
+
+    def output_domain(self, shape, data_bound=None, **schedule):
+        return self._claimed.output_domain(shape, data_bound, **schedule)
+
+    def dp_event(self):
+        return self._claimed.dp_event()
+
+
 # The audit's design point: it is planned to flag, with probability >= POWER, a mechanism whose privacy loss is
 # POWER_RATIO times what it claims (noise divided by 1.5: Gaussian and Laplace noise, tree nodes; for randomized
 # response and the l2-ball, which have no noise scale, the mechanism built for 1.5 eps).

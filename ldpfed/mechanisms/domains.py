@@ -188,7 +188,7 @@ class Domain:
         if self.exact is None and self.slots is None and self.scheduled is None:
             return self.reason(values, np.full(n, -1, dtype=np.int64), model=model)   # no user's index is read
         batch = np.asarray(batch, dtype=np.int64)
-        theirs = self._schedule_signature(batch, model)
+        theirs = self.schedule_signature(batch, model)
         ours = self._message_signature(values)
         if theirs is None:
             # a scheduled arm without the published model (a caller that holds none; the shards reject such a
@@ -211,19 +211,25 @@ class Domain:
                 return why
         return None
 
-    def _schedule_signature(self, users: np.ndarray, model):
-        """(n, k) float rows: what the public schedule fixes of each user's message (None: not known here)."""
+    def schedule_signature(self, users: np.ndarray, model=None, any_model: bool = False):
+        """(n, k) float rows: what the public schedule fixes of each user's message ((n, 0): nothing). A scheduled
+        arm needs the round's published model (None without it), unless `any_model`: then the users past the
+        schedule get one placeholder arm (-1), as they all pull the one arm a model publishes, whichever it is."""
         parts = []
         if self.exact is not None:
             parts.append(np.asarray(self.exact(users), dtype=np.float64).reshape(len(users), -1))
         if self.slots is not None:
             parts.append(np.asarray(self.slots(users), dtype=np.float64).reshape(len(users), -1))
         if self.scheduled is not None:
-            if model is None or self.published is None:
+            if any_model:
+                published = -1
+            elif model is None or self.published is None:
                 return None
-            arm = np.where(users < self.scheduled, users, self.published(model))
+            else:
+                published = self.published(model)
+            arm = np.where(users < self.scheduled, users, published)
             parts.append(arm.astype(np.float64)[:, None])
-        return np.hstack(parts)
+        return np.hstack(parts) if parts else np.empty((len(users), 0))
 
     def _arms(self, values: np.ndarray) -> np.ndarray:
         """The arm each message of a scheduled field names: its one-hot row's 1, or the scalar itself."""
