@@ -93,24 +93,54 @@ class ConformanceError(AssertionError):
 
 
 # ---- the one entry point -------------------------------------------------------------------------------------
-def check_algorithm(cls_or_name, env=None, *, eps=1.0, delta=0.01, users=120, round_size=12, seed=0, ray=True,
-                    checks=None) -> dict:
+def check_algorithm(cls_or_name, env=None, *, params=None, env_params=None, eps=1.0, delta=0.01, users=120,
+                    round_size=12, seed=0, ray=True, checks=None, settings=None) -> dict:
     """Run the conformance checks on an algorithm (an Algorithm subclass, or a registered name) on env (None: its
     default env); returns {check: "passed" | "skipped: why"} in CHECKS order, raises ConformanceError at the first
     failure. A class not in the registry is registered for the duration of the call (the engines build algorithms
     by name). ray=False skips the Ray half of "engines"; with ray=True, Ray is used if initialized, else a local
-    instance is started for the check and shut down after it."""
+    instance is started for the check and shut down after it.
+
+    params and env_params: the algorithm's and the env's options (RunConfig.params / env_params, e.g.
+    params={"explore": 0.2}, env_params={"dim": 8, "arms": 5}), checked as `python -m ldpfed run --param` /
+    `--env-param` checks them. settings: a list of settings to check in turn, each a dict of this function's
+    keyword arguments (env, params, env_params, eps, delta, users, round_size, seed) overriding the ones given
+    here; the result is then {label: report} with one label per setting (`setting_label`), and a failure's
+    ConformanceError names the setting in its `algorithm`."""
     selected = _selected(checks)
+    base = {"env": env, "params": params, "env_params": env_params, "eps": eps, "delta": delta, "users": users,
+            "round_size": round_size, "seed": seed}
+    runs = [({}, base)] if settings is None else [(s, {**base, **_setting(s)}) for s in settings]
     cls, added = _resolve(cls_or_name)
     try:
-        subject = Subject(cls, env, eps=eps, delta=delta, users=users, round_size=round_size, seed=seed, ray=ray)
-        report = {}
-        for name in selected:
-            report[name] = _run(name, subject)
-        return report
+        reports = {}
+        for setting, kwargs in runs:
+            subject = Subject(cls, ray=ray, **kwargs)
+            if setting:
+                subject.name = f"{cls.name} [{setting_label(setting)}]"
+            reports[setting_label(setting)] = {name: _run(name, subject) for name in selected}
+        return reports[""] if settings is None else reports
     finally:
         if added:
             REGISTRY.unregister(cls.name)
+
+
+SETTING_KEYS = ("env", "params", "env_params", "eps", "delta", "users", "round_size", "seed")
+
+
+def _setting(setting) -> dict:
+    if not isinstance(setting, dict):
+        raise ConfigError("settings", setting, "each setting is a dict of check_algorithm's keyword arguments")
+    unknown = sorted(set(setting) - set(SETTING_KEYS))
+    if unknown:
+        raise ConfigError("settings", unknown, f"unknown keys; choose from {list(SETTING_KEYS)}")
+    return setting
+
+
+def setting_label(setting: dict) -> str:
+    """A setting as one line, e.g. "env=linear params={'explore': 0.2} users=500" ("" for none)."""
+    return " ".join(f"{key}={setting[key]!r}" if isinstance(setting[key], str) else f"{key}={setting[key]}"
+                    for key in SETTING_KEYS if key in setting)
 
 
 def _selected(checks) -> list[str]:
@@ -166,22 +196,24 @@ def _run(name: str, subject: "Subject") -> str:
 class Subject:
     """The algorithm under test and the run it is checked in; every check builds its own instance."""
 
-    def __init__(self, cls, env, *, eps, delta, users, round_size, seed, ray):
-        self.cls, self.name = cls, cls.name
+    def __init__(self, cls, env, *, eps, delta, users, round_size, seed, ray, params=None, env_params=None):
+        self.cls, self.name = cls, cls.name     # name: what a failure calls it (the setting too, when there are several)
         self.eps, self.delta, self.users, self.round_size, self.seed = eps, delta, users, round_size, seed
         self.ray = ray
         self.env_name = env
-        self.config()          # usage errors (an env it does not run on, bad sizes) raise ConfigError here
+        self.params, self.env_params = dict(params or {}), dict(env_params or {})
+        self.config()          # usage errors (an env it does not run on, bad sizes or options) raise ConfigError here
 
     def config(self, populations: int = 1) -> RunConfig:
-        return RunConfig(self.name, env=self.env_name, users=self.users, round_size=self.round_size,
-                         populations=populations, eps=self.eps, delta=self.delta, seed=self.seed)
+        return RunConfig(self.cls.name, env=self.env_name, users=self.users, round_size=self.round_size,
+                         populations=populations, eps=self.eps, delta=self.delta, seed=self.seed,
+                         params=dict(self.params), env_params=dict(self.env_params))
 
     def build(self):
         """(config, env, algorithm), built as make_algorithm does but without its contract check (check 1's)."""
         config = self.config()
         env = make_env(config)
-        return config, env, REGISTRY[self.name](env.public(), config)
+        return config, env, REGISTRY[self.cls.name](env.public(), config)
 
     def fail(self, check: str, message: str, field: str | None = None):
         raise ConformanceError(check, self.name, message, field)
@@ -852,7 +884,7 @@ def check_engines(subject: Subject):
     if not subject.ray:
         return ("skipped: ray=False: the Ray engine was not compared (the local engine was: two runs "
                 "bit-identical)")
-    why = _ray_unavailable(subject.name)
+    why = _ray_unavailable(subject.cls.name)
     if why is not None:
         return f"skipped: {why} (the local engine was: two runs bit-identical)"
     import ray

@@ -12,6 +12,7 @@ from scipy.special import expit
 from ldpfed.algorithms import REGISTRY, Algorithm, make_algorithm
 from ldpfed.config import RunConfig
 from ldpfed.algorithms.glm_ldp import LdpOls
+from ldpfed.algorithms.options import Option
 from ldpfed.algorithms.klucb import SWKLUCBCF
 from ldpfed.algorithms.ldp_reductions import LdpBcoOnePoint, LdpMabUcb
 from ldpfed.envs import make_env
@@ -320,3 +321,51 @@ class Unseeded(Tiny):
 
 def test_engines_rejects_a_non_deterministic_algorithm():
     assert "second local run" in str(rejected(Unseeded, "engines"))
+
+
+# ---- options and settings ----------------------------------------------------------------------------------------
+class ClipOption(Tiny):
+    """Conforms at its default; with the option `clip` off it privatizes unclipped rewards."""
+    name = "clip-option"
+    options = {"clip": Option(True, kind="bool", doc="clip rewards to the public bound before the noise")}
+
+    def encode(self, model, contexts, actions, rewards, users, rng):
+        reward = np.asarray(rewards, dtype=float)
+        if self.params["clip"]:
+            reward = np.clip(reward, -self.c_r, self.c_r)
+        return {"arm": np.asarray(actions, dtype=np.int64),
+                "reward": self.mechanisms["reward"].privatize(reward, rng)}, {}
+
+
+def test_algorithm_and_env_options_reach_the_checked_run():
+    assert check_algorithm(ClipOption, ray=False, checks=["clipping"]) == {"clipping": "passed"}
+    error = rejected(ClipOption, "clipping", params={"clip": False})
+    assert error.field == "reward"
+    seen = {}
+
+    class SeesK(Tiny):
+        name = "sees-k"
+
+        def setup(self):
+            seen["K"] = self.K
+            super().setup()
+
+    check_algorithm(SeesK, ray=False, checks=["contract"], env_params={"K": 3})
+    assert seen["K"] == 3
+    with pytest.raises(ConfigError, match="params.clip"):
+        check_algorithm(ClipOption, ray=False, checks=["contract"], params={"clip": "sometimes"})
+    with pytest.raises(ConfigError, match="no-such-option"):
+        check_algorithm(ClipOption, ray=False, checks=["contract"], params={"no-such-option": 1})
+
+
+def test_a_list_of_settings_is_checked_setting_by_setting():
+    settings = [{}, {"env_params": {"K": 3}, "users": 60}, {"params": {"clip": False}}]
+    with pytest.raises(ConformanceError) as caught:
+        check_algorithm(ClipOption, ray=False, checks=["contract", "clipping"], settings=settings)
+    assert caught.value.check == "clipping"
+    assert caught.value.algorithm == "clip-option [params={'clip': False}]"
+    reports = check_algorithm(ClipOption, ray=False, checks=["contract", "clipping"], settings=settings[:2])
+    assert list(reports) == ["", "env_params={'K': 3} users=60"]
+    assert all(report == {"contract": "passed", "clipping": "passed"} for report in reports.values())
+    with pytest.raises(ConfigError, match="settings"):
+        check_algorithm(ClipOption, ray=False, settings=[{"horizon": 5}])
