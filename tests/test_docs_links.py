@@ -34,7 +34,8 @@ def _anchors(page: Path) -> set:
     """The fragments GitHub gives a page's headings: lower case, punctuation dropped, spaces to hyphens, a repeated
     slug numbered -1, -2, ..."""
     seen, anchors = {}, set()
-    for line in _prose(page.read_text(encoding="utf-8")).splitlines():
+    text = FENCE.sub(lambda m: "\n" * m.group(0).count("\n"), page.read_text(encoding="utf-8"))
+    for line in text.replace("`", "").splitlines():      # a heading's code spans keep their text in its anchor
         match = re.match(r"#{1,6}\s+(.*?)\s*#*\s*$", line)
         if not match:
             continue

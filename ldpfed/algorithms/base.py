@@ -30,6 +30,20 @@ ONE_RELEASE = ("one mechanism per run: every release of the run is covered by th
 
 
 class Algorithm:
+    """The contract every algorithm keeps, built-in or plugin (the module doc has the two halves).
+
+    Class attributes a subclass sets: `name` (the registry name, e.g. "my-algo"), `paper` (where it comes from),
+    `privacy_model` ("ldp", "central" or "none"), `env_kinds` (the env names it runs on) and `default_env`,
+    `options` ({name: Option}: default, kind, bounds, doc; `defaults` is derived from it), `public_fields` (message
+    fields the protocol makes public, e.g. a scheduled arm), `public_draws` (public fields each user draws with its
+    own coins from the round's published distribution), `profile_defaults` (defaults that differ under the
+    "authors-code" profile) and `paper_setting` (the paper's experiment, as RunConfig fields).
+
+    Set on each instance before `setup()`: `world` (the PublicWorld: sizes and public bounds, never the env),
+    `config` (the RunConfig), `params` (the validated options), `eps`, `delta`, `d`, `K`, `multi`, `mechanisms`
+    ({field: mechanism}, filled by `setup()`); after building, `trust` (the run's TrustModel) and, where they apply,
+    `shuffle` (its ShufflePlan) and `central` (the central model's twins of the mechanisms)."""
+
     name: str = ""
     paper: str = ""                  # which seed and algorithm of it
     privacy_model: str = "none"      # "ldp", "central" or "none"

@@ -75,6 +75,15 @@ def step_loop(step):
 
 
 class Env:
+    """A world of users: contexts, rewards and the ground truth (which no algorithm may see; it gets `public()`).
+
+    Class attributes a subclass sets: `name`, `defaults` (its options: `--env-param NAME=VALUE`), `profile_defaults`,
+    and, per instance, `d` (context dimension; 0 without contexts), `K` (arms; 0 for continuous actions), `multi`
+    (contexts (n, d) with one parameter per arm instead of (n, K, d)), `reward_bound` (the public |r| <= c_r that
+    clients clip to) and `link` (the GLM link, where there is one). `contexts(users, rng)` gives the users' contexts,
+    `step(contexts, actions, users, rng)` their rewards and regrets; `compiled()` optionally gives numba steps for
+    the compiled paths."""
+
     name: str = ""
     defaults: dict = {}
     # Options whose default differs under RunConfig.profile="authors-code" (make_env applies them); keys of `defaults`.
