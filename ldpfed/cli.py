@@ -122,6 +122,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--env-param", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
                      help="env option (repeatable; see `describe`), e.g. d=10")
     run.add_argument("--engine", choices=["local", "ray"], default="local", help="engine")
+    run.add_argument("--path", choices=PATHS, default="auto",
+                     help="local engine at --round-size 1: sequential (the compiled one-user loop: the same "
+                          "distribution of results, not the Ray engine's bits), rounds (the round loop: the Ray "
+                          "engine's bits, ~30x slower) or auto (sequential where it runs, else rounds)")
     run.add_argument("--actors", type=_positive_int, default=2, help="population actors (ray engine)")
     run.add_argument("--shards", type=_positive_int, default=1, help="server shard actors (ray engine)")
     run.add_argument("--mode", choices=["pre-aggregated", "per-user"], default="pre-aggregated",
@@ -332,6 +336,42 @@ def cmd_warmup(args) -> int:
     return 1 if failed else 0
 
 
+PATHS = ("auto", "sequential", "rounds")
+# The Ray engine's rounds per second at one user a round, for the warning below: ~58 measured with 2 actors on a
+# 2-core machine (docs/scaling.md models a round's cost); a round is a few Ray calls, whatever its size.
+RAY_ROUNDS_PER_S = 60.0
+SLOW_RUN_S = 120.0
+
+
+def local_path(config, engine: str, path: str) -> bool:
+    """engine.run's `fast`: whether the local engine may take the compiled sequential loop. --path sequential where
+    that loop cannot run is an error before any work, naming why."""
+    if path == "auto":
+        return True
+    if engine != "local":
+        raise ConfigError("path", path, "picks the local engine's loop (the Ray engine runs rounds)")
+    if path == "rounds":
+        return False
+    from ldpfed.engine.sequential import sequential_unsupported
+
+    why = sequential_unsupported(config)
+    if why is not None:
+        raise ConfigError("path", path, f"the sequential loop cannot run this: {why}")
+    return True
+
+
+def warn_slow_rounds(config) -> None:
+    """Before a Ray run of many small rounds starts: how long it will take, and what to use instead."""
+    estimate = config.rounds / RAY_ROUNDS_PER_S
+    if estimate < SLOW_RUN_S:
+        return
+    print(f"warning: {config.rounds:,} rounds of {config.round_size} user(s) on the Ray engine: about "
+          f"{estimate / 60:,.0f} min at ~{RAY_ROUNDS_PER_S:.0f} rounds/s (a round costs a few Ray calls however "
+          f"small). The local engine runs round size 1 in one compiled loop (--engine local, ~1e5 users/s or more); "
+          f"on Ray, batch the users (--round-size {max(2, config.users // 1000)} gives about 1,000 rounds).",
+          file=sys.stderr, flush=True)
+
+
 def cmd_run(args) -> int:
     from ldpfed.config import RunConfig
     from ldpfed.progress import Progress
@@ -340,6 +380,9 @@ def cmd_run(args) -> int:
                        populations=args.populations, eps=args.eps, delta=args.delta, seed=args.seed,
                        params=dict(args.param), env_params=dict(args.env_param), profile=args.profile,
                        trust=args.trust, shufflers=args.shufflers, small_groups=args.small_groups)
+    fast = local_path(config, args.engine, args.path)      # like every option error: before any work
+    if args.engine == "ray":
+        warn_slow_rounds(config)
     from ldpfed.engine import run
     from ldpfed.engine.checkpoint import Checkpointer, CheckpointError
     from ldpfed.signals import Terminated, exit_status, interruptible
@@ -377,7 +420,8 @@ def cmd_run(args) -> int:
         options["transport"] = args.transport
     try:
         with interruptible():
-            result = run(config, engine=args.engine, progress=progress, checkpointer=checkpointer, **options)
+            result = run(config, engine=args.engine, progress=progress, checkpointer=checkpointer, fast=fast,
+                         **options)
     except CheckpointError as error:
         raise ConfigError("resume", str(args.out), str(error)) from None
     except KeyboardInterrupt as error:

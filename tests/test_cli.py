@@ -97,3 +97,34 @@ def test_bad_input_exits_2_naming_the_option(args, option):
     done = cli(*args)
     assert done.returncode == 2
     assert option in done.stderr, done.stderr
+
+
+def test_path_picks_the_loop_at_round_size_one(tmp_path):
+    """--path rounds runs the round loop (the Ray engine's bits); --path sequential the compiled loop; a loop
+    that cannot run the config is an error before any work."""
+    from ldpfed.config import RunConfig
+    from ldpfed.engine import run
+
+    config = RunConfig("ldp-ols", users=400, round_size=1, seed=3)
+    for path, engine, fast in (("rounds", "single-process", False), ("sequential", "sequential", True)):
+        done = cli("run", "ldp-ols", "--users", "400", "--seed", "3", "--path", path, "--quiet",
+                   "--out", str(tmp_path / path))
+        assert done.returncode == 0, done.stderr
+        summary = json.loads((tmp_path / path / "summary.json").read_text())
+        assert summary["engine"] == engine
+        table = pd.read_parquet(tmp_path / path / "results.parquet")
+        assert table["cumulative_regret"].tolist() == run(config, fast=fast).table["cumulative_regret"].tolist()
+    done = cli("run", "ldp-ols", "--users", "400", "--round-size", "10", "--path", "sequential")
+    assert done.returncode == 2 and "round size 10" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_ray_run_of_many_tiny_rounds_warns_before_it_starts(capsys):
+    from ldpfed.cli import RAY_ROUNDS_PER_S, SLOW_RUN_S, warn_slow_rounds
+    from ldpfed.config import RunConfig
+
+    slow_users = int(2 * SLOW_RUN_S * RAY_ROUNDS_PER_S)
+    warn_slow_rounds(RunConfig("ldp-ols", users=slow_users, round_size=1))
+    warning = capsys.readouterr().err
+    assert f"{slow_users:,} rounds" in warning and "--engine local" in warning and "--round-size" in warning
+    warn_slow_rounds(RunConfig("ldp-ols", users=slow_users, round_size=100))
+    assert capsys.readouterr().err == ""
