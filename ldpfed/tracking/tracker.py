@@ -11,7 +11,6 @@ import warnings
 from pathlib import Path
 
 from ldpfed.tracking import links, mirror, records
-from ldpfed.tracking.records import slug as _slug      # ldpfed/sweep.py names its output folder with it
 from ldpfed.tracking.store import (TrackingUnavailable, first_line, http_policy, probe, redact,
                                    resolve_tracking_uri, sqlite_path)
 from ldpfed.tracking.sweep_run import DriverOnly, SweepRun
@@ -41,7 +40,7 @@ class Tracker(DriverOnly):
         if not (isinstance(max_points, int) and 2 <= max_points <= records.MAX_POINTS):
             raise ValueError(f"max_points={max_points!r}: must be an integer in [2, {records.MAX_POINTS}]")
         self.experiment = experiment.strip()
-        self.out_dir = Path(out_dir) if out_dir is not None else Path("results") / _slug(self.experiment)
+        self.out_dir = Path(out_dir) if out_dir is not None else Path("results") / records.slug(self.experiment)
         self.max_points = max_points
         self.probe_timeout = float(probe_timeout)
         self.request_retries, self.request_timeout = int(request_retries), float(request_timeout)
