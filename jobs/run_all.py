@@ -5,7 +5,8 @@
     python jobs/run_all.py --sweep my-sweep.toml             # a custom sweep (see ldpfed/sweep.py for the keys)
     python jobs/run_all.py --preset example                  # a preset (ldpfed/presets/*.toml)
     python jobs/run_all.py --algorithms ldp-sgd,uniform --eps 0.5,1 --seeds 0-4 --name sgd-vs-uniform
-    python jobs/run_all.py --address auto                    # on a running Ray cluster (e.g. `ray job submit`)
+    python jobs/run_all.py --workers 2                       # 2 runs at once, as Ray tasks on a local Ray
+    python jobs/run_all.py --address auto                    # on a running Ray cluster, every node (`ray job submit`)
 
 Options given on the command line override the sweep file's keys; the sweep as run is written to the results
 folder and the MLflow parent run as `sweep.toml` (rerun it with --sweep). A sweep with overrides but no --name is

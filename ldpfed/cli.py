@@ -66,7 +66,8 @@ class ExamplesHelp(argparse.RawDescriptionHelpFormatter, _Defaults):
 
 SWEEP_EXAMPLES = """examples:
   python -m ldpfed sweep quick --users 2000                 # the quick preset, 2,000 users per run
-  python -m ldpfed sweep example --workers 2                # a preset on the local engine, 2 processes
+  python -m ldpfed sweep example --workers 2                # 2 runs at once, Ray tasks on a local Ray
+  python -m ldpfed sweep paper --address auto               # on the running Ray cluster, every node's CPUs
   python -m ldpfed sweep my-sweep.toml --eps 0.5,1 --seeds 0-4 --name my-sweep
   python -m ldpfed sweep --resume results/run_all/quick     # continue a sweep stopped with Ctrl-C
 """
@@ -488,7 +489,7 @@ def main(argv=None) -> int:
 
             job = Job(name="ldpfed sweep", command="python -m ldpfed sweep",
                       rerun="python -m ldpfed sweep sweep.toml")
-            return run_sweep(parser, args, sweeps.locate(args.sweep), job)
+            return run_sweep(parser, args, args.sweep, job)
         if args.command == "ui":
             from ldpfed.tracking.ui import serve
 

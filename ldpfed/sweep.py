@@ -1,6 +1,7 @@
-"""A sweep: which runs a job makes, read from a TOML file and command-line overrides. The presets quick, paper and
-example ship with the package (ldpfed/presets/*.toml, package data). `add_arguments` / `from_args`: the command
-line of `python -m ldpfed sweep FILE|PRESET` and jobs/run_all.py; ldpfed/sweep_runner.py runs the sweep. The keys:
+"""A sweep: which runs a job makes, read from a TOML file, a preset, a mapping or keyword arguments, with overrides
+(`load`). The presets quick, paper and example ship with the package (ldpfed/presets/*.toml, package data).
+`add_arguments` / `api_options`: the command line of `python -m ldpfed sweep FILE|PRESET` and jobs/run_all.py.
+The module is callable: `ldpfed.sweep(...)` runs a sweep (ldpfed/sweep_runner.py: `sweep`). The keys:
 
     name = "quick"                      # the sweep's name (MLflow parent run, results folder); default: file stem
     description = "..."                 # one line, shown on the MLflow parent run
@@ -30,7 +31,9 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 import tomllib
+import types
 from dataclasses import dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
@@ -324,7 +327,8 @@ OVERRIDES = [("algorithms", "algorithms", None), ("envs", "envs", None), ("eps",
 
 def add_arguments(parser) -> None:
     """The command-line options of a sweep job (besides the choice of the sweep file): name, overrides of the file's
-    keys, engine, tracking, resume. `python -m ldpfed sweep` and jobs/run_all.py share them."""
+    keys, engine, where the runs run, tracking, resume. `python -m ldpfed sweep` and jobs/run_all.py share them;
+    `api_options` turns the parsed options into the keyword arguments of `ldpfed.sweep`."""
     from ldpfed.config import PROFILES
 
     parser.add_argument("--name", default=None,
@@ -344,8 +348,13 @@ def add_arguments(parser) -> None:
                       help="paper: the papers' text; authors-code: the public reference code's choices")
     parser.add_argument("--actors", type=int, default=None, help="population actors per run (ray; file: [ray])")
     parser.add_argument("--shards", type=int, default=None, help="server shard actors per run (ray; file: [ray])")
-    parser.add_argument("--address", default=None, help="Ray cluster address (default: a new local Ray instance)")
-    parser.add_argument("--workers", type=int, default=1, help="parallel processes for the local engine")
+    parser.add_argument("--address", default=None,
+                        help="Ray cluster address, e.g. auto: the runs go to that cluster (default: without "
+                             "--workers, this process; with it, a local Ray started for the sweep)")
+    parser.add_argument("--workers", default=None, metavar="N|auto",
+                        help="runs at once: 1 runs them in this process, one after another (the default without "
+                             "--address); N or auto (the cluster's CPUs; the default with --address) sends them "
+                             "to Ray as tasks, one CPU each (local engine; the ray engine's runs go one at a time)")
     parser.add_argument("--tracking-uri", default=None,
                         help="MLflow store (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here)")
     parser.add_argument("--experiment", default=EXPERIMENT, help="MLflow experiment")
@@ -359,6 +368,89 @@ def add_arguments(parser) -> None:
                         help="each run writes a checkpoint at least this often (seconds)")
 
 
+def parse_workers(value, where: str = "workers"):
+    """None (the default: 1 without an address, the cluster's CPUs with one), "auto" or an integer >= 1."""
+    if value is None or value == "auto":
+        return value
+    if isinstance(value, str):
+        try:
+            value = int(value)
+        except ValueError:
+            raise ConfigError(where, value, "a positive integer or 'auto'") from None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(where, value, "a positive integer or 'auto'")
+    return value
+
+
+def overrides_from_args(args) -> dict:
+    """The sweep keys the command line sets (--eps, --users, ...; --actors and --shards as the [ray] table), each
+    converted from its text; a bad value is a ConfigError naming the option."""
+    overrides = {}
+    for dest, key, convert in OVERRIDES:
+        text = getattr(args, dest)
+        if text is None:
+            continue
+        try:
+            overrides[key] = convert(text) if convert is not None else text
+        except ValueError:
+            raise ConfigError("--" + dest.replace("_", "-"), text, "not a valid value") from None
+    return overrides
+
+
+def api_options(args) -> dict:
+    """The keyword arguments of `ldpfed.sweep` that a parsed command line (`add_arguments`) gives, besides the
+    sweep file: the overrides, the name, where the runs run, tracking, resume."""
+    return {**overrides_from_args(args), "name": args.name, "actors": args.actors, "shards": args.shards,
+            "workers": parse_workers(args.workers, "--workers"), "address": args.address,
+            "tracking": not args.no_tracking, "tracking_uri": args.tracking_uri, "experiment": args.experiment,
+            "out": args.out, "resume": None if args.resume is None else (args.resume or True),
+            "checkpoint_every_s": args.checkpoint_every_s}
+
+
+def load(spec=None, overrides: dict | None = None, name: str | None = None, resume=None, out=OUT,
+         ray: dict | None = None) -> tuple[Sweep, Path | None, Path | None]:
+    """The sweep to run, validated; the file it came from (None for a mapping or keywords alone); the folder of the
+    sweep it continues (None: a new sweep).
+
+    spec: a sweep file, a preset's name, a mapping of sweep keys, or None (the overrides alone). overrides: sweep
+    keys over the spec's (None values are left out); with any, a file's sweep is named "custom" unless `name` is
+    given. ray: entries over the [ray] table (actors, shards). resume: a sweep folder to continue, or True for
+    out/<name>; the sweep is then that folder's sweep.toml."""
+    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+    ray = {k: v for k, v in (ray or {}).items() if v is not None}
+    resume_dir = None
+    if resume is True:
+        sweep, _, _ = load(spec, overrides, name, None, out, ray)
+        resume_dir = Path(out) / slug_of(sweep.name)
+    elif resume is not None and resume is not False:
+        resume_dir = Path(resume)
+    if resume_dir is not None:
+        path = resume_dir / "sweep.toml"
+        if not path.exists():
+            raise ValueError(f"--resume: {path} not found (not the folder of a sweep)")
+        data = read(path)
+    elif spec is None or isinstance(spec, dict):
+        path, data = None, {"name": "custom", **(spec or {})}
+    else:
+        path = spec if hasattr(spec, "open") and not isinstance(spec, (str, Path)) else locate(spec)
+        data = read(path)
+    if overrides and path is not None and resume_dir is None:
+        data["name"] = "custom"
+    data.update(overrides)
+    if ray:
+        data["ray"] = {**data.get("ray", {}), **ray}
+    if name is not None:
+        data["name"] = name
+    return build(data, source=str(path) if path is not None else "sweep"), path, resume_dir
+
+
+def slug_of(name: str) -> str:
+    """The folder name of a sweep called `name` (as the tracker names it)."""
+    from ldpfed.tracking.records import slug
+
+    return slug(name)
+
+
 def resume_folder(args, path) -> Path | None:
     """The folder of the sweep to continue (--resume DIR, or --out/<name> for a bare --resume), or None."""
     if args.resume is None:
@@ -366,37 +458,26 @@ def resume_folder(args, path) -> Path | None:
     if args.resume:
         return Path(args.resume)
     sweep, _ = from_args(args, path, resuming=False)
-    from ldpfed.tracking.tracker import _slug
-
-    return Path(args.out) / _slug(sweep.name)
+    return Path(args.out) / slug_of(sweep.name)
 
 
 def from_args(args, path, resuming: bool = True) -> tuple[Sweep, Path]:
     """The sweep file `path` with the command line's overrides applied, validated; and the file it came from. When
     resuming, the sweep as it was run (its folder's sweep.toml)."""
-    if resuming and args.resume is not None:
-        path = resume_folder(args, path) / "sweep.toml"
-        if not path.exists():
-            raise ValueError(f"--resume: {path} not found (not the folder of a sweep)")
-    data = read(path)
-    overridden = False
-    for dest, key, convert in OVERRIDES:
-        text = getattr(args, dest)
-        if text is None:
-            continue
-        option = "--" + dest.replace("_", "-")
-        try:
-            data[key] = convert(text) if convert is not None else text
-        except ValueError:
-            raise ConfigError(option, text, "not a valid value") from None
-        overridden = True
-    ray = dict(data.get("ray", {}))
-    for key in ("actors", "shards"):
-        if getattr(args, key) is not None:
-            ray[key] = getattr(args, key)
-    data["ray"] = ray
-    if args.name is not None:
-        data["name"] = args.name
-    elif overridden:
-        data["name"] = "custom"
-    return build(data, source=str(path)), path
+    resume = (args.resume or True) if resuming and args.resume is not None else None
+    sweep, source, _ = load(path, overrides_from_args(args), args.name, resume, args.out,
+                            {"actors": args.actors, "shards": args.shards})
+    return sweep, source
+
+
+class _CallableModule(types.ModuleType):
+    """`ldpfed.sweep(...)` runs a sweep (ldpfed/sweep_runner.py) while `ldpfed.sweep` stays this module of sweep
+    files: one name for both, as users look for it."""
+
+    def __call__(self, spec=None, **options):
+        from ldpfed.sweep_runner import sweep
+
+        return sweep(spec, **options)
+
+
+sys.modules[__name__].__class__ = _CallableModule

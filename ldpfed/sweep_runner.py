@@ -1,18 +1,32 @@
-"""Runs a sweep and logs it: every run of a sweep (ldpfed/sweep.py) on the chosen engine, each logged as it ends
-(the local folder first, then MLflow), a failing run reported without stopping the others, Ctrl-C or SIGTERM
-leaving a sweep that `--resume` continues. `python -m ldpfed sweep` and `jobs/run_all.py` both run through here:
-`sweep.add_arguments` gives them the same options, `main` the same behaviour; only their command lines differ (`Job`).
+"""Runs a sweep and logs it: every run of a sweep (ldpfed/sweep.py), each logged as it ends (the local folder first,
+then MLflow), a failing run reported without stopping the others, Ctrl-C or SIGTERM leaving a sweep that `resume`
+continues.
+
+`sweep(...)` (also `ldpfed.sweep(...)`) is the API: a sweep file, a preset's name, a mapping or keyword arguments in,
+a `SweepResult` out (the results table as a DataFrame, the sweep's folder, the MLflow parent run, the failures);
+bad input raises ConfigError or ValueError (an unreachable tracking store TrackingUnavailable) before any run.
+`main` is the command line's use of it: `python -m ldpfed sweep` and jobs/run_all.py parse their options
+(`sweep.add_arguments`) and get an exit status; only their names and commands differ (`Job`).
+
+Where the runs run: with one worker and no Ray address, in this process one after another. Otherwise as Ray
+tasks, one CPU each (`run_tasks`), on a local Ray started for the sweep or on the cluster at `address`, as many at
+once as `workers` says (default: the cluster's CPUs); Ray places them on the nodes, retries those of a lost node
+elsewhere, and their results stream back to this process (the driver), which alone writes the local folder and
+MLflow. Runs on the ray engine (engine "ray") go one at a time from the driver, their actors spread by Ray.
 """
 from __future__ import annotations
 
+import platform
 import shlex
 import sys
 import time
 import traceback
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
 
-from ldpfed import signals
+import pandas as pd
+
 from ldpfed import sweep as sweeps
 from ldpfed.algorithms import REGISTRY
 from ldpfed.engine import run
@@ -21,99 +35,230 @@ from ldpfed.errors import ConfigError, describe_error
 from ldpfed.progress import SweepProgress
 from ldpfed.signals import Terminated, exit_status, interruptible
 from ldpfed.tracking import Tracker, TrackingUnavailable, records
-from ldpfed.tracking.report import markdown_table
+from ldpfed.tracking.report import grouped_table, markdown_table
+
+# A task lost with its node (or its worker process) is run again elsewhere this many times; a run that raises is
+# not retried (its error is the run's result). A run's bits depend on its config alone, so a retry changes nothing.
+MAX_RETRIES = 3
+WAIT_S = 1.0           # ray.wait's timeout: how soon Ctrl-C and SIGTERM are heard while runs are out
 
 
 @dataclass(frozen=True)
 class Job:
-    """Who runs the sweep, as its messages name it: `name` (the first line, the MLflow tag `job`), `command` (what
-    to type to resume it) and `rerun` (what reruns the sweep from its saved sweep.toml)."""
+    """Who runs the sweep, as its messages name it: `name` (the first line, the MLflow tag `job`), `command` (the
+    shell command that continued with `--resume DIR` resumes it; None: the Python API) and `rerun` (what reruns the
+    sweep from its saved sweep.toml)."""
     name: str
-    command: str
-    rerun: str
+    command: str | None = None
+    rerun: str = "ldpfed.sweep('sweep.toml')"
+
+    def resume_line(self, folder: Path, tracking_uri: str | None) -> str:
+        if self.command is not None:
+            return f"{self.command} --resume {folder}" + (f" --tracking-uri {tracking_uri}" if tracking_uri else "")
+        uri = f", tracking_uri={tracking_uri!r}" if tracking_uri else ""
+        return f"ldpfed.sweep(resume={str(folder)!r}{uri})"
 
 
-def main(parser, args, path, job: Job) -> int:
-    """Run the sweep of file `path` as the parsed command line `args` says; bad input exits 2 through `parser`.
-    Returns the exit status: 0, 1 when a run failed or MLflow was lost, 130/143 when interrupted."""
-    try:
-        sweep, sweep_file = sweeps.from_args(args, path)
-        configs = sweeps.configs(sweep)
-    except (ValueError, ConfigError) as error:
-        parser.exit(2, f"{parser.prog}: error: {error}\n")
+API = Job(name="ldpfed.sweep")
+
+
+@dataclass
+class SweepResult:
+    """What a sweep gives back. `table`: one row per run (the local folder's summary/summary.parquet: key,
+    algorithm, env, eps, seed, status, final_regret, ..., node); `folder`: the sweep's local folder; `parent_run_id`:
+    its MLflow parent run (None without tracking); `failures`: {run key: error} of the runs that raised;
+    `mlflow_error`: why MLflow logging is incomplete (every result is in `folder`; `python -m ldpfed sync` repairs),
+    else None."""
+    name: str
+    table: pd.DataFrame
+    folder: Path
+    parent_run_id: str | None
+    failures: dict = field(default_factory=dict)
+    mlflow_error: str | None = None
+    elapsed_s: float = 0.0
+    tracking_uri: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when every run finished and MLflow has them all."""
+        return not self.failures and self.mlflow_error is None
+
+    def grouped(self) -> pd.DataFrame:
+        """The table the sweep prints: one row per (env, algorithm, eps), medians over the seeds."""
+        return grouped_table(self.table)
+
+    def runs_per_node(self) -> pd.Series:
+        """Finished runs per node (its IP, and Ray's node id when the run was a Ray task)."""
+        return runs_per_node(self.table)
+
+    def __repr__(self):
+        lost = ", MLflow incomplete" if self.mlflow_error else ""
+        return (f"SweepResult({self.name!r}: {len(self.table)} runs, {len(self.failures)} failed, folder "
+                f"{str(self.folder)!r}, parent run {self.parent_run_id!r}{lost})")
+
+
+@dataclass
+class Plan:
+    """A validated sweep, ready to run: nothing has been simulated yet."""
+    sweep: sweeps.Sweep
+    source: str                   # where the sweep came from, as messages name it
+    configs: list
+    tracker: Tracker
+    resume_dir: Path | None
+    workers: int | str | None
+    address: str | None
+    checkpoint_every_s: float
+    progress: bool
+    verbose: bool
+    job: Job
+    tracking_uri_given: bool
+
+
+def sweep(spec=None, *, name=None, algorithms=None, envs=None, eps=None, seeds=None, users=None, round_size=None,
+          populations=None, delta=None, engine=None, profile=None, trust=None, params=None, env_params=None,
+          actors=None, shards=None, workers=None, address=None, tracking=True, tracking_uri=None,
+          experiment=sweeps.EXPERIMENT, out=sweeps.OUT, resume=None, checkpoint_every_s=20.0, progress=True,
+          verbose=True, job: Job = API) -> SweepResult:
+    """Run a sweep and return its SweepResult.
+
+    spec: a sweep file (TOML), a preset's name ("quick", "paper", "example"), a mapping of sweep keys, or None (the
+    keyword arguments alone). algorithms ... env_params: sweep keys over the spec's (see ldpfed/sweep.py; lists or
+    comma-separated text; seeds also a range or "0-9"); with any of them a file's sweep is named "custom" unless
+    `name` is given. actors, shards: the ray engine's actors and shards per run.
+    workers: runs at once. 1 (the default without `address`): in this process, one after another; an integer or
+    "auto" (the cluster's CPUs; the default with `address`): Ray tasks, one CPU each, on a local Ray started for
+    the sweep (stopped after it) or on the cluster at `address` ("auto": the running cluster).
+    tracking: log to MLflow (tracking_uri, experiment) besides the local folder `out`/<name>. resume: a sweep folder
+    to continue (or True for `out`/<name>): its finished runs are kept, the others run. progress: the sweep's bar;
+    verbose: the lines the command line prints (the sweep, the results table, links).
+    Raises ConfigError or ValueError for bad input, TrackingUnavailable for a store that cannot be reached, before
+    any run; KeyboardInterrupt (Ctrl-C, or SIGTERM as Terminated) after keeping every finished run."""
+    plan = prepare(spec, name=name, overrides={
+        "algorithms": algorithms, "envs": envs, "eps": eps, "seeds": seeds, "users": users, "round_size": round_size,
+        "populations": populations, "delta": delta, "engine": engine, "profile": profile, "trust": trust,
+        "params": params, "env_params": env_params}, ray={"actors": actors, "shards": shards}, workers=workers,
+        address=address, tracking=tracking, tracking_uri=tracking_uri, experiment=experiment, out=out, resume=resume,
+        checkpoint_every_s=checkpoint_every_s, progress=progress, verbose=verbose, job=job)
+    return execute(plan)
+
+
+def _python_values(overrides: dict) -> dict:
+    """Keyword arguments as sweep keys: a range or a single seed as a list of seeds."""
+    out = dict(overrides)
+    if isinstance(out.get("seeds"), range):
+        out["seeds"] = list(out["seeds"])
+    if isinstance(out.get("seeds"), int) and not isinstance(out["seeds"], bool):
+        out["seeds"] = [out["seeds"]]
+    return out
+
+
+def prepare(spec=None, *, name=None, overrides=None, ray=None, workers=None, address=None, tracking=True,
+            tracking_uri=None, experiment=sweeps.EXPERIMENT, out=sweeps.OUT, resume=None, checkpoint_every_s=20.0,
+            progress=True, verbose=True, job: Job = API) -> Plan:
+    """Everything `sweep` checks before any run: the sweep and its runs, the options, the tracking store."""
+    workers = sweeps.parse_workers(workers)
+    if not (isinstance(checkpoint_every_s, (int, float)) and not isinstance(checkpoint_every_s, bool)
+            and checkpoint_every_s >= 0):
+        raise ValueError(f"checkpoint_every_s={checkpoint_every_s!r}: a number of seconds >= 0")
+    if address is not None and not (isinstance(address, str) and address.strip()):
+        raise ValueError(f"address={address!r}: a Ray address such as 'auto' or 'ray://host:10001'")
+    the_sweep, path, resume_dir = sweeps.load(spec, _python_values(overrides or {}), name, resume, out, ray)
+    configs = sweeps.configs(the_sweep)
     if not configs:
-        parser.exit(2, f"{parser.prog}: error: the sweep has no run (no algorithm supports the listed envs)\n")
-
-    resume_dir = sweeps.resume_folder(args, path)
-    experiment, out_dir = args.experiment, args.out
+        raise ValueError("the sweep has no run (no algorithm supports the listed envs)")
     if resume_dir is not None:
         try:
             experiment = records.read_json(resume_dir / "sweep.json").get("experiment") or experiment
         except (OSError, ValueError):
             pass
-        out_dir = resume_dir.parent
+        out = resume_dir.parent
     # Before any simulation: a tracking server that cannot be reached is reported now, not after an hour.
-    try:
-        tracker = Tracker(experiment=experiment, tracking_uri=args.tracking_uri, out_dir=out_dir,
-                          enabled=not args.no_tracking)
-    except TrackingUnavailable as error:
-        parser.exit(2, f"{parser.prog}: error: {error}\n(use --no-tracking to keep local results only)\n")
+    tracker = Tracker(experiment=experiment, tracking_uri=tracking_uri, out_dir=out, enabled=bool(tracking))
+    source = path.name if path is not None else "keyword arguments"
+    return Plan(the_sweep, source, configs, tracker, resume_dir, workers, address, float(checkpoint_every_s),
+                bool(progress), bool(verbose), job, tracking_uri is not None)
 
-    engine, options = sweep.engine, {}
+
+def execute(plan: Plan) -> SweepResult:
+    """Run a prepared sweep (see `sweep`): start or join Ray if its runs need it, and stop the Ray it started."""
+    engine = plan.sweep.engine
+    in_ray = engine == "ray" or plan.address is not None or plan.workers not in (None, 1)
     ray_started = False
-    if engine == "ray":
+    if in_ray:
         from ldpfed.engine.ray_engine import ensure_ray
 
-        ray_started = ensure_ray(args.address)
-        options = {"actors": 2, "shards": 2, **sweep.ray}
+        ray_started = ensure_ray(plan.address)
     try:
         with interruptible():
-            return run_sweep(args, sweep, sweep_file, configs, tracker, engine, options, resume_dir, job)
-    except KeyboardInterrupt as error:
-        return exit_status(error)
+            return _run_sweep(plan, in_ray)
     finally:
-        if ray_started:          # no orphans: the Ray this job started stops with it
+        if ray_started:          # no orphans: the Ray this sweep started stops with it
             import ray
 
             ray.shutdown()
 
 
-def run_sweep(args, sweep, sweep_file, configs, tracker, engine, options, resume_dir, job: Job) -> int:
+class _Quiet:
+    """A sweep bar that shows nothing (progress=False)."""
+
+    def started(self, name):
+        pass
+
+    def finished(self, name, failed=False):
+        pass
+
+    def close(self):
+        pass
+
+    def write(self, text):
+        print(text, file=sys.stderr)
+
+
+def _run_sweep(plan: Plan, in_ray: bool) -> SweepResult:
+    sweep, configs, tracker, job = plan.sweep, plan.configs, plan.tracker, plan.job
+    engine, options = sweep.engine, ({"actors": 2, "shards": 2, **sweep.ray} if sweep.engine == "ray" else {})
+    say = print if plan.verbose else (lambda *args, **kwargs: None)
     algorithms = sorted({c.algorithm for c in configs})
-    print(f"{job.name}: sweep {sweep.name!r}, {len(algorithms)} algorithms, {len(configs)} runs, "
-          f"{sum(c.users for c in configs):,} users, engine {engine}", flush=True)
-    effective = (f"# the sweep as run (from {sweep_file.name}, with the command line's overrides)\n"
+    say(f"{job.name}: sweep {sweep.name!r}, {len(algorithms)} algorithms, {len(configs)} runs, "
+        f"{sum(c.users for c in configs):,} users, engine {engine}", flush=True)
+    effective = (f"# the sweep as run (from {plan.source}, with the command line's overrides)\n"
                  + sweeps.to_toml(sweep))
-    description = (f"{sweep.description or 'Sweep ' + sweep.name}\n\nFrom `{sweep_file.name}`: "
+    description = (f"{sweep.description or 'Sweep ' + sweep.name}\n\nFrom `{plan.source}`: "
                    f"{len(configs)} runs of {len(algorithms)} algorithms, eps {', '.join(f'{e:g}' for e in sweep.eps)} "
                    f"(private algorithms; non-private ones once per seed), seeds "
                    f"{', '.join(map(str, sweep.seeds))}, engine {engine}. Rerun: "
                    f"`{job.rerun}` with this run's sweep.toml artifact.")
     failures, started = [], time.perf_counter()
-    logged = tracker.sweep(sweep.name, params={**sweep.to_dict(), "file": str(sweep_file)},
+    logged = tracker.sweep(sweep.name, params={**sweep.to_dict(), "file": plan.source},
                            tags={"job": job.name, "engine": engine}, description=description,
-                           files={"sweep.toml": effective}, resume_dir=resume_dir)
+                           files={"sweep.toml": effective}, resume_dir=plan.resume_dir)
     done = logged.finished_keys
     todo = [c for c in configs if records.run_key(records.config_dict(c)) not in done]
-    if resume_dir is not None:
-        print(f"resuming {logged.local_dir}: {len(configs) - len(todo)} of {len(configs)} runs finished earlier, "
-              f"{len(todo)} to run", flush=True)
+    if plan.resume_dir is not None:
+        say(f"resuming {logged.local_dir}: {len(configs) - len(todo)} of {len(configs)} runs finished earlier, "
+            f"{len(todo)} to run", flush=True)
         for problem in logged.unreadable:
             print(f"  unreadable, run again: {problem}", file=sys.stderr)
-    checkpoint_every = args.checkpoint_every_s
+    if engine == "ray" and plan.workers not in (None, 1):
+        say("engine ray: the runs go one at a time from this process (their actors spread over the cluster); "
+            "workers apply to the local engine", flush=True)
 
-    def checkpointer(config):
-        return Checkpointer(logged.checkpoint_dir(config), every_s=checkpoint_every)
+    def checkpoint_dir(config) -> Path:
+        return logged.checkpoint_dir(config)
 
-    bar = SweepProgress(len(configs), label=f"sweep {sweep.name}")
+    bar = SweepProgress(len(configs), label=f"sweep {sweep.name}") if plan.progress else _Quiet()
     for _ in range(len(configs) - len(todo)):
         bar.finished("(earlier)", failed=False)
     interrupted, mlflow_lost = None, None
+    here = platform.node()
     try:
         with logged:
-            def finish(config, result=None, error=None):
+            def finish(config, result=None, error=None, node=None, node_id=None):
                 label = run_label(config)
                 if error is None:
+                    result.summary["node"] = node or here      # where it ran: a column of the sweep's table
+                    if node_id is not None:
+                        result.summary["node_id"] = node_id
                     logged.log_result(result)
                     spent = logged.checkpoint_dir(config) / "checkpoint.npz"
                     spent.unlink(missing_ok=True)     # the run is finished: its checkpoint is not needed
@@ -124,13 +269,14 @@ def run_sweep(args, sweep, sweep_file, configs, tracker, engine, options, resume
                 bar.finished(label, failed=error is not None)
 
             try:
-                if engine == "local" and args.workers > 1:
-                    run_pool(args.workers, todo, engine, options, checkpointer, bar, finish)
+                if engine == "local" and in_ray:
+                    run_tasks(todo, plan.workers, checkpoint_dir, plan.checkpoint_every_s, bar, finish)
                 else:
                     for config in todo:
                         bar.started(run_label(config))
+                        checkpointer = Checkpointer(checkpoint_dir(config), every_s=plan.checkpoint_every_s)
                         try:
-                            result = run(config, engine=engine, checkpointer=checkpointer(config), **options)
+                            result = run(config, engine=engine, checkpointer=checkpointer, **options)
                         except Exception as error:
                             traceback.print_exc()
                             finish(config, error=describe_error(error))
@@ -139,73 +285,149 @@ def run_sweep(args, sweep, sweep_file, configs, tracker, engine, options, resume
             except KeyboardInterrupt as error:
                 interrupted = error
                 raise
-            summary, local_dir = logged.summary, logged.local_dir
     except KeyboardInterrupt:
         bar.close()
         finished = len(logged.finished_keys)
         why = "terminated (SIGTERM)" if isinstance(interrupted, Terminated) else "interrupted"
-        print(f"\n{why}: {finished} of {len(configs)} runs finished, {len(logged.failures)} failed; the running "
-              f"one kept its checkpoint. Results so far: {logged.local_dir}"
-              f"{f'; MLflow parent run {logged.parent_run_id} marked KILLED' if logged.parent_run_id else ''}.\n"
-              f"Resume with:  {job.command} --resume {logged.local_dir.resolve()}"
-              f"{f' --tracking-uri {tracker.display_uri}' if args.tracking_uri else ''}", file=sys.stderr)
+        if plan.verbose:
+            uri = tracker.display_uri if plan.tracking_uri_given else None
+            print(f"\n{why}: {finished} of {len(configs)} runs finished, {len(logged.failures)} failed; the running "
+                  f"ones kept their checkpoints. Results so far: {logged.local_dir}"
+                  f"{f'; MLflow parent run {logged.parent_run_id} marked KILLED' if logged.parent_run_id else ''}.\n"
+                  f"Resume with:  {job.resume_line(logged.local_dir.resolve(), uri)}",
+                  file=sys.stderr)
         raise
     except TrackingUnavailable as error:    # raised on exit, after every local file is written
         mlflow_lost = error
-        summary, local_dir = logged.summary, logged.local_dir
     finally:
         bar.close()
+    summary, local_dir = logged.summary, logged.local_dir
     elapsed = time.perf_counter() - started
     table = markdown_table(summary) if not summary.empty else "(no run finished)"
-    print(f"\n{table}\n\n{len(configs) - len(failures)} runs in {elapsed:,.0f} s; results in {local_dir} "
-          f"(report/report.html: this table with the plots)")
+    say(f"\n{table}\n\n{len(configs) - len(failures)} runs in {elapsed:,.0f} s; results in {local_dir} "
+        f"(report/report.html: this table with the plots)")
+    nodes = runs_per_node(summary)
+    if len(nodes):
+        say("Runs per node:  " + ", ".join(f"{node} {count}" for node, count in nodes.items()))
     if tracker.enabled:
-        print(f"\nMLflow: experiment {tracker.experiment!r}, parent run {logged.parent_run_id}, at {tracker.display_uri}")
+        say(f"\nMLflow: experiment {tracker.experiment!r}, parent run {logged.parent_run_id}, at {tracker.display_uri}")
         if tracker.ui_command():
-            here = shlex.quote(sys.executable)       # this interpreter: the command runs as printed
-            print(f"Open the UI:   {here} -m ldpfed ui {local_dir}\n               (or: {tracker.ui_command()})")
-        print(f"Sweep's runs:  {tracker.runs_url(logged.parent_run_id)}")
-        print(f"Its report:    {tracker.artifact_url(logged.parent_run_id, 'report/report.html')}")
-    if mlflow_lost is not None:
+            python = shlex.quote(sys.executable)       # this interpreter: the command runs as printed
+            say(f"Open the UI:   {python} -m ldpfed ui {local_dir}\n               (or: {tracker.ui_command()})")
+        say(f"Sweep's runs:  {tracker.runs_url(logged.parent_run_id)}")
+        say(f"Its report:    {tracker.artifact_url(logged.parent_run_id, 'report/report.html')}")
+    if mlflow_lost is not None and plan.verbose:
         print(f"\n{mlflow_lost}\nWhen MLflow is back, upload what it lacks:  python -m ldpfed sync "
               f"{local_dir.resolve()} --tracking-uri {tracker.display_uri}", file=sys.stderr)
-        return 1
-    if failures:
+    elif failures and plan.verbose:
         print(f"{len(failures)} runs failed:", *(f"  {run_label(c)}: {e}" for c, e in failures), sep="\n",
               file=sys.stderr)
-        return 1
-    return 0
+    return SweepResult(name=sweep.name, table=summary, folder=local_dir, parent_run_id=logged.parent_run_id,
+                       failures=dict(logged.failures), mlflow_error=None if mlflow_lost is None else str(mlflow_lost),
+                       elapsed_s=elapsed, tracking_uri=tracker.display_uri)
 
 
-def run_pool(workers, configs, engine, options, checkpointer, bar, finish) -> None:
-    """The local engine on `workers` processes. On Ctrl-C or SIGTERM the workers are stopped with SIGTERM, which
-    each turns into an interrupt: the run it was doing writes its checkpoint."""
-    pool = ProcessPoolExecutor(workers, initializer=signals.install)
+def _run_task(config, checkpoint_dir: str, driver_ip: str, every_s: float):
+    """One local-engine run as a Ray task; returns the result and where it ran (node IP, Ray node id). A run on the
+    driver's machine writes its checkpoint into the sweep's folder, as in process; on another machine (another
+    disk) it writes none: lost or stopped, it is run again from its start."""
+    import ray
+
+    node = ray.util.get_node_ip_address()
+    checkpointer = Checkpointer(checkpoint_dir, every_s=every_s) if node == driver_ip else None
+    return run(config, engine="local", checkpointer=checkpointer), node, ray.get_runtime_context().get_node_id()
+
+
+def run_tasks(configs, workers, checkpoint_dir, every_s, bar, finish) -> None:
+    """The local engine's runs as Ray tasks (one CPU each), `workers` at once (None or "auto": as many as the
+    cluster has CPUs, counted again as nodes come and go), results handed to `finish` as they arrive (ray.wait).
+    Only that many task refs are out at a time, however many runs the sweep has; Ray queues them while the
+    cluster's CPUs are busy. On Ctrl-C or SIGTERM the outstanding tasks are cancelled (each running one gets a
+    KeyboardInterrupt and writes its checkpoint), the runs that finished meanwhile are kept, and the interrupt goes
+    on."""
+    import ray
+
+    task = ray.remote(num_cpus=1, max_retries=MAX_RETRIES, retry_exceptions=False)(_run_task)
+    driver_ip = ray.util.get_node_ip_address()
+    pending, out = deque(configs), {}          # out: ref -> config, in submission order
+    counted = [0.0, 1]                         # when the cluster's CPUs were last counted, and how many
+
+    def capacity() -> int:
+        if isinstance(workers, int):
+            return workers
+        if time.monotonic() - counted[0] > 5.0:
+            counted[:] = [time.monotonic(), max(1, int(ray.cluster_resources().get("CPU", 1)))]
+        return counted[1]
+
+    def collect(ref) -> None:
+        config = out.pop(ref)
+        try:
+            result, node, node_id = ray.get(ref)
+        except ray.exceptions.TaskCancelledError:
+            return
+        except ray.exceptions.RayTaskError as error:       # the run raised: its own error is the record
+            finish(config, error=describe_error(getattr(error, "cause", None) or error))
+        except Exception as error:  # noqa: BLE001 - lost beyond its retries: this run fails, the others go on
+            finish(config, error=describe_error(error))
+        else:
+            finish(config, result, node=node, node_id=node_id)
+
     try:
-        futures = {pool.submit(run, c, engine=engine, checkpointer=checkpointer(c), **options): c for c in configs}
-        for config in configs[:workers]:     # the pool starts them in submission order
-            bar.started(run_label(config))
-        waiting = iter(configs[workers:])
-        for future in as_completed(futures):
-            following = next(waiting, None)
-            if following is not None:
-                bar.started(run_label(following))
-            try:
-                result = future.result()
-            except Exception as error:  # one bad run must not lose the others
-                finish(futures[future], error=describe_error(error))
-            else:
-                finish(futures[future], result)
+        while pending or out:
+            while pending and len(out) < capacity():
+                config = pending.popleft()
+                out[task.remote(config, str(checkpoint_dir(config)), driver_ip, every_s)] = config
+                bar.started(run_label(config))
+            ready, _ = ray.wait(list(out), num_returns=1, timeout=WAIT_S)
+            for ref in ready:
+                collect(ref)
     except KeyboardInterrupt:
-        processes = list((pool._processes or {}).values())   # the pool's own worker processes (ours)
-        pool.shutdown(wait=False, cancel_futures=True)
-        for process in processes:
-            if process.is_alive():
-                process.terminate()
-        for process in processes:
-            process.join(timeout=30)
+        for ref in out:
+            ray.cancel(ref)
+        ready, _ = ray.wait(list(out), num_returns=len(out), timeout=30) if out else ([], [])
+        for ref in ready:          # finished before the cancel reached them: kept
+            try:
+                result, node, node_id = ray.get(ref)
+            except Exception:  # noqa: BLE001 - cancelled (its checkpoint written) or failed: run on resume
+                continue
+            finish(out[ref], result, node=node, node_id=node_id)
         raise
-    pool.shutdown()
+
+
+def runs_per_node(table: pd.DataFrame) -> pd.Series:
+    """Finished runs per node of a sweep's table: "IP" for runs in the driver's process, "IP [node id]" for Ray
+    tasks."""
+    if table.empty or "node" not in table.columns:
+        return pd.Series(dtype=int)
+    rows = table[table["status"] == "FINISHED"] if "status" in table.columns else table
+    ids = rows["node_id"] if "node_id" in rows.columns else pd.Series(None, index=rows.index)
+    names = [f"{node} [{str(node_id)[:8]}]" if isinstance(node_id, str) and node_id else str(node)
+             for node, node_id in zip(rows["node"], ids)]
+    return pd.Series(names, dtype=object).value_counts().sort_index()
+
+
+def main(parser, args, spec, job: Job) -> int:
+    """The command line's sweep: the options `sweep.add_arguments` parsed (`args`) and the sweep file or preset
+    `spec`. Bad input exits 2 through `parser`; returns the exit status: 0, 1 when a run failed or MLflow was lost,
+    130/143 when interrupted."""
+    try:
+        plan = prepare(spec, **_cli_options(args), job=job)
+    except (ValueError, ConfigError) as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n")
+    except TrackingUnavailable as error:
+        parser.exit(2, f"{parser.prog}: error: {error}\n(use --no-tracking to keep local results only)\n")
+    try:
+        result = execute(plan)
+    except KeyboardInterrupt as error:
+        return exit_status(error)
+    return 0 if result.ok else 1
+
+
+def _cli_options(args) -> dict:
+    options = sweeps.api_options(args)
+    overrides = {key: options.pop(key) for _, key, _ in sweeps.OVERRIDES if key in options}
+    ray = {"actors": options.pop("actors"), "shards": options.pop("shards")}
+    return {**options, "overrides": overrides, "ray": ray}
 
 
 def run_label(config) -> str:

@@ -111,6 +111,8 @@ def test_a_failing_run_is_reported_and_the_sweep_goes_on(tmp_path, monkeypatch, 
     (["--seeds", "3-1"], "seeds"),
     (["--eps", "0,1"], "eps"),
     (["--sweep", "missing.toml"], "no such file"),
+    (["--workers", "0"], "--workers"),
+    (["--workers", "many"], "--workers"),
 ])
 def test_bad_sweeps_exit_2_naming_the_problem(args, message, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

@@ -1,0 +1,113 @@
+"""`ldpfed.sweep(...)`: keyword arguments in, the results table as a DataFrame out; bad input refused before any
+work; a parallel sweep as Ray tasks on a local Ray (the session's, 2 CPUs) equals the same sweep in one process, run
+for run and bit for bit; Ctrl-C during a parallel sweep keeps the finished runs and `resume` completes it to the
+same results."""
+import json
+
+import pandas as pd
+import pytest
+
+import ldpfed
+from ldpfed import sweep_runner
+from ldpfed.errors import ConfigError
+
+SWEEP = dict(algorithms=["ldp-sgd", "ols", "uniform"], eps=[1.0], seeds=range(3), users=400, round_size=20,
+             engine="local", tracking=False, progress=False, verbose=False)
+# What a run's bits decide; the rest of a row says where and how fast it ran.
+SAME = ["key", "algorithm", "env", "eps", "seed", "status", "users", "final_regret", "final_estimation_error"]
+
+
+def _tables_equal(a, b):
+    """The two sweeps' rows, run for run, and every run's per-round table, bit for bit."""
+    left, right = a.table.set_index("key"), b.table.set_index("key")
+    assert sorted(left.index) == sorted(right.index)
+    columns = [c for c in SAME if c != "key" and c in left.columns]
+    pd.testing.assert_frame_equal(left.loc[sorted(left.index), columns], right.loc[sorted(left.index), columns],
+                                  check_exact=True)
+    for key in left.index:
+        pd.testing.assert_frame_equal(pd.read_parquet(a.folder / "runs" / key / "table.parquet"),
+                                      pd.read_parquet(b.folder / "runs" / key / "table.parquet"), check_exact=True)
+
+
+def test_keyword_arguments_give_the_results_table(tmp_path):
+    result = ldpfed.sweep(name="api", out=tmp_path, **SWEEP)
+    assert isinstance(result, ldpfed.SweepResult) and result.ok and result.parent_run_id is None
+    table = result.table
+    # ldp-sgd: one eps x 3 seeds; ols and uniform, not private: once per seed
+    assert table.groupby("algorithm").size().to_dict() == {"ldp-sgd": 3, "ols": 3, "uniform": 3}
+    assert (table["status"] == "FINISHED").all() and set(table["seed"]) == {0, 1, 2}
+    assert {"key", "final_regret", "regret_vs_uniform", "node"} <= set(table.columns)
+    assert table["final_regret"].gt(0).all()
+    # the same table as the local store's, in the sweep's folder
+    assert result.folder == tmp_path / "api"
+    stored = pd.read_parquet(result.folder / "summary" / "summary.parquet")
+    assert stored["key"].tolist() == table["key"].tolist()
+    assert stored["final_regret"].tolist() == table["final_regret"].tolist()
+    grouped = result.grouped()
+    assert grouped.set_index("algorithm").loc["uniform", "regret_vs_uniform"] == 1.0
+    assert result.runs_per_node().sum() == 9
+
+
+@pytest.mark.parametrize("options, error, message", [
+    ({"eps": [-1]}, ConfigError, "eps"),
+    ({"seeds": "3-1"}, ConfigError, "empty range"),
+    ({"algorithms": ["nope"]}, ConfigError, "nope"),
+    ({"engine": "spark"}, ConfigError, "engine"),
+    ({"workers": 0}, ConfigError, "workers"),
+    ({"users": 0}, ConfigError, "users"),
+    ({"checkpoint_every_s": -1}, ValueError, "checkpoint_every_s"),
+    ({"algorithms": ["ldp-sgd"], "envs": ["bernoulli"]}, ValueError, "no run"),
+    ({"resume": "nowhere"}, ValueError, "not the folder of a sweep"),
+])
+def test_bad_input_raises_one_line_before_any_work(tmp_path, monkeypatch, options, error, message):
+    monkeypatch.setattr(sweep_runner, "run", lambda *a, **k: pytest.fail("a run started"))
+    with pytest.raises(error, match=message) as raised:
+        ldpfed.sweep(**{**SWEEP, "out": tmp_path / "out", **options})
+    assert "\n" not in str(raised.value)
+    assert not (tmp_path / "out").exists()           # no folder, no MLflow run, no Ray
+
+
+def test_a_preset_or_a_file_with_keyword_overrides(tmp_path):
+    with pytest.raises(ConfigError, match="not a preset"):
+        ldpfed.sweep("no-such-preset", out=tmp_path)
+    plan = sweep_runner.prepare("quick", overrides={"users": 500, "algorithms": "ols"}, tracking=False, out=tmp_path)
+    assert plan.sweep.name == "custom" and plan.sweep.users == 500 and plan.sweep.algorithms == ("ols",)
+    assert plan.source == "quick.toml" and {c.algorithm for c in plan.configs} == {"ols"}
+
+
+def test_ray_tasks_give_the_same_sweep_as_one_process(ray_session, tmp_path):
+    """Two runs at once as Ray tasks on the session's local Ray (2 CPUs): run for run, the in-process sweep."""
+    alone = ldpfed.sweep(name="alone", out=tmp_path, workers=1, **SWEEP)
+    tasks = ldpfed.sweep(name="tasks", out=tmp_path, workers=2, **SWEEP)
+    assert alone.ok and tasks.ok
+    _tables_equal(alone, tasks)
+    # where each ran: the in-process runs on this machine, the tasks on a Ray node (the session's one)
+    assert "node_id" not in alone.table or alone.table["node_id"].isna().all()
+    assert tasks.table["node_id"].notna().all() and tasks.table["node_id"].nunique() == 1
+    assert tasks.runs_per_node().sum() == 9
+
+
+def test_ctrl_c_during_ray_tasks_keeps_finished_runs_and_resume_completes(ray_session, tmp_path, monkeypatch, capsys):
+    class StopAfterTwo(sweep_runner._Quiet):
+        seen = 0
+
+        def finished(self, name, failed=False):
+            StopAfterTwo.seen += 1
+            if StopAfterTwo.seen == 2:
+                raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweep_runner, "SweepProgress", lambda *a, **k: StopAfterTwo())
+    options = {**SWEEP, "progress": True, "verbose": True, "out": tmp_path, "workers": 2}
+    with pytest.raises(KeyboardInterrupt):
+        ldpfed.sweep(name="stopped", **options)
+    folder = tmp_path / "stopped"
+    err = capsys.readouterr().err
+    assert f"ldpfed.sweep(resume='{folder.resolve()}')" in err
+    index = json.loads((folder / "sweep.json").read_text())
+    kept = pd.read_parquet(folder / "summary" / "summary.parquet")
+    assert index["status"] == "KILLED" and 2 <= len(kept) < 9 and (kept["status"] == "FINISHED").all()
+    monkeypatch.setattr(sweep_runner, "SweepProgress", lambda *a, **k: sweep_runner._Quiet())
+    resumed = ldpfed.sweep(resume=folder, **{**SWEEP, "workers": 2})
+    assert resumed.ok and len(resumed.table) == 9
+    whole = ldpfed.sweep(name="whole", out=tmp_path, **SWEEP)
+    _tables_equal(whole, resumed)
