@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-MAX_POINTS = 2000                 # at most this many points per metric curve sent to MLflow
+MAX_POINTS = 200                  # points per metric curve sent to MLflow: a chart's worth (every round: table.parquet)
 MAX_PARAM_CHARS = 6000            # MLflow 3's limit on a param value
 CLUSTER_KEYS = ("nodes", "actors", "shards")
 # Throughput (per-round values) and the server's rejected messages (a running count): curves when the engine's

@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""What logging a sweep's runs costs, apart from simulating them: the local folder and the MLflow copy in the
+embedded store (SQLite), per run, for a sweep of N finished runs.
+
+    python jobs/bench_tracking.py                 # 100 runs of a small ldp-ols run, into a fresh temporary store
+    python jobs/bench_tracking.py --runs 300 --users 20000
+
+The runs are simulated first (one real run, its result copied with other seeds: every run has the same table
+size), then logged through `Tracker.sweep(...).log_result` exactly as a sweep logs them; each phase is timed
+with the simulation outside the clock. Printed: runs/s for the local folder alone (tracking off), for the local
+folder and MLflow, and what one run costs in each part (profiled). Target: >= 20 runs/s to the embedded store.
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import dataclasses
+import io
+import os
+import pstats
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def results(n: int, users: int, round_size: int):
+    from ldpfed.config import RunConfig
+    from ldpfed.engine import run
+
+    base = run(RunConfig("ldp-ols", users=users, round_size=round_size, eps=1.0, seed=0))
+    return [dataclasses.replace(base, config=base.config.replace(seed=seed)) for seed in range(n)]
+
+
+def log_all(runs, folder: Path, tracking: bool, profile: bool = False, max_points=None) -> tuple[float, str]:
+    from ldpfed.tracking import Tracker
+
+    folder.mkdir(parents=True, exist_ok=True)
+    uri = f"sqlite:///{folder / 'mlflow.db'}"
+    extra = {} if max_points is None else {"max_points": max_points}
+    tracker = Tracker("bench-tracking", tracking_uri=uri, out_dir=folder / "out", enabled=tracking, **extra)
+    profiler = cProfile.Profile() if profile else None
+    started = time.perf_counter()
+    with tracker.sweep("bench", params={"runs": len(runs)}) as sweep:
+        if profiler:
+            profiler.enable()
+        for result in runs:
+            sweep.log_result(result)
+        if profiler:
+            profiler.disable()
+    elapsed = time.perf_counter() - started
+    text = ""
+    if profiler:
+        out = io.StringIO()
+        pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(18)
+        text = out.getvalue()
+    return elapsed, text
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=100)
+    parser.add_argument("--users", type=int, default=10_000)
+    parser.add_argument("--round-size", type=int, default=100)
+    parser.add_argument("--max-points", type=int, default=None, help="points per MLflow curve (default: the Tracker's)")
+    parser.add_argument("--profile", action="store_true", help="print where one sweep's logging spends its time")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("MLFLOW_ENABLE_ASYNC_LOGGING", "false")
+    runs = results(args.runs, args.users, args.round_size)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, tracking in (("local folder only", False), ("local folder + MLflow (SQLite)", True)):
+            folder = Path(tmp) / label.split()[0] / str(tracking)
+            folder.mkdir(parents=True)
+            log_all(runs[:3], folder / "warm", tracking)          # imports and the store's schema, once
+            elapsed, text = log_all(runs, folder / "timed", tracking, profile=args.profile and tracking,
+                                    max_points=args.max_points)
+            rows.append((label, elapsed))
+            if text:
+                print(text)
+    print(f"{args.runs} runs of ldp-ols (T = {args.users:,}, B = {args.round_size}: "
+          f"{-(-args.users // args.round_size)} rounds a run), logged as a sweep logs them; python {sys.version.split()[0]}")
+    print(f"{'':34s} {'total s':>8s} {'ms/run':>8s} {'runs/s':>8s}")
+    for label, elapsed in rows:
+        print(f"{label:34s} {elapsed:8.2f} {1000 * elapsed / args.runs:8.1f} {args.runs / elapsed:8.1f}")
+    rate = args.runs / rows[-1][1]
+    print(f"target: >= 20 runs/s to the embedded store: {'met' if rate >= 20 else 'NOT met'} ({rate:.1f})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
