@@ -16,6 +16,7 @@ MLflow. Runs on the ray engine (engine "ray") go one at a time from the driver, 
 """
 from __future__ import annotations
 
+import os
 import platform
 import shlex
 import sys
@@ -40,6 +41,7 @@ from ldpfed.tracking.report import grouped_table, markdown_table
 # A task lost with its node (or its worker process) is run again elsewhere this many times; a run that raises is
 # not retried (its error is the run's result). A run's bits depend on its config alone, so a retry changes nothing.
 MAX_RETRIES = 3
+NICENESS = "RAY_worker_niceness"     # read by a local Ray's raylet when it starts
 WAIT_S = 1.0           # ray.wait's timeout: how soon Ctrl-C and SIGTERM are heard while runs are out
 
 
@@ -187,7 +189,16 @@ def execute(plan: Plan) -> SweepResult:
     if in_ray:
         from ldpfed.engine.ray_engine import ensure_ray
 
-        ray_started = ensure_ray(plan.address)
+        # A Ray started here runs its tasks at this process's niceness, as the runs of a one-process sweep: Ray's
+        # default renices its workers by 15, below every other job of a shared machine. A value set by the caller
+        # wins; a cluster's nodes keep their own.
+        previous = os.environ.get(NICENESS)
+        os.environ.setdefault(NICENESS, "0")        # an increment over the raylet, which has ours
+        try:
+            ray_started = ensure_ray(plan.address)
+        finally:
+            if previous is None:
+                os.environ.pop(NICENESS, None)
     try:
         with interruptible():
             return _run_sweep(plan, in_ray)
