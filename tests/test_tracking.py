@@ -360,6 +360,13 @@ def test_sweep_logged_to_a_real_server_reads_back(mlflow_server, tmp_path):
         config = result.config
         assert run.info.status == "FINISHED"
         params, tags = run.data.params, run.data.tags
+        # the runs table shows what tells runs apart before the name is cut: algorithm, eps, regret, vs uniform
+        eps_text = f"eps={config.eps:g}" if REGISTRY[config.algorithm].privacy_model != "none" else "non-private"
+        head = f"{config.algorithm} {eps_text} regret={result.summary['final_regret']:.1f}"
+        assert run.info.run_name.startswith(head), run.info.run_name
+        vs_uniform = combined.set_index("key").loc[row["key"], "regret_vs_uniform"]
+        assert np.isfinite(vs_uniform) == (f" vs-uniform={vs_uniform:.2f} " in run.info.run_name), run.info.run_name
+        assert run.info.run_name.endswith(f"{config.env} seed={config.seed}")
         # params: the full validated config, the env as built, every algorithm option
         assert params["algorithm"] == config.algorithm and params["env"] == config.env
         private = REGISTRY[config.algorithm].privacy_model != "none"

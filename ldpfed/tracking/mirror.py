@@ -61,7 +61,8 @@ def log_run(tracker, result, config: dict, run_tags: dict, curves: dict, folder:
     metrics += [metric(name, value, 0, now) for name, value in records.final_metrics(result).items()
                 if name not in curves]
     with tracker.http():
-        run = client.create_run(tracker.experiment_id, start_time=start, run_name=records.run_name(config),
+        run = client.create_run(tracker.experiment_id, start_time=start,
+                                run_name=records.run_name(config, summary.get("final_regret")),
                                 tags={**run_tags, **({"mlflow.parentRunId": parent_run_id} if parent_run_id else {})})
         run_id = run.info.run_id
         try:

@@ -336,8 +336,13 @@ def summary_row(key: str, config: dict, status: str, **values) -> dict:
     return row
 
 
-def run_name(config: dict) -> str:
-    return f"{config.get('algorithm')} {config.get('env')} {_eps_text(config)} seed={config.get('seed')}"
+def run_name(config: dict, final_regret=None, vs_uniform=None) -> str:
+    """A run's name in the MLflow UI, what tells runs apart first (the runs table cuts long names): algorithm,
+    eps, and once known the final regret and the regret over uniform play's; then env and seed."""
+    result = "" if not finite(final_regret) else f" regret={float(final_regret):.1f}"
+    if finite(vs_uniform):
+        result += f" vs-uniform={float(vs_uniform):.2f}"
+    return f"{config.get('algorithm')} {_eps_text(config)}{result} {config.get('env')} seed={config.get('seed')}"
 
 
 def write_run(folder: Path, result, tags: dict | None = None) -> dict[str, Path]:

@@ -153,7 +153,9 @@ class SweepRun(DriverOnly):
                          tags=mirror.tags({**self.local.sweep_tags(), "mlflow.note.content": text[:5000]}))
         for row in rows:
             if row.get("run_id") and row.get("regret_vs_uniform") is not None:
-                client.log_batch(row["run_id"], metrics=[mirror.metric("regret_vs_uniform", row["regret_vs_uniform"])])
+                name = records.run_name(row, row.get("final_regret"), row["regret_vs_uniform"])
+                client.log_batch(row["run_id"], metrics=[mirror.metric("regret_vs_uniform", row["regret_vs_uniform"])],
+                                 tags=mirror.tags({"mlflow.runName": name}))
 
     # ------------------------------------------------------------------ per run
     def log_result(self, result) -> dict:
