@@ -13,8 +13,9 @@ encode's messages have the declared shapes, whether it clips before privatizing,
 privacy its ledger claims, whether it peeks at the env's ground truth, whether its public fields are data-free,
 whether it runs bit-identically on every engine path. Each check below runs the algorithm to find out:
 
-1. "contract"      check_instance, then encode's messages against message_spec (fields, per-user shapes, one
-                   numeric dtype for every batch: the shards' wire format), and aggregate against aggregate_bounds.
+1. "contract"      check_instance; draw_act's shape against act_draws (compiled algorithms); then encode's
+                   messages against message_spec (fields, per-user shapes, one numeric dtype for every batch: the
+                   shards' wire format), and aggregate against aggregate_bounds.
 2. "ledger"        the ledger composes within the configured (eps, delta); no void claim (unless the profile is
                    authors-code); every mechanism has its row; the noise the rows say is drawn supports their claim
                    (dp-accounting's eps of the same composition, from the noise, is not above the basic total).
@@ -257,6 +258,11 @@ def check_contract(subject: Subject):
         check_instance(algo)
     except PluginError as error:
         subject.fail(check, str(error), _message_field(error, algo))
+    if isinstance(algo, CompiledAlgorithm):      # compiled code does not check bounds: a short row is read past
+        draws = np.asarray(algo.draw_act(3, np.random.default_rng(0)))
+        if draws.shape != (3, algo.act_draws):
+            subject.fail(check, f"draw_act(3, rng) has shape {draws.shape}, act_draws = {algo.act_draws} says "
+                                f"(3, {algo.act_draws}): act would read past its draws")
     spec = algo.message_spec()
     model = _model(algo, config)
     dtypes = {}

@@ -369,3 +369,16 @@ def test_a_list_of_settings_is_checked_setting_by_setting():
     assert all(report == {"contract": "passed", "clipping": "passed"} for report in reports.values())
     with pytest.raises(ConfigError, match="settings"):
         check_algorithm(ClipOption, ray=False, settings=[{"horizon": 5}])
+
+
+def test_a_draw_act_shorter_than_act_draws_is_caught_before_compiled_code_reads_past_it():
+    from ldpfed.algorithms.baselines import Uniform
+
+    class ShortDraws(Uniform):
+        name = "short-draws"
+
+        def draw_act(self, n, rng):
+            return rng.random((n, 0))          # act reads draws[i, 0]: past the row, silently, in numba
+
+    error = rejected(ShortDraws, "contract")
+    assert "draw_act" in error.reason and "act_draws = 1" in error.reason

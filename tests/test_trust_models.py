@@ -53,6 +53,10 @@ def test_the_server_half_reads_the_noise_its_trust_model_added():
         assert mixed.field_noise()[key].variance == mixed.mechanisms[key].sigma ** 2
         assert mixed.field_noise()[key].variance < local.field_noise()[key].variance / 2
         assert central.field_noise()[key] == FieldNoise("gaussian", central.central[key].scale ** 2, "round")
+    # asked before the central model has derived its twins (from setup() or consts()): a clear error, not {}
+    central.central = None
+    with pytest.raises(RuntimeError, match="initial_state"):
+        central.field_noise()
 
 
 class HalfBudget(TrustModel):

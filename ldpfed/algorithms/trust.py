@@ -398,6 +398,9 @@ class CentralTrust(TrustModel):
 
     def noise(self, algo) -> dict:
         """Each field's noise, added once per round by the server (the twin's), not per user."""
+        if algo.central is None:       # asked while build() derives the twins (from setup(), consts(), ...)
+            raise RuntimeError(f"{algo.name}: field_noise() is known once the trust model has built the algorithm; "
+                               f"read it in initial_state() or update(), not in setup() or consts()")
         found = {}
         for key, twin in (algo.central or {}).items():
             variance = twin.scale ** 2 if twin.noise == "gaussian" else 2.0 * twin.scale ** 2
