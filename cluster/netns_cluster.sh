@@ -5,6 +5,7 @@
 #
 #   sudo cluster/netns_cluster.sh up      # namespaces, bridge, sshd per node, then `ray up`
 #   sudo cluster/netns_cluster.sh test    # `ray dashboard` tunnel + `ray job submit` of cluster/placement_job.py
+#                                         # (runs over the direct transport, its sockets between the nodes' addresses)
 #   sudo cluster/netns_cluster.sh down    # `ray down`, then removes everything `up` created
 #   sudo cluster/netns_cluster.sh all     # up, test, down; cleans up even when a step fails (exit code = result)
 #
@@ -228,7 +229,7 @@ test_cluster() {
         die "the job failed; see $STATE/job.log"
     fi
     grep '^PLACEMENT ' "$STATE/job.log" | tail -n 1
-    log "job succeeded: populations on every node"
+    log "job succeeded: populations and shards on every node, every round over the direct transport's sockets"
 }
 
 kill_recorded() {   # the wrappers of every namespace's first process: their deaths end everything inside

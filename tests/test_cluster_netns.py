@@ -2,7 +2,11 @@
 with its own address, reached over SSH (cluster/netns_cluster.sh all: up, ray job submit of
 cluster/placement_job.py, down). Slow (several minutes) and needs root: run with `pytest -m slow
 tests/test_cluster_netns.py`. Asserts populations ran on every node (three distinct addresses), the result equals
-run_local's, and that nothing the script created is left (namespaces, state directory, sshd and Ray processes)."""
+run_local's, and that nothing the script created is left (namespaces, state directory, sshd and Ray processes).
+The job's runs use the direct transport (transport="direct"): the test asserts that every round of both runs
+(pre-aggregated and per-user) went over its sockets (the driver's channel to every population actor and shard
+carried bytes in every round, per `ss`), with no fallback to Ray calls, and that those sockets joined the nodes' own
+addresses (the driver's channels reach the two workers' addresses, not only its own node's)."""
 import json
 import os
 import shutil
@@ -43,8 +47,21 @@ def test_ray_up_on_network_namespaces_places_populations_on_every_node():
         placement = json.loads(lines[-1][len("PLACEMENT "):])
         addresses = set(placement["nodes"].values())
         assert addresses == {f"{subnet}.1", f"{subnet}.2", f"{subnet}.3"}, placement       # three real nodes
-        assert set(placement["population_nodes"].values()) == addresses, placement          # populations on each
-        assert placement["populations_on_every_node"] and placement["same_table_as_run_local"], placement
+        assert placement["driver_node"] == f"{subnet}.1", placement                         # the job runs on the head
+        assert [run["mode"] for run in placement["runs"]] == ["pre-aggregated", "per-user"], placement
+        for run in placement["runs"]:
+            assert set(run["population_nodes"].values()) == addresses, run                  # populations on each
+            assert set(run["shard_nodes"]) == addresses, run                                # and shards
+            assert run["populations_on_every_node"] and run["same_table_as_run_local"], run
+            # every round over the direct transport's sockets, none over Ray calls
+            assert run["transport"] == "direct" and run["transport_fallback"] is None, run
+            assert run["recoveries"] == 0 and run["rounds"] > 1, run
+            assert run["direct_rounds"] == run["rounds"], run
+            assert run["direct_rounds_reported"] in (None, run["rounds"]), run
+            # those sockets joined the nodes' own addresses: the driver's reach both workers
+            assert set(run["driver_channel_peers"]) == addresses, run
+            assert run["ok"], run
+        assert placement["ok"], placement
         assert "ray up" in output and "ray down" in output
     finally:
         # everything it created is gone, even when a step failed
