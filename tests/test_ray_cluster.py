@@ -195,7 +195,7 @@ def test_ray_job_submit_to_a_local_cluster_with_token_auth(local_cluster):
     assert proc.returncode == 0, output[-4000:]
     assert "succeeded" in output
     assert f"{ALGORITHM} on linear: T=300 B=50" in output
-    assert "users/s (ray)" in output and "final cumulative regret" in output
+    assert "users/s (ray;" in output and "final cumulative regret" in output
     assert "Token authentication" not in output          # the token is set up: Ray has nothing to warn about
 
     # the same request with a wrong token is refused

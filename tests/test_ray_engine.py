@@ -97,7 +97,7 @@ def test_model_by_value_or_through_the_object_store_same_result(ray_session, mon
     # a small model travels inside the population calls, a large one is put once per round: same rounds either way
     import ray
 
-    from ldpfed.engine import ray_engine
+    from ldpfed.engine import ray_engine, ray_rounds
     from ldpfed.engine.ray_engine import _model_bytes, run_ray
 
     assert _model_bytes({"theta": np.zeros(10), "beta": 1.5, "name": "ab"}) == (5 + 80) + (4 + 8) + (4 + 2)    # keys and values
@@ -110,7 +110,7 @@ def test_model_by_value_or_through_the_object_store_same_result(ray_session, mon
     monkeypatch.setattr(ray_engine.ray, "put", lambda value, **kw: puts.append(1) or real_put(value, **kw))
     assert_same(local, run_ray(config, actors=2, transport="ray"))    # the Ray transport's calls carry the model
     assert puts == []                                     # d = 3: by value
-    monkeypatch.setattr(ray_engine, "INLINE_MODEL_BYTES", 0)
+    monkeypatch.setattr(ray_rounds, "INLINE_MODEL_BYTES", 0)     # where the rounds read it
     assert_same(local, run_ray(config, actors=2, transport="ray"))
     assert len(puts) == config.rounds                     # one put per round
     assert_same(local, run_ray(config, actors=3, group_size=2))      # the leaders pass the ref on to their members

@@ -76,10 +76,10 @@ def test_direct_transport_bad_options(ray_session):
 
 
 def test_which_transport_a_run_uses(ray_session, monkeypatch):
-    from ldpfed.engine import ray_engine
+    from ldpfed.engine import ray_engine, ray_rounds
 
     config = small("uniform", users=120, round_size=40, populations=3)
-    monkeypatch.setattr(ray_engine, "TREE_FROM_ACTORS", 2)    # the automatic size would make groups of 2
+    monkeypatch.setattr(ray_rounds, "TREE_FROM_ACTORS", 2)    # the automatic size would make groups of 2
     # the default is direct, and flat: the coordinator writes to each actor's channel, no tree
     assert [ray_engine.run_ray(config, actors=3).summary[key] for key in ("transport", "groups")] == ["direct", 3]
     # over Ray calls, the automatic tree; a tree asked for is over Ray calls; so is the shuffle trust model
@@ -92,13 +92,13 @@ def test_which_transport_a_run_uses(ray_session, monkeypatch):
 
 def test_the_default_transport_falls_back_to_ray_calls_when_its_channels_cannot_open(ray_session, monkeypatch):
     # e.g. a firewall between the nodes' processes: the coordinator cannot connect
-    from ldpfed.engine import ray_engine
+    from ldpfed.engine import ray_engine, ray_rounds
     from ldpfed.engine.ray_engine import RunFault
 
     def refused(address, key):
         raise ConnectionRefusedError(f"connecting to {tuple(address)} refused")
 
-    monkeypatch.setattr(ray_engine, "connect", refused)
+    monkeypatch.setattr(ray_rounds, "connect", refused)      # where the direct transport connects
     config = small(LDP[0] if LDP else "uniform", users=120, round_size=40, populations=2)
     with pytest.warns(RuntimeWarning, match="goes on with Ray calls"):
         remote = ray_engine.run_ray(config, actors=2)

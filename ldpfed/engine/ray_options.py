@@ -1,0 +1,97 @@
+"""The Ray engine's options (`RayOptions`), checked once when they are made, and the checks that need the run's
+config (`check_mode`, `check_transport`: before Ray starts, and again when a backend opens)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ldpfed.algorithms.trust import trust_model
+from ldpfed.engine.ray_shard import MODES
+from ldpfed.errors import ConfigError
+
+# How a round's messages travel (see RayBackend's transport).
+TRANSPORTS = ("ray", "direct")
+
+
+def _check_int(name, value, low=1):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        raise ConfigError(name, value, f"must be an integer >= {low}")
+    return int(value)
+
+
+def _check_seconds(name, value, zero: bool = False) -> None:
+    """ConfigError naming `name` unless value is None or a number of seconds > 0 (>= 0 with zero=True)."""
+    if value is not None and not (isinstance(value, (int, float)) and not isinstance(value, bool)
+                                  and (value >= 0 if zero else value > 0)):
+        raise ConfigError(name, value, f"must be a number of seconds {'>=' if zero else '>'} 0")
+
+
+@dataclass(frozen=True)
+class RayOptions:
+    """Everything a Ray run is asked for besides its config (RayBackend's doc says what each one does). Made once,
+    checked once (ConfigError naming the option); normalized: group_size 0 becomes 1, seconds become floats."""
+
+    actors: int = 2
+    shards: int = 1
+    mode: str = "pre-aggregated"
+    max_in_flight: int | None = None
+    layout: str | None = None
+    round_timeout: float | None = None
+    timeout_factor: float = 10.0
+    min_round_timeout: float = 5.0
+    first_round_timeout: float = 120.0
+    probe_timeout: float = 2.0
+    max_recoveries: int = 10
+    spares: int = 0
+    group_size: int | None = None
+    transport: str | None = None
+    rebalance_every: float | None = 30.0
+
+    def __post_init__(self):
+        def put(name, value):     # a frozen dataclass normalizes its own fields here only
+            object.__setattr__(self, name, value)
+
+        put("actors", _check_int("actors", self.actors))
+        put("shards", _check_int("shards", self.shards))
+        if self.mode not in MODES:
+            raise ConfigError("mode", self.mode, f"choose from {list(MODES)}")
+        if self.layout not in (None, "block", "population"):
+            raise ConfigError("layout", self.layout, "choose from ['block', 'population']")
+        if self.max_in_flight is not None:
+            put("max_in_flight", _check_int("max_in_flight", self.max_in_flight))
+        # None: chosen by the number of actors (`auto_group_size`); 0 or 1: the flat shape
+        if self.group_size is not None:
+            put("group_size", max(1, _check_int("group_size", self.group_size, low=0)))
+        if self.transport not in (None, *TRANSPORTS):
+            raise ConfigError("transport", self.transport, f"choose from {list(TRANSPORTS)}")
+        if self.transport == "direct" and self.tree:
+            raise ConfigError("group_size", self.group_size, "the direct transport runs flat rounds (group_size 1): "
+                                                             "the coordinator's work per actor is one socket write")
+        for name in ("round_timeout", "timeout_factor", "min_round_timeout", "first_round_timeout", "probe_timeout"):
+            _check_seconds(name, getattr(self, name))
+        for name in ("timeout_factor", "min_round_timeout", "first_round_timeout", "probe_timeout"):
+            put(name, float(getattr(self, name)))
+        _check_seconds("rebalance_every", self.rebalance_every, zero=True)     # None: never
+        put("max_recoveries", _check_int("max_recoveries", self.max_recoveries, low=0))
+        put("spares", _check_int("spares", self.spares, low=0))
+
+    @property
+    def tree(self) -> bool:
+        """A tree shape was asked for (group_size above 1)."""
+        return (self.group_size or 1) > 1
+
+
+def check_mode(config, mode: str) -> None:
+    """ConfigError naming mode when the run's trust model cannot run in it (before Ray starts, and at open)."""
+    shuffles = trust_model(config).shuffles
+    if shuffles and mode != "per-user":
+        raise ConfigError("mode", mode, "the shuffle trust model runs in per-user mode: its shuffler actors mix the "
+                                        "users' messages, which a population's sum would bypass; use --mode per-user")
+
+
+def check_transport(config, transport: str) -> None:
+    """ConfigError naming transport when the run cannot use it (before Ray starts, and at open)."""
+    if transport == "direct" and trust_model(config).shuffles:
+        raise ConfigError("transport", transport, "the shuffle trust model's rounds go through its shuffler actors "
+                                                  "over Ray; use transport 'ray'")

@@ -1,0 +1,38 @@
+"""Joining or starting the Ray instance a run uses (`ensure_ray`): a new local one on loopback, with token auth."""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+import ray
+
+from ldpfed.engine.ray_security import disable_metrics_export, enable_token_auth
+
+LOOPBACK_NODE_IP = "127.0.0.2"
+
+
+def ensure_ray(address=None, **init_kwargs) -> bool:
+    """Connect to `address` (or RAY_ADDRESS), or start a local Ray; True if this call started it."""
+    if ray.is_initialized():
+        return False
+    kwargs = {"include_dashboard": False, "logging_level": "WARNING", "log_to_driver": True, **init_kwargs}
+    if address is not None or os.environ.get("RAY_ADDRESS"):
+        kwargs.pop("include_dashboard", None)
+        kwargs.pop("num_cpus", None)
+    else:
+        # a new local instance (never attach silently to whatever `ray start` cluster this machine runs), on
+        # loopback: Ray would replace 127.0.0.1 by the machine's outward address, not 127.0.0.2
+        address = "local"
+        kwargs.setdefault("_node_ip_address", LOOPBACK_NODE_IP)
+        # token auth on with a private (0600) token, so Ray neither writes a world-readable one nor warns; no
+        # metrics exporter on all interfaces (see ray_security)
+        enable_token_auth()
+        disable_metrics_export()
+    sigterm = signal.getsignal(signal.SIGTERM)
+    ray.init(address=address, **kwargs)
+    # Ray's core installs a C-level SIGTERM handler in the driver that aborts (SIGABRT, no `finally`, no
+    # checkpoint); a Python handler set before (ldpfed.signals.interruptible) is put back so SIGTERM stops cleanly.
+    if callable(sigterm) and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, sigterm)
+    return True
