@@ -333,7 +333,7 @@ def add_arguments(parser) -> None:
 
     parser.add_argument("--name", default=None,
                         help="the sweep's name (MLflow parent run, results folder); default: the file's, or "
-                             "'custom' when options override the file")
+                             "the file's with the overrides, e.g. 'quick+users2000'")
     over = parser.add_argument_group("overrides of the sweep file's keys (default: the file's value)")
     over.add_argument("--algorithms", default=None, help="comma-separated names, or 'all'")
     over.add_argument("--envs", default=None, help="comma-separated envs, or 'paper' (each algorithm's own)")
@@ -407,14 +407,25 @@ def api_options(args) -> dict:
             "checkpoint_every_s": args.checkpoint_every_s}
 
 
+def overridden_name(base: str, overrides: dict, limit: int = 80) -> str:
+    """A file's sweep run with other keys: its name says which, e.g. "quick+users2000+eps0.5-1" (a sweep's name is
+    letters, digits and . _ + -)."""
+    def text(value):
+        return "-".join(map(text, value)) if isinstance(value, (list, tuple)) else f"{value:g}" \
+            if isinstance(value, float) else str(value)
+
+    name = "+".join([base] + [f"{key}{text(value)}" for key, value in overrides.items()])
+    return re.sub(r"[^\w.+-]", "-", name)[:limit]
+
+
 def load(spec=None, overrides: dict | None = None, name: str | None = None, resume=None, out=OUT,
          ray: dict | None = None) -> tuple[Sweep, Path | None, Path | None]:
     """The sweep to run, validated; the file it came from (None for a mapping or keywords alone); the folder of the
     sweep it continues (None: a new sweep).
 
     spec: a sweep file, a preset's name, a mapping of sweep keys, or None (the overrides alone). overrides: sweep
-    keys over the spec's (None values are left out); with any, a file's sweep is named "custom" unless `name` is
-    given. ray: entries over the [ray] table (actors, shards). resume: a sweep folder to continue, or True for
+    keys over the spec's (None values are left out); with any, a file's sweep is named after the file and them
+    (`overridden_name`) unless `name` is given. ray: entries over the [ray] table (actors, shards). resume: a sweep folder to continue, or True for
     out/<name>; the sweep is then that folder's sweep.toml."""
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
     ray = {k: v for k, v in (ray or {}).items() if v is not None}
@@ -435,7 +446,7 @@ def load(spec=None, overrides: dict | None = None, name: str | None = None, resu
         path = spec if hasattr(spec, "open") and not isinstance(spec, (str, Path)) else locate(spec)
         data = read(path)
     if overrides and path is not None and resume_dir is None:
-        data["name"] = "custom"
+        data["name"] = overridden_name(data.get("name") or path.stem, overrides)
     data.update(overrides)
     if ray:
         data["ray"] = {**data.get("ray", {}), **ray}

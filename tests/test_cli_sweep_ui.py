@@ -141,5 +141,5 @@ def test_the_quick_preset_as_documented_from_outside_the_repository(tmp_path):
     """As the README documents it: `python -m ldpfed sweep quick --users 2000` (every algorithm on Ray, 98 runs)."""
     done = _ldpfed("sweep", "quick", "--users", "2000", cwd=tmp_path, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
-    summary = pd.read_parquet(tmp_path / "results" / "run_all" / "custom" / "summary" / "summary.parquet")
+    summary = pd.read_parquet(tmp_path / "results" / "run_all" / "quick+users2000" / "summary" / "summary.parquet")
     assert (summary["status"] == "FINISHED").all() and (summary["users"] == 2000).all()

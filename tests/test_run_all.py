@@ -100,7 +100,7 @@ def test_a_failing_run_is_reported_and_the_sweep_goes_on(tmp_path, monkeypatch, 
     code = sweep_main(["--engine", "local", "--algorithms", "ldp-sgd", "--users", "200", "--round-size", "20",
                          "--seeds", "0,1", "--eps", "1", "--out", "out", "--no-tracking"])
     assert code == 1
-    summary = pd.read_parquet(tmp_path / "out" / "custom" / "summary" / "summary.parquet")
+    summary = pd.read_parquet(only_folder(tmp_path / "out") / "summary" / "summary.parquet")
     assert summary.set_index("seed")["status"].to_dict() == {0: "FINISHED", 1: "FAILED"}
     err = capsys.readouterr().err
     assert "FAILED ldp-sgd linear eps=1 seed=1" in err and "failed 1" in err
@@ -208,7 +208,7 @@ def test_an_interrupted_sweep_resumes_to_the_same_results(tmp_path, monkeypatch,
 
     monkeypatch.setattr(sweep_runner, "run", interrupted)
     assert sweep_main(args + ["--out", "out"]) == 130
-    folder = tmp_path / "out" / "custom"
+    folder = only_folder(tmp_path / "out")
     err = capsys.readouterr().err
     assert "1 of 3 runs finished" in err and f"--resume {folder}" in err
     assert sweeps_status(folder) == "KILLED"
@@ -217,13 +217,13 @@ def test_an_interrupted_sweep_resumes_to_the_same_results(tmp_path, monkeypatch,
     assert sweep_main(["--resume", str(folder), "--no-tracking"]) == 0
     assert "1 of 3 runs finished earlier, 2 to run" in capsys.readouterr().out
     assert sweeps_status(folder) == "FINISHED" and not list((folder / "checkpoints").glob("*/checkpoint.npz"))
-    whole = pd.read_parquet(tmp_path / "whole" / "custom" / "summary" / "summary.parquet").set_index("key")
+    whole = pd.read_parquet(only_folder(tmp_path / "whole") / "summary" / "summary.parquet").set_index("key")
     resumed = pd.read_parquet(folder / "summary" / "summary.parquet").set_index("key")
     assert sorted(resumed.index) == sorted(whole.index) and (resumed["status"] == "FINISHED").all()
     assert resumed["final_regret"].to_dict() == whole["final_regret"].to_dict()
     assert resumed["resumed_from_round"].dropna().tolist() == [10]
     for key in whole.index:
-        pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "whole" / "custom" / "runs" / key / "table.parquet"),
+        pd.testing.assert_frame_equal(pd.read_parquet(only_folder(tmp_path / "whole") / "runs" / key / "table.parquet"),
                                       pd.read_parquet(folder / "runs" / key / "table.parquet"), check_exact=True)
 
 
@@ -231,3 +231,17 @@ def sweeps_status(folder):
     import json
 
     return json.loads((folder / "sweep.json").read_text())["status"]
+
+
+def only_folder(out):
+    """The one sweep folder under `out` (a file's sweep with overrides is named after them)."""
+    folders = [path for path in out.iterdir() if path.is_dir()]
+    assert len(folders) == 1, folders
+    return folders[0]
+
+
+def test_a_preset_run_with_overrides_is_named_after_them():
+    sweep, path, _ = sweeps.load("quick", {"users": 2000, "eps": [0.5, 1.0], "seeds": [0, 1]})
+    assert sweep.name == "quick+users2000+eps0.5-1+seeds0-1" and path.name == "quick.toml"
+    assert sweeps.load("quick", {"users": 2000}, name="mine")[0].name == "mine"
+    assert sweeps.load("quick")[0].name == "quick"
