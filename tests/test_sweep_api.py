@@ -71,7 +71,8 @@ def test_a_preset_or_a_file_with_keyword_overrides(tmp_path):
     with pytest.raises(ConfigError, match="not a preset"):
         ldpfed.sweep("no-such-preset", out=tmp_path)
     plan = sweep_runner.prepare("quick", overrides={"users": 500, "algorithms": "ols"}, tracking=False, out=tmp_path)
-    assert plan.sweep.name == "custom" and plan.sweep.users == 500 and plan.sweep.algorithms == ("ols",)
+    assert plan.sweep.name == "quick+users500+algorithmsols"         # the preset's, and what overrides it
+    assert plan.sweep.users == 500 and plan.sweep.algorithms == ("ols",)
     assert plan.source == "quick.toml" and {c.algorithm for c in plan.configs} == {"ols"}
 
 
