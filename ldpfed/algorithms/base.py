@@ -231,8 +231,10 @@ class Algorithm:
     def field_noise(self) -> dict:
         """{message field: FieldNoise (kind, variance per entry, added per "user" or once per "round")}: the noise
         the server's aggregate carries under the run's trust model. A server half that corrects for noise reads
-        it here, not off its own mechanisms, which the trust model may have replaced (under "central" the server
-        adds the noise once to a round's sum; under "shuffle" the randomizers run at eps0)."""
+        it here, not off its own mechanisms: under "central" the server adds its twins' noise once to a round's
+        sum instead of theirs; under "shuffle" the mechanisms already run at eps0 (self.eps when setup() ran).
+        Known once the trust model has built the algorithm: read it in initial_state(), update() or between(),
+        not in setup() (no field declared yet: {}) or consts() (under "central": RuntimeError)."""
         from ldpfed.algorithms.trust import LocalTrust
 
         return (self.trust or LocalTrust()).noise(self)

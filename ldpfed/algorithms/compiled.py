@@ -59,6 +59,23 @@ from ldpfed.mechanisms.rows import FieldLayout
 
 
 class Steps(NamedTuple):
+    """The compiled (numba @njit) functions of a CompiledAlgorithm, each about one user or one fold of the server:
+
+    act(model, consts, contexts, i, user, draws, actions): user i of the block (global index `user`) writes its
+      action into actions[i]; draws[i] holds its act_draws numbers from draw_act.
+    prepare(model, consts, contexts, actions, reward, user, i, inputs, counts): user i's clipped data into its
+      row inputs[i], field after field in the order of fields(); its counters into counts[i].
+    weigh(consts, user, row): the public per-user weights, applied to the privatized row in place (no_weights:
+      a plain sum).
+    update(state, consts, sums, start, stop, server): folds the aggregate of users [start, stop) into the state
+      arrays IN PLACE and returns nothing. state: the tuple of the state's arrays in state_keys order; sums: ONE
+      flat float row, each field's per-user values summed over the users, flattened and laid end to end in the
+      order of fields() (or of sum_fields() with a fold); server: draw_server(stop - start, rng), row i for user
+      start + i.
+    finish(consts, user, row) (optional): post-processing of the privatized row before it is sent.
+    fold(consts, user, row, out) (optional, replaces weigh): adds the privatized row into `out`, an aggregate row
+      laid out by sum_fields(), when the aggregate is not a (weighed) sum of the message rows."""
+
     act: object
     prepare: object
     weigh: object
@@ -154,12 +171,19 @@ def weight_loop(steps: Steps):
 
 
 class CompiledAlgorithm(Algorithm):
-    """An algorithm given as compiled per-user steps (see the module doc); the batched methods below run them."""
+    """An algorithm given as compiled per-user steps (`steps()` returns them as Steps); the batched methods below
+    run them, and so does the sequential engine.
+
+    Declarations: `state_keys` (the state dict's arrays, in the order the compiled functions get them),
+    `model_keys` (those every user sees), `metric_names` (prepare's counters), `act_draws` (act's random numbers
+    per user; a class attribute, or set in setup() when it depends on the instance, e.g. self.act_draws = self.K),
+    `action_shape`. Python methods: setup() and fields() (as every Algorithm), consts(), initial_state(rng), and
+    the optional draw_act, draw_server, breaks/between, sum_fields."""
 
     state_keys: tuple = ()       # the state dict's arrays, in the order the compiled functions get them
     model_keys: tuple = ()       # the state arrays every user sees (the published model), in that order
     metric_names: tuple = ()     # prepare's counters, in the order it writes them
-    act_draws: int = 0           # uniforms per user for act
+    act_draws: int = 0           # act's random numbers per user (draw_act's columns; may be set in setup())
     action_shape: tuple = ()     # one user's action: () an arm index (int64), (d,) a point (float64)
 
     def steps(self) -> Steps:
@@ -177,7 +201,11 @@ class CompiledAlgorithm(Algorithm):
         return self.steps()
 
     def consts(self) -> tuple:
-        """The constants of the compiled functions (floats, ints, arrays), from the validated options."""
+        """The constants of the compiled functions (a tuple of floats, ints, arrays), from the validated options.
+        Called once, on the first use of the row layout (`layout()`), which may be while the trust model builds the
+        algorithm (under "central" it derives its twins through layout()): field_noise() is not known yet and
+        raises there; a compiled update that corrects for noise reads field_noise() in initial_state() and keeps
+        it in a state array."""
         return ()
 
     def sum_fields(self) -> dict | None:
@@ -186,15 +214,21 @@ class CompiledAlgorithm(Algorithm):
         return None
 
     def draw_server(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        """The server's random numbers for n users (see the module doc); none by default."""
+        """The server's random numbers for the n users of an update, shape (n, q), drawn from the round's server
+        Generator (the sequential engine's server stream at B = 1); the compiled update gets them as `server`, row
+        i for user start + i (e.g. normals for a Thompson draw). Default (n, 0): none."""
         return np.zeros((n, 0))
 
     def breaks(self, start: int, stop: int) -> list:
-        """Users u in (start, stop] after whose update `between` runs (see the module doc); none by default."""
+        """The users u in (start, stop] after whose update `between` runs (e.g. the last user of an episode);
+        none by default. The sequential engine runs `between` right after user u's update; the batched `update`
+        runs it once, after the round's compiled update, with stop the round's end."""
         return []
 
     def between(self, state: dict, stop: int, rng: np.random.Generator) -> None:
-        """A step in plain Python on the state (in place) after the update of the users up to `stop`."""
+        """A step in plain Python (numpy, scipy) on the state dict, in place, after the update of the users up to
+        `stop`, when `breaks` names a user of the update (e.g. a LASSO solve at the end of an episode); `rng`: a
+        Generator of the server's."""
 
     def round_weights(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
         """(largest |weight|, mean weight) of the users [start, stop), entry-wise over the message row."""
@@ -274,6 +308,9 @@ class CompiledAlgorithm(Algorithm):
         return np.zeros((n, *self.action_shape)) if self.action_shape else np.zeros(n, dtype=np.int64)
 
     def draw_act(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """act's random numbers for n users, shape (n, act_draws): uniforms by default; override it for another
+        law (e.g. rng.standard_normal((n, self.act_draws))). Compiled code does not check bounds, so the shape
+        must match act_draws (the conformance kit's contract check compares them)."""
         return rng.random((n, self.act_draws)) if self.act_draws else np.zeros((n, 0))
 
     def client_inputs(self, model, contexts, actions, rewards, users) -> tuple[np.ndarray, np.ndarray]:
@@ -334,6 +371,9 @@ class CompiledAlgorithm(Algorithm):
         return {field: domain.sum_bounds(users) for field, domain in self.cached_domains().items()}
 
     def update(self, state, sums, start, stop, rng):
+        """The batched update: copies the state, runs the compiled Steps.update on the copy (in place) with the
+        summed fields joined into one flat row and draw_server's numbers, then `between` when breaks(start, stop)
+        names a user; returns the new state (the argument is left alone)."""
         new = {key: np.array(value, copy=True) for key, value in state.items()}
         joined = self.sum_layout().join(sums)
         if self.anonymous_sums():
