@@ -486,3 +486,26 @@ def test_ray_engine_summary_becomes_tags_and_metrics(tmp_path):
     assert saved["population_nodes"] == {"0": "n1", "1": "n2"} and saved["shard_layout"] == [[0, 1], [2]]
     combined = pd.read_parquet(sweep.local_dir / "summary" / "summary.parquet")
     assert combined.loc[0, "engine"] == "ray" and combined.loc[0, "actors"] == 4
+
+
+def test_a_sweep_killed_between_two_writes_of_its_summary_resumes_every_finished_run(tmp_path, monkeypatch):
+    """The combined summary is rewritten at most every COMBINED_EVERY_S while runs go on; a sweep killed hard
+    (no exit) before the next write loses no finished run: a resume finds the unlisted ones by their folders."""
+    from ldpfed.tracking import local
+
+    results = small_results(["ldp-sgd"])
+    tracker = Tracker("kill", enabled=False, out_dir=tmp_path)
+    sweep = tracker.sweep("kill")
+    sweep.__enter__()
+    monkeypatch.setattr(local, "COMBINED_EVERY_S", 3600.0)     # only the first run's row reaches the table
+    rows = [sweep.log_result(result) for result in results]     # ... and no __exit__: killed
+    folder = sweep.local_dir
+    listed = pd.read_parquet(folder / "summary" / "summary.parquet")
+    assert len(listed) == 1 < len(results)
+    resumed = local.LocalSweep(folder, "kill", max_points=50, resume=True)
+    assert resumed.finished_keys == {row["key"] for row in rows}
+    by_key = {str(row["key"]): row for row in resumed.rows}
+    for result, row in zip(results, rows):
+        again = by_key[row["key"]]
+        assert again["final_regret"] == result.summary["final_regret"] and again["seed"] == result.config.seed
+        assert again["privacy_model"] == row["privacy_model"] and again["local_dir"] == row["local_dir"]

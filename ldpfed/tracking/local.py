@@ -8,6 +8,7 @@ checkpoints/<key>/ while a run runs, and the sweep's own `files` (e.g. sweep.tom
 from __future__ import annotations
 
 import logging
+import time
 import warnings
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from ldpfed.tracking.store import first_line
 
 log = logging.getLogger("ldpfed.tracking")
 
+COMBINED_EVERY_S = 5.0       # the combined summary's rewrites while runs go on (see write_combined_soon)
 SUMMARY_FIRST = ["key", "algorithm", "env", "eps", "delta", "seed", "status", "users", "round_size", "engine",
                  "final_regret", "regret_vs_uniform", "final_estimation_error", "elapsed_s", "users_per_s"]
 
@@ -35,6 +37,7 @@ class LocalSweep:
         self.unreadable: list[str] = []             # local files of an earlier session that could not be read
         self.local_errors: list[str] = []           # writes of the sweep's own files that failed (disk full...)
         self.previous: dict = {}                    # sweep.json of the earlier session (resume)
+        self._combined_at = -float("inf")            # when the combined summary was last written (monotonic)
         if resume:
             self._load_previous()
 
@@ -66,6 +69,34 @@ class LocalSweep:
             key = str(row["key"])
             self.rows.append(row)
             self.run_ids[key] = (self.previous.get("runs") or {}).get(key) or row.get("run_id")
+            users = table["users"].to_numpy(dtype=np.int64)
+            keep = records.downsample_index(len(users), self.max_points)
+            self.curves[key] = (users[keep], table["cumulative_regret"].to_numpy(dtype=float)[keep])
+        self._find_unlisted()
+
+    def _find_unlisted(self) -> None:
+        """Finished runs whose folders are complete but whose rows the combined summary had not received yet (the
+        sweep was killed between two writes of it): their rows, rebuilt from their own files."""
+        listed = {str(row["key"]) for row in self.rows}
+        for folder in sorted((self.local_dir / "runs").glob("*/")):
+            key = folder.name
+            if key in listed:
+                continue
+            try:
+                saved = records.read_json(folder / "config.json")
+                summary = records.read_json(folder / "summary.json")
+                table = pd.read_parquet(folder / "table.parquet", columns=["users", "cumulative_regret"])
+            except Exception:  # noqa: BLE001 - an incomplete folder: that run is run again
+                continue
+            if not (folder / "ledger.json").exists():
+                continue
+            tags = saved.get("tags") or {}
+            row = records.summary_row(key, saved.get("config") or {}, "FINISHED", **summary,
+                                      privacy_model=tags.get("privacy_model"), mechanisms=tags.get("mechanisms"),
+                                      local_dir=str(folder.relative_to(self.local_dir)))
+            row["run_id"] = (self.previous.get("runs") or {}).get(key)
+            self.rows.append(row)
+            self.run_ids[key] = row["run_id"]
             users = table["users"].to_numpy(dtype=np.int64)
             keep = records.downsample_index(len(users), self.max_points)
             self.curves[key] = (users[keep], table["cumulative_regret"].to_numpy(dtype=float)[keep])
@@ -127,7 +158,14 @@ class LocalSweep:
     def _add(self, key: str, row: dict) -> None:
         self.run_ids[key] = None
         self.rows.append(row)
-        self.guarded("the combined summary", self.write_combined)
+        self.write_combined_soon()
+
+    def write_combined_soon(self) -> None:
+        """The combined summary while runs go on, at most every COMBINED_EVERY_S: rewriting the whole table after
+        each run made logging quadratic in the runs. The sweep's end writes it whatever happened, and a resume
+        after a hard kill finds the runs it had not listed yet by their folders (`_load_previous`)."""
+        if time.monotonic() - self._combined_at >= COMBINED_EVERY_S:
+            self.guarded("the combined summary", self.write_combined)
 
     def guarded(self, what: str, write) -> None:
         """A write of the sweep's own files while runs go on: a failure (disk full) is reported, not raised, so
@@ -150,6 +188,7 @@ class LocalSweep:
         return frame[first + [c for c in frame.columns if c not in first]]
 
     def write_combined(self) -> None:
+        self._combined_at = time.monotonic()
         frame = self.summary
         if frame.empty:
             return

@@ -205,7 +205,7 @@ class SweepRun(DriverOnly):
                 row["run_id"] = self.local.run_ids[row["key"]] = upload()
             except Exception as exc:  # noqa: BLE001
                 self._mlflow_failed(what, exc)
-            self.local.guarded("the combined summary", self.local.write_combined)
+            self.local.write_combined_soon()
         self.local.guarded("sweep.json", lambda: self.local.write_index(self._index()))
 
     # ------------------------------------------------------------------ helpers
