@@ -403,6 +403,10 @@ def run_tasks(configs, workers, checkpoint_dir, every_s, bar, finish) -> None:
                 continue
             finish(out[ref], result, node=node, node_id=node_id)
         raise
+    except BaseException:          # the driver failed: its tasks must not run on in a Ray that outlives it
+        for ref in out:
+            ray.cancel(ref)
+        raise
 
 
 def runs_per_node(table: pd.DataFrame) -> pd.Series:

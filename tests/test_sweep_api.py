@@ -98,7 +98,7 @@ def test_ctrl_c_during_ray_tasks_keeps_finished_runs_and_resume_completes(ray_se
                 raise KeyboardInterrupt
 
     monkeypatch.setattr(sweep_runner, "SweepProgress", lambda *a, **k: StopAfterTwo())
-    options = {**SWEEP, "progress": True, "verbose": True, "out": tmp_path, "workers": 2}
+    options = {**SWEEP, "progress": True, "verbose": True, "out": tmp_path, "workers": "auto"}   # 2 CPUs
     with pytest.raises(KeyboardInterrupt):
         ldpfed.sweep(name="stopped", **options)
     folder = tmp_path / "stopped"
