@@ -325,8 +325,10 @@ def _run_sweep(plan: Plan, in_ray: bool) -> SweepResult:
         if tracker.ui_command():
             python = shlex.quote(sys.executable)       # this interpreter: the command runs as printed
             say(f"Open the UI:   {python} -m ldpfed ui {local_dir}\n               (or: {tracker.ui_command()})")
-        say(f"Sweep's runs:  {tracker.runs_url(logged.parent_run_id)}")
-        say(f"Its report:    {tracker.artifact_url(logged.parent_run_id, 'report/report.html')}")
+        # the report first: the comparison at a glance (MLflow's runs table cannot be told which columns to show)
+        say(f"Results:       {tracker.artifact_url(logged.parent_run_id, 'report/report.html')}")
+        say(f"Its runs:      {tracker.runs_url(logged.parent_run_id)}  (run names: algorithm, eps, regret, "
+            f"regret over uniform's)")
     if mlflow_lost is not None and plan.verbose:
         print(f"\n{mlflow_lost}\nWhen MLflow is back, upload what it lacks:  python -m ldpfed sync "
               f"{local_dir.resolve()} --tracking-uri {tracker.display_uri}", file=sys.stderr)
