@@ -90,7 +90,7 @@ class SweepResult:
         return grouped_table(self.table)
 
     def runs_per_node(self) -> pd.Series:
-        """Finished runs per node (its IP, and Ray's node id when the run was a Ray task)."""
+        """Finished runs per node (the host's name in the driver's process; IP and Ray's node id for a task)."""
         return runs_per_node(self.table)
 
     def __repr__(self):
@@ -412,8 +412,8 @@ def run_tasks(configs, workers, checkpoint_dir, every_s, bar, finish) -> None:
 
 
 def runs_per_node(table: pd.DataFrame) -> pd.Series:
-    """Finished runs per node of a sweep's table: "IP" for runs in the driver's process, "IP [node id]" for Ray
-    tasks."""
+    """Finished runs per node of a sweep's table: the host's name for runs in the driver's process, "IP [node id]"
+    for Ray tasks."""
     if table.empty or "node" not in table.columns:
         return pd.Series(dtype=int)
     rows = table[table["status"] == "FINISHED"] if "status" in table.columns else table
