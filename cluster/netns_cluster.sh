@@ -38,6 +38,7 @@ RAY="${RAY:-$(command -v ray || true)}"
 PYTHON="${PYTHON:-$(dirname "${RAY:-/x}")/python}"
 VENV="$(cd "$(dirname "$PYTHON")/.." 2>/dev/null && pwd || true)"
 TIMEOUT="${TIMEOUT:-900}"          # seconds for `ray up` (slow on a busy 2-core machine)
+JOB_ARGS="${JOB_ARGS:-}"           # more arguments for cluster/placement_job.py (e.g. --compare-ray)
 # The launcher's autoscaler v1 (Ray 2.60 defaults to v2). Seen here at load ~27 on 2 cores: v2 launched the
 # workers one at a time and, once the first one's start had failed, terminated it and launched neither worker
 # again; v1 launches them together. Neither starts a failed local-provider node again, which is why
@@ -224,7 +225,7 @@ test_cluster() {
         die "the jobs API accepted a wrong token"
     fi
     if ! in_ns ctl env RAY_ADDRESS=http://127.0.0.1:8265 RAY_AUTH_MODE=token timeout "$TIMEOUT" \
-            "$RAY" job submit --working-dir . -- python cluster/placement_job.py > "$STATE/job.log" 2>&1; then
+            "$RAY" job submit --working-dir . -- python cluster/placement_job.py $JOB_ARGS > "$STATE/job.log" 2>&1; then
         tail -n 40 "$STATE/job.log" >&2
         die "the job failed; see $STATE/job.log"
     fi

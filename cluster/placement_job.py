@@ -31,6 +31,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import ray
 
@@ -106,6 +107,10 @@ def main(argv=None) -> int:
     parser.add_argument("--round-size", type=int, default=100, help="round size of the pre-aggregated run")
     parser.add_argument("--per-user-users", type=int, default=12000)
     parser.add_argument("--per-user-round-size", type=int, default=2000)
+    parser.add_argument("--compare-ray", action="store_true",
+                        help="after each run, the same config over Ray calls (transport 'ray') and over the direct "
+                             "transport again, both on warm actors: their median round time and CPU in the run's "
+                             "'compare'")
     args = parser.parse_args(argv)
 
     spec = os.environ.get(PORTS_VAR, "")
@@ -150,6 +155,20 @@ def main(argv=None) -> int:
                          and run["direct_rounds_reported"] in (None, rounds)
                          and set(driver_peers) - {here}
                          and run["same_table_as_run_local"])
+        if args.compare_ray:
+            run["compare"] = {}
+            for transport in ("ray", "direct"):
+                stamps = []
+                again = run_ray(config, actors=len(nodes), shards=len(nodes), mode=mode, transport=transport,
+                                progress=lambda users_done, regret: stamps.append(time.perf_counter()))
+                # a round's wall time: between two progress calls, after the first round (which opens the channels)
+                round_ms = sorted(1e3 * (b - a) for a, b in zip(stamps[1:], stamps[2:]))
+                run["compare"][transport] = {
+                    "round_ms_median": round_ms[len(round_ms) // 2] if round_ms else None,
+                    **{key: again.summary[key] for key in ("transport", "elapsed_s", "cpu_s_driver",
+                                                           "cpu_s_populations", "cpu_s_shards")}}
+                run["compare"][transport]["same_table_as_run_local"] = bool(local.table.equals(again.table))
+                run["ok"] = run["ok"] and run["compare"][transport]["same_table_as_run_local"]
         ok = ok and run["ok"]
         runs.append(run)
     print("PLACEMENT " + json.dumps({"nodes": nodes, "driver_node": here, "channel_ports": spec, "runs": runs,
