@@ -19,7 +19,9 @@ from __future__ import annotations
 import os
 import platform
 import shlex
+import signal
 import sys
+import threading
 import time
 import traceback
 from collections import deque
@@ -385,6 +387,16 @@ def run_tasks(configs, workers, checkpoint_dir, every_s, bar, finish) -> None:
         else:
             finish(config, result, node=node, node_id=node_id)
 
+    # SIGTERM while ray.wait runs reaches us as a bare KeyboardInterrupt (Ray turns the handler's exception into
+    # its own); noting it here keeps it a Terminated, exit status 143.
+    signals = []
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        def on_sigterm(signum, frame):
+            signals.append(signum)
+            raise Terminated(f"received {signal.Signals(signum).name}")
+
+        previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:
         while pending or out:
             while pending and len(out) < capacity():
@@ -394,7 +406,7 @@ def run_tasks(configs, workers, checkpoint_dir, every_s, bar, finish) -> None:
             ready, _ = ray.wait(list(out), num_returns=1, timeout=WAIT_S)
             for ref in ready:
                 collect(ref)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as error:
         for ref in out:
             ray.cancel(ref)
         ready, _ = ray.wait(list(out), num_returns=len(out), timeout=30) if out else ([], [])
@@ -404,11 +416,16 @@ def run_tasks(configs, workers, checkpoint_dir, every_s, bar, finish) -> None:
             except Exception:  # noqa: BLE001 - cancelled (its checkpoint written) or failed: run on resume
                 continue
             finish(out[ref], result, node=node, node_id=node_id)
+        if signals and not isinstance(error, Terminated):
+            raise Terminated("received SIGTERM") from None
         raise
     except BaseException:          # the driver failed: its tasks must not run on in a Ray that outlives it
         for ref in out:
             ray.cancel(ref)
         raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def runs_per_node(table: pd.DataFrame) -> pd.Series:

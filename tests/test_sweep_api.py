@@ -112,3 +112,31 @@ def test_ctrl_c_during_ray_tasks_keeps_finished_runs_and_resume_completes(ray_se
     assert resumed.ok and len(resumed.table) == 9
     whole = ldpfed.sweep(name="whole", out=tmp_path, **SWEEP)
     _tables_equal(whole, resumed)
+
+
+def test_sigterm_during_ray_tasks_stops_as_a_termination(ray_session, tmp_path, monkeypatch, capsys):
+    """SIGTERM while the driver waits in ray.wait (which Ray turns into a bare KeyboardInterrupt) still ends the
+    sweep as terminated: exit status 143 on the command line, the resume line printed."""
+    import os
+    import signal
+    import threading
+
+    import ray
+
+    from ldpfed.signals import Terminated
+
+    real_wait, calls = ray.wait, []
+
+    def wait(refs, num_returns=1, timeout=None, **options):
+        calls.append(len(refs))
+        if len(calls) == 3:      # the signal comes while the driver is inside Ray, waiting for both runs out
+            threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGTERM)).start()
+            return real_wait(refs, num_returns=len(refs), timeout=30)
+        return real_wait(refs, num_returns=num_returns, timeout=timeout, **options)
+
+    monkeypatch.setattr(ray, "wait", wait)
+    with pytest.raises(Terminated):
+        ldpfed.sweep(name="termed", **{**SWEEP, "verbose": True, "out": tmp_path, "workers": "auto"})
+    err = capsys.readouterr().err
+    assert "terminated (SIGTERM)" in err and "ldpfed.sweep(resume=" in err
+    assert json.loads((tmp_path / "termed" / "sweep.json").read_text())["status"] == "KILLED"
