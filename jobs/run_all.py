@@ -2,7 +2,7 @@
 """Run a sweep (algorithms x envs x eps x seeds, from a TOML sweep file) and log it to MLflow.
 
     python jobs/run_all.py                                   # the preset quick: every algorithm, a few minutes
-    python jobs/run_all.py --sweep my-sweep.toml             # a custom sweep (see ldpfed/sweep.py for the keys)
+    python jobs/run_all.py --sweep my-sweep.toml             # a custom sweep (see ldpfed/sweep_spec.py for the keys)
     python jobs/run_all.py --preset example                  # a preset (ldpfed/presets/*.toml)
     python jobs/run_all.py --algorithms ldp-sgd,uniform --eps 0.5,1 --seeds 0-4 --name sgd-vs-uniform
     python jobs/run_all.py --workers 2                       # 2 runs at once, as Ray tasks on a local Ray
@@ -22,7 +22,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ldpfed import sweep as sweeps
+from ldpfed import sweep_spec as sweeps
 from ldpfed import sweep_runner
 from ldpfed.cli import ExamplesHelp
 

@@ -9,7 +9,7 @@ The names below are imported when first used, so `import ldpfed` stays cheap.
 """
 import importlib
 
-_EXPORTS = {"sweep": ("ldpfed.sweep", None), "SweepResult": ("ldpfed.sweep_runner", "SweepResult"),
+_EXPORTS = {"sweep": ("ldpfed.sweep_runner", "sweep"), "SweepResult": ("ldpfed.sweep_runner", "SweepResult"),
             "run": ("ldpfed.engine", "run"), "RunConfig": ("ldpfed.config", "RunConfig"),
             "ConfigError": ("ldpfed.errors", "ConfigError"),
             "TrackingUnavailable": ("ldpfed.tracking.store", "TrackingUnavailable")}

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from ldpfed import sweep as sweeps
+from ldpfed import sweep_spec as sweeps
 from ldpfed.algorithms.trust import TRUST_MODELS, trust_model
 from ldpfed.config import DEFAULT_TRUST, PROFILES, SMALL_GROUPS
 from ldpfed.errors import ConfigError
@@ -164,7 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep = sub.add_parser("sweep", help="run a sweep (a preset or a sweep file) and log it to MLflow",
                            formatter_class=ExamplesHelp, epilog=SWEEP_EXAMPLES,
                            description="Run a sweep: algorithms x envs x eps x seeds, from a sweep file (TOML; the "
-                                       "keys: ldpfed/sweep.py)\nor a preset shipped with ldpfed; options override "
+                                       "keys: ldpfed/sweep_spec.py)\nor a preset shipped with ldpfed; options override "
                                        "the file's keys. Results go to --out/<name> and MLflow.")
     sweep.add_argument("sweep", nargs="?", default="quick", metavar="FILE|PRESET",
                        help=f"a sweep file, or a preset: {_preset_names()}")

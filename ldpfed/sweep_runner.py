@@ -1,4 +1,4 @@
-"""Runs a sweep and logs it: every run of a sweep (ldpfed/sweep.py), each logged as it ends (the local folder first,
+"""Runs a sweep and logs it: every run of a sweep (ldpfed/sweep_spec.py), each logged as it ends (the local folder first,
 then MLflow), a failing run reported without stopping the others, Ctrl-C or SIGTERM leaving a sweep that `resume`
 continues.
 
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ldpfed import sweep as sweeps
+from ldpfed import sweep_spec as sweeps
 from ldpfed.algorithms import REGISTRY
 from ldpfed.engine import run
 from ldpfed.engine.checkpoint import Checkpointer
@@ -126,7 +126,7 @@ def sweep(spec=None, *, name=None, algorithms=None, envs=None, eps=None, seeds=N
     """Run a sweep and return its SweepResult.
 
     spec: a sweep file (TOML), a preset's name ("quick", "paper", "example"), a mapping of sweep keys, or None (the
-    keyword arguments alone). algorithms ... env_params: sweep keys over the spec's (see ldpfed/sweep.py; lists or
+    keyword arguments alone). algorithms ... env_params: sweep keys over the spec's (see ldpfed/sweep_spec.py; lists or
     comma-separated text; seeds also a range or "0-9"); with any of them a file's sweep is named "custom" unless
     `name` is given. actors, shards: the ray engine's actors and shards per run.
     workers: runs at once. 1 (the default without `address`): in this process, one after another; an integer or
@@ -262,7 +262,7 @@ def _run_sweep(plan: Plan, in_ray: bool) -> SweepResult:
     bar = SweepProgress(len(configs), label=f"sweep {sweep.name}") if plan.progress else _Quiet()
     for _ in range(len(configs) - len(todo)):
         bar.finished("(earlier)", failed=False)
-    interrupted, mlflow_lost = None, None
+    mlflow_lost = None
     here = platform.node()
     try:
         with logged:
@@ -281,27 +281,23 @@ def _run_sweep(plan: Plan, in_ray: bool) -> SweepResult:
                     bar.write(f"FAILED {label}: {error}")
                 bar.finished(label, failed=error is not None)
 
-            try:
-                if engine == "local" and in_ray:
-                    run_tasks(todo, plan.workers, checkpoint_dir, plan.checkpoint_every_s, bar, finish)
-                else:
-                    for config in todo:
-                        bar.started(run_label(config))
-                        checkpointer = Checkpointer(checkpoint_dir(config), every_s=plan.checkpoint_every_s)
-                        try:
-                            result = run(config, engine=engine, checkpointer=checkpointer, **options)
-                        except Exception as error:
-                            traceback.print_exc()
-                            finish(config, error=describe_error(error))
-                        else:
-                            finish(config, result)
-            except KeyboardInterrupt as error:
-                interrupted = error
-                raise
-    except KeyboardInterrupt:
+            if engine == "local" and in_ray:
+                run_tasks(todo, plan.workers, checkpoint_dir, plan.checkpoint_every_s, bar, finish)
+            else:
+                for config in todo:
+                    bar.started(run_label(config))
+                    checkpointer = Checkpointer(checkpoint_dir(config), every_s=plan.checkpoint_every_s)
+                    try:
+                        result = run(config, engine=engine, checkpointer=checkpointer, **options)
+                    except Exception as error:
+                        traceback.print_exc()
+                        finish(config, error=describe_error(error))
+                    else:
+                        finish(config, result)
+    except KeyboardInterrupt as error:
         bar.close()
         finished = len(logged.finished_keys)
-        why = "terminated (SIGTERM)" if isinstance(interrupted, Terminated) else "interrupted"
+        why = "terminated (SIGTERM)" if isinstance(error, Terminated) else "interrupted"
         if plan.verbose:
             uri = tracker.display_uri if plan.tracking_uri_given else None
             print(f"\n{why}: {finished} of {len(configs)} runs finished, {len(logged.failures)} failed; the running "

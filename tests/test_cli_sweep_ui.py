@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from ldpfed import sweep as sweeps
+from ldpfed import sweep_spec as sweeps
 from ldpfed.cli import main
 from ldpfed.errors import ConfigError
 from ldpfed.tracking import local_server, ui

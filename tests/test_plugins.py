@@ -249,7 +249,7 @@ def test_cli_reports_a_broken_plugin(tmp_path):
 
 
 def test_a_sweep_runs_a_registered_plugin(registered, tmp_path):
-    from ldpfed import sweep as sweeps
+    from ldpfed import sweep_spec as sweeps
 
     class SweepUcb(Ucb):
         name = "sweep-ucb"

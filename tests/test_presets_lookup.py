@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from ldpfed import cli
-from ldpfed import sweep as sweeps
+from ldpfed import sweep_spec as sweeps
 
 
 def _run(args, cwd):

@@ -52,7 +52,7 @@ def test_cli_profile_option():
 
 
 def test_a_sweep_passes_the_profile():
-    from ldpfed import sweep as sweeps
+    from ldpfed import sweep_spec as sweeps
     from ldpfed.cli import build_parser
 
     args = build_parser().parse_args(["sweep", "quick", "--profile", "authors-code", "--algorithms", "ldp-sgd,uniform",

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from ldpfed import cli
-from ldpfed import sweep as sweeps
+from ldpfed import sweep_spec as sweeps
 from ldpfed import sweep_runner
 from ldpfed.errors import ConfigError
 

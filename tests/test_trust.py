@@ -113,7 +113,7 @@ def test_local_is_unchanged():
 
 
 def test_a_sweep_file_shuffles_its_ldp_algorithms(tmp_path):
-    from ldpfed.sweep import build, configs, read
+    from ldpfed.sweep_spec import build, configs, read
 
     path = tmp_path / "s.toml"
     path.write_text('name = "mixed"\nalgorithms = ["ldp-sgd", "linucb"]\nusers = 4000\nround_size = 2000\n'

@@ -1,7 +1,7 @@
 """A sweep: which runs a job makes, read from a TOML file, a preset, a mapping or keyword arguments, with overrides
 (`load`). The presets quick, paper and example ship with the package (ldpfed/presets/*.toml, package data).
 `add_arguments` / `api_options`: the command line of `python -m ldpfed sweep FILE|PRESET` and jobs/run_all.py.
-The module is callable: `ldpfed.sweep(...)` runs a sweep (ldpfed/sweep_runner.py: `sweep`). The keys:
+`ldpfed.sweep(...)` runs a sweep (ldpfed/sweep_runner.py). The keys:
 
     name = "quick"                      # the sweep's name (MLflow parent run, results folder); default: file stem
     description = "..."                 # one line, shown on the MLflow parent run
@@ -31,9 +31,7 @@ from __future__ import annotations
 
 import math
 import re
-import sys
 import tomllib
-import types
 from dataclasses import dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
@@ -479,16 +477,3 @@ def from_args(args, path, resuming: bool = True) -> tuple[Sweep, Path]:
     sweep, source, _ = load(path, overrides_from_args(args), args.name, resume, args.out,
                             {"actors": args.actors, "shards": args.shards})
     return sweep, source
-
-
-class _CallableModule(types.ModuleType):
-    """`ldpfed.sweep(...)` runs a sweep (ldpfed/sweep_runner.py) while `ldpfed.sweep` stays this module of sweep
-    files: one name for both, as users look for it."""
-
-    def __call__(self, spec=None, **options):
-        from ldpfed.sweep_runner import sweep
-
-        return sweep(spec, **options)
-
-
-sys.modules[__name__].__class__ = _CallableModule
