@@ -120,18 +120,24 @@ def test_sigterm_during_ray_tasks_stops_as_a_termination(ray_session, tmp_path, 
     import os
     import signal
     import threading
+    import time
 
     import ray
 
     from ldpfed.signals import Terminated
 
     real_wait, calls = ray.wait, []
+    def sleep(seconds):
+        time.sleep(seconds)
+
+    slow = ray.remote(num_cpus=0)(sleep)
 
     def wait(refs, num_returns=1, timeout=None, **options):
         calls.append(len(refs))
-        if len(calls) == 3:      # the signal comes while the driver is inside Ray, waiting for both runs out
-            threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGTERM)).start()
-            return real_wait(refs, num_returns=len(refs), timeout=30)
+        if len(calls) == 3:      # the signal comes while the driver is inside Ray's wait (for a 5 s sleep)
+            threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM)).start()
+            real_wait([slow.remote(5)], timeout=4)
+            pytest.fail("the signal did not stop the wait")
         return real_wait(refs, num_returns=num_returns, timeout=timeout, **options)
 
     monkeypatch.setattr(ray, "wait", wait)
