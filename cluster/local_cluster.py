@@ -424,7 +424,7 @@ def main(argv=None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p_start = sub.add_parser("start")
     p_start.add_argument("--workers", type=int, default=2, help="worker nodes besides the head")
-    p_start.add_argument("--cpus-per-node", type=float, default=1)
+    p_start.add_argument("--cpus-per-node", type=int, default=1)
     p_start.add_argument("--port", type=int, default=0, help="GCS port of the head (0: a free one)")
     p_start.add_argument("--dashboard-port", type=int, default=0, help="dashboard and jobs API port (0: a free one)")
     p_start.add_argument("--no-dashboard", action="store_true", help="no dashboard (then no `ray job submit`)")
