@@ -359,9 +359,11 @@ def test_mlflow_server_killed_mid_sweep_then_sync_restores_every_run(tmp_path):
 
 # ---- disk: a failed write fails that run only, corrupt files are skipped and reported, the umask is respected --
 
-def test_a_failed_write_fails_that_run_only_and_corrupt_tables_are_skipped(tmp_path):
-    from ldpfed.tracking import Tracker, records
+def test_a_failed_write_fails_that_run_only_and_corrupt_tables_are_skipped(tmp_path, monkeypatch):
+    from ldpfed.tracking import Tracker, local, records
     from ldpfed.tracking.plots import replot
+
+    monkeypatch.setattr(local, "COMBINED_EVERY_S", 0.0)     # the combined table after every run: its failed write
 
     results = [run_local(small("ldp-sgd", users=120, round_size=20, seed=s)) for s in range(3)]
     blocked = records.run_key(records.config_dict(results[1].config))
