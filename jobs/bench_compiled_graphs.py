@@ -77,7 +77,18 @@ def thread_times(pids) -> dict:
     return out
 
 
-class Population:
+class Serves:
+    """An actor that serves a channel (the direct transport): it closes it on request."""
+
+    serving = None
+
+    def close_channel(self):
+        if self.serving is not None:
+            self.serving.stop()
+            self.serving = None
+
+
+class Population(Serves):
     """A population actor: for a request (model, round) returns (its message for the shard, its metrics)."""
 
     def __init__(self, index: int):
@@ -111,13 +122,8 @@ class Population:
         serving.start(serve, lambda text: None)
         return serving.address
 
-    def close_channel(self):
-        if self.serving is not None:
-            self.serving.stop()
-            self.serving = None
 
-
-class Shard:
+class Shard(Serves):
     """The shard: folds the round's N messages (each checked: shape, finite) into a total; returns a small summary."""
 
     def __init__(self):
@@ -152,11 +158,6 @@ class Shard:
 
         serving.start(serve, lambda text: None)
         return serving.address
-
-    def close_channel(self):
-        if self.serving is not None:
-            self.serving.stop()
-            self.serving = None
 
 
 def expected_total(actors: int, nbytes: int, model_first: float, r: int):
