@@ -3,10 +3,12 @@
 On a terminal the bar redraws in place; in a log file (CI, `ray job submit`) it prints a line at most every
 LOG_INTERVAL seconds and at the end, so logs stay short.
 
-Rates are averages since the start of the work (smoothing=0), not moving averages: a run's bar then ends on the
-same users/s as the run's summary, whose clock starts when the engine starts its first round. An engine calls
-`progress(0, 0.0)` at that moment, which restarts the bar's clock (Ray start-up and actor creation before it are
-not counted, as in the summary).
+Rates are averages (smoothing=0), not moving averages. A run's bar counts from the end of its first round: that
+round pays what a run pays once (new actor processes importing and loading compiled code, the first compile), which
+would make the first lines' rate and ETA absurd (hours for a run of a minute on Ray); until the second round ends
+the bar shows no rate and no ETA. Its last line, like the summary's users/s, counts every round. An engine calls `progress(0, 0.0)` when
+it starts its first round, which restarts the bar's clock (Ray start-up and actor creation before it are not
+counted, as in the summary).
 """
 from __future__ import annotations
 
@@ -37,9 +39,30 @@ class _Lines:
         self.stream.flush()
 
 
+class _Bar(tqdm):
+    """tqdm whose rate (and so its ETA) can leave out a warm-up while it runs: `warm` = (time, n) at the warm-up's
+    end, None while the warm-up lasts (no rate yet), or False (the default: tqdm's own average since the start).
+    The last line gives the average since the start."""
+
+    warm = False
+
+    @property
+    def format_dict(self):
+        values = super().format_dict
+        if self.total and self.n >= self.total:      # the last line: the whole run's average, as in the summary
+            return values
+        if self.warm is None:
+            values["rate"] = None
+        elif self.warm:
+            since, before = self.warm
+            spent = self._time() - since
+            values["rate"] = (self.n - before) / spent if spent > 0 and self.n > before else None
+        return values
+
+
 def _bar(total: int, label: str, unit: str, stream, log_interval: float = LOG_INTERVAL) -> tqdm:
     live = _live(stream)
-    return tqdm(total=total, desc=label, unit=unit, file=stream if live else _Lines(stream), smoothing=0,
+    return _Bar(total=total, desc=label, unit=unit, file=stream if live else _Lines(stream), smoothing=0,
                 dynamic_ncols=live, ncols=None if live else 130, mininterval=0.2 if live else log_interval,
                 leave=True)
 
@@ -55,13 +78,20 @@ class Progress:
         from ldpfed.jit import compile_seconds
 
         if done == 0:
-            self.bar.reset()            # the engine starts its first round now: the rate counts from here
+            self.bar.reset()            # the engine starts its first round now: the clock counts from here
+            self.bar.warm = None        # no rate until the first round is over
             self._compiled = compile_seconds()
             return
         # numba's compile time during the run is not the simulation's: the summary's users_per_s leaves it out too
         compiled = compile_seconds()
-        shifted = self.bar.start_t + compiled - getattr(self, "_compiled", compiled)
+        spent = compiled - getattr(self, "_compiled", compiled)
+        shifted = self.bar.start_t + spent
         self.bar.start_t = min(shifted, time.time() - 1e-6)     # never after now: tqdm's elapsed stays positive
+        if self.bar.warm is None:
+            self.bar.warm = (self.bar._time(), done)          # the first round is over: the rate counts from here
+        elif self.bar.warm:
+            since, before = self.bar.warm
+            self.bar.warm = (min(since + spent, self.bar._time() - 1e-6), before)
         # tqdm's close prints the final line only if a line was printed since its start: keep that order
         self.bar.last_print_t = max(self.bar.last_print_t, self.bar.start_t)
         self._compiled = compiled

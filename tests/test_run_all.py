@@ -245,3 +245,24 @@ def test_a_preset_run_with_overrides_is_named_after_them():
     assert sweep.name == "quick+users2000+eps0.5-1+seeds0-1" and path.name == "quick.toml"
     assert sweeps.load("quick", {"users": 2000}, name="mine")[0].name == "mine"
     assert sweeps.load("quick")[0].name == "quick"
+
+
+def test_a_runs_bar_leaves_its_first_round_out_of_the_rate_and_eta():
+    """A first round that pays a run's start (actors importing, compiled code loading) would make the first lines'
+    ETA hours long: the rate counts from the end of the first round, and shows nothing before it."""
+    import io
+    import time
+
+    from ldpfed.progress import Progress
+
+    bar = Progress(10_000, "t", stream=io.StringIO())
+    bar(0, 0.0)
+    time.sleep(1.0)                          # a slow first round
+    bar(100, 1.0)
+    assert bar.bar.format_dict["rate"] is None
+    for k in (2, 3, 4):                      # then fast ones
+        time.sleep(0.01)
+        bar(100 * k, 1.0)
+    whole = 400 / 1.0                        # at most: 400 users in over a second since the start
+    assert bar.bar.format_dict["rate"] > 3 * whole
+    bar.close()
