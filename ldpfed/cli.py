@@ -10,7 +10,7 @@ from pathlib import Path
 from ldpfed import sweep_spec as sweeps
 from ldpfed.algorithms.trust import TRUST_MODELS, trust_model
 from ldpfed.config import DEFAULT_TRUST, PROFILES, SMALL_GROUPS
-from ldpfed.errors import ConfigError
+from ldpfed.errors import ConfigError, integer
 from ldpfed.plugins import PluginError
 from ldpfed.tracking.store import TrackingUnavailable
 
@@ -35,13 +35,11 @@ def _key_value(text: str):
 
 
 def _positive_int(text: str) -> int:
+    """A count from the command line: an integer >= 1, also written as 1e5 (ldpfed.errors.integer checks it)."""
     try:
-        value = int(float(text)) if "e" in text.lower() else int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1 or ("e" in text.lower() and float(text) != value):
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+        return integer("value", float(text) if "e" in text.lower() else int(text))
+    except (ValueError, ConfigError):
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
 
 
 def _float(text: str) -> float:

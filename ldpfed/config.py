@@ -6,7 +6,7 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from ldpfed import memory
-from ldpfed.errors import ConfigError
+from ldpfed.errors import ConfigError, integer
 
 # "paper": the papers' text, privacy-correct (the default). "authors-code": the choices of the authors' public code
 # where it differs from the text (rewards, clip rules, steps, initialisation, estimators, contexts); algorithms and
@@ -58,18 +58,14 @@ class RunConfig:
             raise ConfigError("env", self.env, f"unknown{did_you_mean(self.env, ENVS)}; choose from {sorted(ENVS)}")
         if self.env not in algo.env_kinds:
             raise ConfigError("env", self.env, f"{self.algorithm} runs on {list(algo.env_kinds)}")
-        for name in ("users", "round_size", "populations"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(name, value, "must be a positive integer")
+        for name, minimum in (("users", 1), ("round_size", 1), ("populations", 1), ("seed", 0), ("shufflers", 1)):
+            object.__setattr__(self, name, integer(name, getattr(self, name), minimum))
         if self.populations > self.round_size:
             raise ConfigError("populations", self.populations, f"more populations than users per round ({self.round_size})")
         if not (isinstance(self.eps, (int, float)) and math.isfinite(self.eps) and self.eps > 0):
             raise ConfigError("eps", self.eps, "must be a finite number > 0")
         if not (isinstance(self.delta, (int, float)) and 0 < self.delta < 1):
             raise ConfigError("delta", self.delta, "must be in (0, 1)")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ConfigError("seed", self.seed, "must be an integer >= 0")
         if self.profile not in PROFILES:
             raise ConfigError("profile", self.profile, f"unknown; choose from {list(PROFILES)}")
         from ldpfed.algorithms.trust import TRUST_MODELS
@@ -77,8 +73,6 @@ class RunConfig:
         if self.trust not in TRUST_MODELS:
             raise ConfigError("trust", self.trust, f"unknown{did_you_mean(self.trust, TRUST_MODELS)}; choose from "
                                                    f"{sorted(TRUST_MODELS)}")
-        if isinstance(self.shufflers, bool) or not isinstance(self.shufflers, int) or self.shufflers < 1:
-            raise ConfigError("shufflers", self.shufflers, "must be a positive integer")
         if self.small_groups not in SMALL_GROUPS:
             raise ConfigError("small_groups", self.small_groups, f"unknown; choose from {list(SMALL_GROUPS)}")
         TRUST_MODELS[self.trust]().check(self)       # options only another trust model takes

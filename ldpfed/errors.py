@@ -1,4 +1,7 @@
-"""Errors raised on bad input: each names the offending field and its value."""
+"""Errors raised on bad input: each names the offending field and its value; and the one check of an integer
+option, used by every layer that takes one (config, env and engine options, sweep files, the command line)."""
+
+import numbers
 
 
 class ConfigError(ValueError):
@@ -7,6 +10,16 @@ class ConfigError(ValueError):
     def __init__(self, field: str, value, reason: str):
         self.field, self.value, self.reason = field, value, reason
         super().__init__(f"{field}={value!r}: {reason}")
+
+
+def integer(name: str, value, minimum: int = 1) -> int:
+    """`value` as an int if it is a whole number >= minimum (an int, a NumPy integer, or a float such as 1e5 with no
+    fractional part; never a bool), else ConfigError naming `name`."""
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        if isinstance(value, numbers.Integral) or float(value).is_integer():
+            if value >= minimum:
+                return int(value)
+    raise ConfigError(name, value, f"must be an integer >= {minimum}")
 
 
 def describe_error(error: BaseException) -> str:

@@ -37,7 +37,7 @@ from importlib import resources
 from pathlib import Path
 
 from ldpfed.config import DEFAULT_TRUST
-from ldpfed.errors import ConfigError
+from ldpfed.errors import ConfigError, integer
 
 ENGINES = ("local", "ray")
 EXPERIMENT, OUT = "run_all", "results/run_all"     # where sweeps go unless told (`ldpfed sync` assumes the same)
@@ -129,11 +129,7 @@ def _names(value, where: str, known) -> tuple:
 
 
 def _positive(value, where: str) -> int:
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(where, value, "must be a positive integer")
-    return value
+    return integer(where, value)
 
 
 def build(data: dict, source: str = "sweep") -> Sweep:
@@ -370,14 +366,10 @@ def parse_workers(value, where: str = "workers"):
     """None (the default: 1 without an address, the cluster's CPUs with one), "auto" or an integer >= 1."""
     if value is None or value == "auto":
         return value
-    if isinstance(value, str):
-        try:
-            value = int(value)
-        except ValueError:
-            raise ConfigError(where, value, "a positive integer or 'auto'") from None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(where, value, "a positive integer or 'auto'")
-    return value
+    try:
+        return integer(where, int(value) if isinstance(value, str) else value)
+    except (ValueError, ConfigError):
+        raise ConfigError(where, value, "an integer >= 1 or 'auto'") from None
 
 
 def overrides_from_args(args) -> dict:

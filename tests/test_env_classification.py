@@ -86,10 +86,15 @@ def test_step_needs_its_contexts():
 
 
 @pytest.mark.parametrize("params,field", [
-    ({"d": 1}, "env_params.d"), ({"d": 66}, "env_params.d"), ({"d": 4.0}, "env_params.d"),
+    ({"d": 1}, "env_params.d"), ({"d": 66}, "env_params.d"), ({"d": 4.5}, "env_params.d"),
     ({"dim": 10}, "env_params.dim"), ({"K": 5}, "env_params.K"),
 ])
 def test_bad_params_are_rejected(params, field):
     with pytest.raises(ConfigError) as err:
         make(**params)
     assert err.value.field == field
+
+
+def test_a_whole_float_is_taken_as_its_integer():
+    """One check for every integer option (ldpfed.errors.integer): 4.0 (JSON, TOML) is the integer 4."""
+    assert make(d=4.0).d == 4 and isinstance(make(d=4.0).d, int)

@@ -4,20 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 
 from ldpfed.algorithms.trust import trust_model
 from ldpfed.engine.ray_shard import MODES
-from ldpfed.errors import ConfigError
+from ldpfed.errors import ConfigError, integer
 
 # How a round's messages travel (see RayBackend's transport).
 TRANSPORTS = ("ray", "direct")
 
 
-def _check_int(name, value, low=1):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise ConfigError(name, value, f"must be an integer >= {low}")
-    return int(value)
 
 
 def _check_seconds(name, value, zero: bool = False) -> None:
@@ -52,17 +47,17 @@ class RayOptions:
         def put(name, value):     # a frozen dataclass normalizes its own fields here only
             object.__setattr__(self, name, value)
 
-        put("actors", _check_int("actors", self.actors))
-        put("shards", _check_int("shards", self.shards))
+        put("actors", integer("actors", self.actors))
+        put("shards", integer("shards", self.shards))
         if self.mode not in MODES:
             raise ConfigError("mode", self.mode, f"choose from {list(MODES)}")
         if self.layout not in (None, "block", "population"):
             raise ConfigError("layout", self.layout, "choose from ['block', 'population']")
         if self.max_in_flight is not None:
-            put("max_in_flight", _check_int("max_in_flight", self.max_in_flight))
+            put("max_in_flight", integer("max_in_flight", self.max_in_flight))
         # None: chosen by the number of actors (`auto_group_size`); 0 or 1: the flat shape
         if self.group_size is not None:
-            put("group_size", max(1, _check_int("group_size", self.group_size, low=0)))
+            put("group_size", max(1, integer("group_size", self.group_size, 0)))
         if self.transport not in (None, *TRANSPORTS):
             raise ConfigError("transport", self.transport, f"choose from {list(TRANSPORTS)}")
         if self.transport == "direct" and self.tree:
@@ -73,8 +68,8 @@ class RayOptions:
         for name in ("timeout_factor", "min_round_timeout", "first_round_timeout", "probe_timeout"):
             put(name, float(getattr(self, name)))
         _check_seconds("rebalance_every", self.rebalance_every, zero=True)     # None: never
-        put("max_recoveries", _check_int("max_recoveries", self.max_recoveries, low=0))
-        put("spares", _check_int("spares", self.spares, low=0))
+        put("max_recoveries", integer("max_recoveries", self.max_recoveries, 0))
+        put("spares", integer("spares", self.spares, 0))
 
     @property
     def tree(self) -> bool:

@@ -12,7 +12,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from ldpfed.errors import ConfigError
+from ldpfed.errors import ConfigError, integer
 from ldpfed.jit import loops
 
 
@@ -152,12 +152,6 @@ class Env:
 
     def describe(self) -> dict:
         return {"env": self.name, "d": self.d, "K": self.K, **self.params}
-
-
-def positive_int(name: str, value, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ConfigError(name, value, f"must be an integer >= {minimum}")
-    return int(value)
 
 
 def nonneg_float(name: str, value) -> float:

@@ -25,8 +25,8 @@ from functools import lru_cache
 import numpy as np
 from numba import njit
 
-from ldpfed.envs.base import Env, EnvSteps, positive_int, step_loop
-from ldpfed.errors import ConfigError
+from ldpfed.envs.base import Env, EnvSteps, step_loop
+from ldpfed.errors import ConfigError, integer
 
 N_FEATURES = 64   # 8x8 pixels
 
@@ -63,7 +63,7 @@ class DigitsClassification(Env):
 
     def __init__(self, rng, users, **params):
         super().__init__(rng, users, **params)
-        self.d = positive_int("env_params.d", self.params["d"], 2)
+        self.d = integer("env_params.d", self.params["d"], 2)
         if self.d > N_FEATURES + 1:
             raise ConfigError("env_params.d", self.d, f"at most {N_FEATURES + 1} (64 pixels plus a bias)")
         self.X, self.labels = digits_features(self.d)

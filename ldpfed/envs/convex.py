@@ -28,8 +28,8 @@ from dataclasses import replace
 import numpy as np
 from numba import njit
 
-from ldpfed.envs.base import Env, EnvSteps, nonneg_float, positive_int, unit_sphere
-from ldpfed.errors import ConfigError
+from ldpfed.envs.base import Env, EnvSteps, nonneg_float, unit_sphere
+from ldpfed.errors import ConfigError, integer
 
 
 def uniform_ball(rng: np.random.Generator, n: int, d: int, radius: float = 1.0) -> np.ndarray:
@@ -44,7 +44,7 @@ class ConvexBall(Env):
 
     def __init__(self, rng, users, **params):
         super().__init__(rng, users, **params)
-        self.d = positive_int("env_params.d", self.params["d"])
+        self.d = integer("env_params.d", self.params["d"])
         self.K = 0
         self.radius = nonneg_float("env_params.radius", self.params["radius"])
         if self.radius <= 0:

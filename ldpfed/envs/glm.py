@@ -18,8 +18,8 @@ from dataclasses import replace
 import numpy as np
 from numba import njit
 
-from ldpfed.errors import ConfigError
-from ldpfed.envs.base import Env, EnvSteps, nonneg_float, positive_int, unit_sphere
+from ldpfed.errors import ConfigError, integer
+from ldpfed.envs.base import Env, EnvSteps, nonneg_float, unit_sphere
 from ldpfed.envs.sphere import sphere_points
 from ldpfed.links import mean_function
 
@@ -30,8 +30,8 @@ class GLMContextual(Env):
 
     def __init__(self, rng, users, **params):
         super().__init__(rng, users, **params)
-        self.d = positive_int("env_params.d", self.params["d"])
-        self.K = positive_int("env_params.K", self.params["K"], 2)
+        self.d = integer("env_params.d", self.params["d"])
+        self.K = integer("env_params.K", self.params["K"], 2)
         self.noise_std = nonneg_float("env_params.noise_std", self.params["noise_std"])
         if self.params["contexts"] not in ("sphere", "gaussian"):
             raise ConfigError("env_params.contexts", self.params["contexts"], "must be 'sphere' or 'gaussian'")

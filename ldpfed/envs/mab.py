@@ -6,8 +6,8 @@ from dataclasses import replace
 import numpy as np
 from numba import njit
 
-from ldpfed.envs.base import Env, EnvSteps, positive_int
-from ldpfed.errors import ConfigError
+from ldpfed.envs.base import Env, EnvSteps
+from ldpfed.errors import ConfigError, integer
 
 
 class PiecewiseBernoulli(Env):
@@ -24,8 +24,8 @@ class PiecewiseBernoulli(Env):
 
     def __init__(self, rng, users, **params):
         super().__init__(rng, users, **params)
-        self.K = positive_int("env_params.K", self.params["K"], 2)
-        n_breaks = positive_int("env_params.breakpoints", self.params["breakpoints"], 0)
+        self.K = integer("env_params.K", self.params["K"], 2)
+        n_breaks = integer("env_params.breakpoints", self.params["breakpoints"], 0)
         if n_breaks >= users:
             raise ConfigError("env_params.breakpoints", n_breaks, f"must be fewer than the {users} users")
         self.change_points = np.array([(i + 1) * users // (n_breaks + 1) for i in range(n_breaks)], dtype=np.int64)

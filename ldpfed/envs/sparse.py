@@ -20,9 +20,9 @@ from dataclasses import replace
 import numpy as np
 from numba import njit
 
-from ldpfed.envs.base import Env, EnvSteps, nonneg_float, positive_int
+from ldpfed.envs.base import Env, EnvSteps, nonneg_float
 from ldpfed.envs.glm import IDENTITY, _single_step
-from ldpfed.errors import ConfigError
+from ldpfed.errors import ConfigError, integer
 
 
 def _real(name: str, value) -> float:
@@ -66,9 +66,9 @@ class ArmPool(_LinearSingle):
 
     def __init__(self, rng, users, **params):
         super().__init__(rng, users, **params)
-        self.d = positive_int("env_params.d", self.params["d"])
-        self.pool_size = positive_int("env_params.pool", self.params["pool"], 2)
-        self.K = positive_int("env_params.K", self.params["K"], 2)
+        self.d = integer("env_params.d", self.params["d"])
+        self.pool_size = integer("env_params.pool", self.params["pool"], 2)
+        self.K = integer("env_params.K", self.params["K"], 2)
         if self.K > self.pool_size:
             raise ConfigError("env_params.K", self.K, f"cannot show more arms than the pool of {self.pool_size}")
         self.noise_std = nonneg_float("env_params.noise_std", self.params["noise_std"])
@@ -124,9 +124,9 @@ class SparseLinear(_LinearSingle):
 
     def __init__(self, rng, users, **params):
         super().__init__(rng, users, **params)
-        self.d = positive_int("env_params.d", self.params["d"])
-        self.K = positive_int("env_params.K", self.params["K"], 2)
-        self.sparsity = positive_int("env_params.s0", self.params["s0"])
+        self.d = integer("env_params.d", self.params["d"])
+        self.K = integer("env_params.K", self.params["K"], 2)
+        self.sparsity = integer("env_params.s0", self.params["s0"])
         if self.sparsity > self.d:
             raise ConfigError("env_params.s0", self.sparsity, f"must be <= d = {self.d}")
         self.noise_std = nonneg_float("env_params.noise_std", self.params["noise_std"])
