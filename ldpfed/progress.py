@@ -3,12 +3,12 @@
 On a terminal the bar redraws in place; in a log file (CI, `ray job submit`) it prints a line at most every
 LOG_INTERVAL seconds and at the end, so logs stay short.
 
-Rates are averages (smoothing=0), not moving averages. A run's bar counts from the end of its first round: that
-round pays what a run pays once (new actor processes importing and loading compiled code, the first compile), which
-would make the first lines' rate and ETA absurd (hours for a run of a minute on Ray); until the second round ends
-the bar shows no rate and no ETA. Its last line, like the summary's users/s, counts every round. An engine calls `progress(0, 0.0)` when
-it starts its first round, which restarts the bar's clock (Ray start-up and actor creation before it are not
-counted, as in the summary).
+Rates are averages (smoothing=0), not moving averages. While a run goes on, its bar's rate counts from the end of
+its first round: that round pays what a run pays once (new actor processes importing and loading compiled code, the
+first compile), which would make the first lines' rate and ETA absurd (hours for a run of a minute on Ray); until
+the first round is over the bar shows no rate and no ETA. Its last line, like the summary's users/s, counts every
+round. An engine calls `progress(0, 0.0)` when it starts its first round, which restarts the bar's clock (Ray
+start-up and actor creation before it are not counted, as in the summary).
 """
 from __future__ import annotations
 

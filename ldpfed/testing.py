@@ -116,10 +116,9 @@ def check_algorithm(cls_or_name, env=None, *, params=None, env_params=None, eps=
     try:
         reports = {}
         for setting, kwargs in runs:
-            subject = Subject(cls, ray=ray, **kwargs)
-            if setting:
-                subject.name = f"{cls.name} [{setting_label(setting)}]"
-            reports[setting_label(setting)] = {name: _run(name, subject) for name in selected}
+            label = setting_label(setting)
+            subject = Subject(cls, ray=ray, name=f"{cls.name} [{label}]" if setting else None, **kwargs)
+            reports[label] = {name: _run(name, subject) for name in selected}
         return reports[""] if settings is None else reports
     finally:
         if added:
@@ -197,8 +196,10 @@ def _run(name: str, subject: "Subject") -> str:
 class Subject:
     """The algorithm under test and the run it is checked in; every check builds its own instance."""
 
-    def __init__(self, cls, env, *, eps, delta, users, round_size, seed, ray, params=None, env_params=None):
-        self.cls, self.name = cls, cls.name     # name: what a failure calls it (the setting too, when there are several)
+    def __init__(self, cls, env, *, eps, delta, users, round_size, seed, ray, params=None, env_params=None,
+                 name=None):
+        self.cls = cls
+        self.name = name or cls.name     # what a failure calls it (with the setting, when there are several)
         self.eps, self.delta, self.users, self.round_size, self.seed = eps, delta, users, round_size, seed
         self.ray = ray
         self.env_name = env

@@ -69,10 +69,14 @@ class LocalSweep:
             key = str(row["key"])
             self.rows.append(row)
             self.run_ids[key] = (self.previous.get("runs") or {}).get(key) or row.get("run_id")
-            users = table["users"].to_numpy(dtype=np.int64)
-            keep = records.downsample_index(len(users), self.max_points)
-            self.curves[key] = (users[keep], table["cumulative_regret"].to_numpy(dtype=float)[keep])
+            self._keep_curve(key, table)
         self._find_unlisted()
+
+    def _keep_curve(self, key: str, table: pd.DataFrame) -> None:
+        """A finished run's cumulative-regret curve (for the sweep's plots), from its table's two columns."""
+        users = table["users"].to_numpy(dtype=np.int64)
+        keep = records.downsample_index(len(users), self.max_points)
+        self.curves[key] = (users[keep], table["cumulative_regret"].to_numpy(dtype=float)[keep])
 
     def _find_unlisted(self) -> None:
         """Finished runs whose folders are complete but whose rows the combined summary had not received yet (the
@@ -97,9 +101,7 @@ class LocalSweep:
             row["run_id"] = (self.previous.get("runs") or {}).get(key)
             self.rows.append(row)
             self.run_ids[key] = row["run_id"]
-            users = table["users"].to_numpy(dtype=np.int64)
-            keep = records.downsample_index(len(users), self.max_points)
-            self.curves[key] = (users[keep], table["cumulative_regret"].to_numpy(dtype=float)[keep])
+            self._keep_curve(key, table)
 
     @property
     def finished_keys(self) -> set[str]:
