@@ -128,10 +128,6 @@ def _names(value, where: str, known) -> tuple:
     return tuple(dict.fromkeys(value))
 
 
-def _positive(value, where: str) -> int:
-    return integer(where, value)
-
-
 def build(data: dict, source: str = "sweep") -> Sweep:
     """A validated Sweep from a mapping (a parsed TOML file, with overrides); errors name `source` and the key."""
     from ldpfed.algorithms import REGISTRY
@@ -168,11 +164,11 @@ def build(data: dict, source: str = "sweep") -> Sweep:
         envs=_names(data.get("envs", "paper"), f"{source}: envs", ENVS),
         eps=parse_eps(data.get("eps", [1.0]), f"{source}: eps"),
         seeds=parse_seeds(data.get("seeds", [0]), f"{source}: seeds"),
-        users=None if users is None else _positive(users, f"{source}: users"),
-        round_size=_positive(data.get("round_size", 1), f"{source}: round_size"),
-        populations=_positive(data.get("populations", 1), f"{source}: populations"),
+        users=None if users is None else integer(f"{source}: users", users),
+        round_size=integer(f"{source}: round_size", data.get("round_size", 1)),
+        populations=integer(f"{source}: populations", data.get("populations", 1)),
         delta=None if delta is None else float(delta), engine=engine, profile=profile, trust=trust,
-        shufflers=_positive(data.get("shufflers", 1), f"{source}: shufflers"), small_groups=small_groups)
+        shufflers=integer(f"{source}: shufflers", data.get("shufflers", 1)), small_groups=small_groups)
     for key in ("ray", "params", "env_params"):
         value = data.get(key, {})
         if not isinstance(value, dict):
