@@ -23,6 +23,15 @@ from ldpfed.shuffling import check_groups, shard_of_chunk, shuffle_share
 from ldpfed.threads import limit as limit_threads
 
 
+def placed() -> dict:
+    """What Ray gave this actor process: its placement group (None outside one) and the CPUs it holds."""
+    if not ray.is_initialized() or ray.get_runtime_context().get_actor_id() is None:
+        return {"placement_group": None, "cpus": None}      # driven in-process (tests, stress tools)
+    context = ray.get_runtime_context()
+    return {"placement_group": context.get_placement_group_id(),
+            "cpus": context.get_assigned_resources().get("CPU", 0.0)}
+
+
 class ServesRounds:
     """What the actors that serve rounds over channels (transport "direct") share: one `Serving` at a time, closed
     before the next one and before the actor is configured for another run."""
@@ -49,8 +58,9 @@ class ServesRounds:
 class PopulationActor(ServesRounds):
     """Hosts a fixed set of logical populations; builds its env and algorithm (client half) once per run.
 
-    An actor process can be reused by the next run in the same Ray session (`configure` replaces everything):
-    starting a Python worker that imports numpy, scipy and pandas costs seconds on a busy machine.
+    An actor process can be configured again (`configure` replaces everything): a run's spare takes over a dead
+    actor's part, since starting a Python worker that imports numpy, scipy and pandas costs seconds on a busy
+    machine.
     """
 
     def __init__(self, config=None, populations=(), plan=None):
@@ -142,7 +152,7 @@ class PopulationActor(ServesRounds):
 
     def stats(self) -> dict:
         return {"peak_rss": peak_rss_bytes(), "rss": current_rss_bytes(), "pid": os.getpid(),
-                "cpu_s": time.process_time()}
+                "cpu_s": time.process_time(), **placed()}
 
 
 class ShufflerActor:
@@ -190,7 +200,7 @@ class ShufflerActor:
 
     def stats(self) -> dict:
         return {"messages": self.messages, "busy_s": self.busy_s, "latency_counts": self.latency.counts,
-                "peak_rss": peak_rss_bytes(), "pid": os.getpid(), "cpu_s": time.process_time()}
+                "peak_rss": peak_rss_bytes(), "pid": os.getpid(), "cpu_s": time.process_time(), **placed()}
 
 
 class ShardActor(ServesRounds):
@@ -268,7 +278,7 @@ class ShardActor(ServesRounds):
     def stats(self) -> dict:
         self.close_channel()      # asked at the end of a run (or before its channels open): its rounds are over
         with self.lock:
-            return {**self.core.stats(), "pid": os.getpid(), "cpu_s": time.process_time()}
+            return {**self.core.stats(), "pid": os.getpid(), "cpu_s": time.process_time(), **placed()}
 
     def open_channel(self, key: bytes, actors: int):
         """Serve this run's rounds over channels (transport "direct", ldpfed.engine.channels): take the connections

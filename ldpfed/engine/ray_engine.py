@@ -39,6 +39,7 @@ this module composes them into `RayBackend` and `run_ray`, and hands their names
 from __future__ import annotations
 
 import collections
+import math
 import time
 import warnings
 
@@ -81,7 +82,9 @@ class RayBackend(Backend):
     them, one at a time from the node with the most of this run's actors, while that evens the load (a population
     actor keeps nothing between rounds: the new one is configured and the old one killed, and the results stay the
     same bits); each move is in the summary's `rebalances`. Shards stay where they are (they hold the run's
-    counters). 0: at every round; None: never.
+    counters). A moved actor runs outside the run's placement group (which has no bundle on a node that joined
+    after it was placed), asking for its CPUs on the joined node: only as many move onto a node as it has CPUs free,
+    and the bundle it left goes to the spares. 0: at every round; None: never.
 
     group_size: the shape of a round. 0 or 1: flat (the driver calls every population actor). g >= 2: a tree (the
     actors in contiguous groups of g, the last one smaller; the driver calls each group's first actor, which calls
@@ -97,6 +100,16 @@ class RayBackend(Backend):
     None (default): "direct", except for a tree (group_size > 1) or the shuffle trust model ("ray"), and if the
     channels cannot be opened before the run's first round (e.g. a firewall between the nodes' processes), the run
     goes on with Ray calls, with a warning (`transport_fallback` in the summary says why).
+
+    CPUs and placement: each population actor asks Ray for `actor_cpus` CPUs, each shard and shuffler for
+    `shard_cpus` (fractions allowed; None, the default: what fits, the largest equal share up to 1 CPU with which
+    all the run's actors and spares fit in the CPUs the nodes have available when the run starts), and the run
+    reserves them in a placement group of its own, one bundle per actor and spare (`placement`: "spread", the
+    default, or "pack"), created at open and removed at release: two runs never share a CPU one of them asked for,
+    and an autoscaler sees what a run asks for. A run whose group cannot be placed waits (`placement_timeout`
+    seconds, then RunFault; None, the default: as long as it takes, with a warning that says what it waits for). A
+    recovered actor goes back into its bundle; on a lost node, outside the group (see `ray_placement.Crew`). Actor
+    processes are not pooled across runs (the group's end ends them).
 
     Options: `RayOptions` (the arguments here, or options=RayOptions(...)), checked when the backend is made.
     """
@@ -160,8 +173,8 @@ class RayBackend(Backend):
         populations = [[p for p in range(config.populations) if p % self.actors == a] for a in range(self.actors)]
         self.crew.open(config, self.plan, populations, self.shufflers)
         keys = self.crew.keys()
-        nodes = cluster_nodes()   # population actor a on node a % N, shuffler s and shard s on node s % N
-        self.crew.place(keys, first_round, lambda key, avoid: node_for(key[1], nodes, avoid))
+        self.crew.reserve()       # the run's placement group: one bundle per actor and spare
+        self.crew.place(keys, first_round, lambda key, avoid: None)      # each actor in its bundle
         self.crew.add_spares(wait=True)
         self.known_nodes = set(cluster_nodes())
         self.next_look = time.monotonic() + (opts.rebalance_every or 0.0)
@@ -217,6 +230,16 @@ class RayBackend(Backend):
         joined = [node for node in nodes if node not in self.known_nodes]
         self.known_nodes = set(nodes)
         moves = moves_onto(joined, {key: self.crew.where[key][0] for key in self.crew.handles})
+        # a moved actor asks for its CPUs on the joined node: only as many as that node has free move there
+        free = ray._private.state.available_resources_per_node()     # a developer API: Ray's per-node view
+        room = {node: math.floor(free.get(node, {}).get("CPU", 0.0) / self.crew.cpus["population"] + 1e-9)
+                for node in joined}
+        kept = {}
+        for key, node in moves.items():
+            if room[node] > 0:
+                room[node] -= 1
+                kept[key] = node
+        moves = kept
         if not moves:
             return
         self.rounds.reset()          # the direct transport opens its channels again, to the new actors, for round r
@@ -234,6 +257,9 @@ class RayBackend(Backend):
             "fold_calls": self.rounds.fold_calls if self.rounds else 0,
             "recoveries": len(self.recoveries), "recovery_s": sum(e["recover_s"] for e in self.recoveries),
             "recovery_events": self.recoveries, "rebalances": self.rebalances,
+            "placement": self.options.placement, "actor_cpus": self.crew.cpus.get("population"),
+            "shard_cpus": self.crew.cpus.get("shard"),
+            "placement_group": self.crew.group.id.hex() if self.crew.group is not None else None,
         }
         if not ok or not hasattr(self, "plan"):
             return extra
@@ -261,6 +287,7 @@ class RayBackend(Backend):
             shuffled = {"shuffler_messages": int(sum(st["messages"] for st in shuffler_stats)),
                         "shuffler_busy_s": busy, "shuffle_latency_p50_ms": mixing.quantile(0.5) * 1e3,
                         "shuffle_latency_p99_ms": mixing.quantile(0.99) * 1e3, "cpu_s_shufflers": cpu(shuffler_stats)}
+        everyone = pop_stats + shuffler_stats + shard_stats
         pop_nodes = [where[("population", a)][0] for a in range(self.actors)]
         shard_nodes = [where[("shard", s)][0] for s in range(self.shards)]
         return {
@@ -278,14 +305,18 @@ class RayBackend(Backend):
             # CPU seconds this run used in each kind of process (all its threads): where a round's time goes
             "cpu_s_driver": time.process_time() - self.driver_cpu_at_open,
             "cpu_s_populations": cpu(pop_stats), "cpu_s_shards": cpu(shard_stats),
+            # what Ray gave the actors: how many run in the run's placement group, and the CPUs they hold
+            "actors_in_group": sum(st["placement_group"] == extra["placement_group"] for st in everyone),
+            "cpus_held": round(sum(st["cpus"] for st in everyone), 4),
             **shuffled,
         }
 
-    def release(self, reuse: bool) -> None:
-        """Give this run's actors (and spares) back to the pool (reuse) or kill them."""
+    def release(self, reuse: bool = False) -> None:
+        """End this run's actors and spares and remove its placement group. reuse: ignored (a run's processes live
+        in its placement group, which ends with the run)."""
         if self.rounds is not None:
             self.rounds.close()
-        self.crew.release(reuse)
+        self.crew.release()
 
 
 def run_ray(config, *, actors: int = 2, shards: int = 1, mode: str = "pre-aggregated", max_in_flight: int | None = None,
@@ -302,8 +333,8 @@ def run_ray(config, *, actors: int = 2, shards: int = 1, mode: str = "pre-aggreg
     `ray_shard.make_plan`). checkpointer: see `checkpoint.Checkpointer`. group_size: population actors per group
     of the tree shape (RayBackend; 0 or 1: flat; default `auto_group_size`, which the direct transport makes flat).
     transport: "ray", "direct" (the rounds' messages over authenticated sockets, flat rounds only) or None (direct
-    where it can run, else ray; see RayBackend). recovery: RayBackend's timeouts, max_recoveries, spares and
-    rebalance_every.
+    where it can run, else ray; see RayBackend). recovery: RayBackend's timeouts, max_recoveries, spares,
+    rebalance_every, and its CPU and placement options (actor_cpus, shard_cpus, placement, placement_timeout).
     """
     backend = RayBackend(options=RayOptions(actors, shards, mode, max_in_flight, layout, group_size=group_size,
                                             transport=transport, **recovery))
@@ -313,13 +344,10 @@ def run_ray(config, *, actors: int = 2, shards: int = 1, mode: str = "pre-aggreg
         from ldpfed.progress import Progress
         progress = Progress(config.users, label=f"{config.algorithm} (ray)")
     started = ensure_ray(address)
-    ok = False
     try:
-        result = drive(config, backend, progress=progress, checkpointer=checkpointer)
-        ok = True
-        return result
+        return drive(config, backend, progress=progress, checkpointer=checkpointer)
     finally:
-        backend.release(reuse=ok and not started)
+        backend.release()
         if started:
             IDLE_ACTORS.reset()     # its processes end with the Ray instance this run started
             ray.shutdown()

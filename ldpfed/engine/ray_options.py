@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 
 from ldpfed.algorithms.trust import trust_model
 from ldpfed.engine.ray_shard import MODES
@@ -11,8 +12,10 @@ from ldpfed.errors import ConfigError, integer
 
 # How a round's messages travel (see RayBackend's transport).
 TRANSPORTS = ("ray", "direct")
-
-
+# How a run's placement group lays its bundles (one per actor) on the nodes: Ray's strategies of those names
+PLACEMENTS = {"spread": "SPREAD", "pack": "PACK"}
+# Ray counts fractional resources in steps of 1/10,000
+CPU_STEP = 1e-4
 
 
 def _check_seconds(name, value, zero: bool = False) -> None:
@@ -20,6 +23,16 @@ def _check_seconds(name, value, zero: bool = False) -> None:
     if value is not None and not (isinstance(value, (int, float)) and not isinstance(value, bool)
                                   and (value >= 0 if zero else value > 0)):
         raise ConfigError(name, value, f"must be a number of seconds {'>=' if zero else '>'} 0")
+
+
+def _check_cpus(name, value) -> float | None:
+    """None (what fits), or a number of CPUs > 0 that Ray can count (a multiple of 1/10,000)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not value > 0 \
+            or abs(round(value / CPU_STEP) * CPU_STEP - value) > 1e-9:
+        raise ConfigError(name, value, "must be a number of CPUs > 0, in steps of 0.0001 (e.g. 0.5, 1, 2)")
+    return float(value)
 
 
 @dataclass(frozen=True)
@@ -42,6 +55,10 @@ class RayOptions:
     group_size: int | None = None
     transport: str | None = None
     rebalance_every: float | None = 30.0
+    actor_cpus: float | None = None
+    shard_cpus: float | None = None
+    placement: str = "spread"
+    placement_timeout: float | None = None
 
     def __post_init__(self):
         def put(name, value):     # a frozen dataclass normalizes its own fields here only
@@ -70,6 +87,11 @@ class RayOptions:
         _check_seconds("rebalance_every", self.rebalance_every, zero=True)     # None: never
         put("max_recoveries", integer("max_recoveries", self.max_recoveries, 0))
         put("spares", integer("spares", self.spares, 0))
+        put("actor_cpus", _check_cpus("actor_cpus", self.actor_cpus))
+        put("shard_cpus", _check_cpus("shard_cpus", self.shard_cpus))
+        if self.placement not in PLACEMENTS:
+            raise ConfigError("placement", self.placement, f"choose from {list(PLACEMENTS)}")
+        _check_seconds("placement_timeout", self.placement_timeout)       # None: as long as it takes
 
     @property
     def tree(self) -> bool:

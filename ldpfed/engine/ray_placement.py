@@ -1,16 +1,21 @@
-"""Where a Ray run's actors live: the cluster's nodes (`cluster_nodes`), the session's idle processes (`IdleActors`),
-the run's actors and spares (`Crew`: start, configure, place, release) and which population actors move onto nodes
-that joined (`moves_onto`)."""
+"""Where a Ray run's actors live: the cluster's nodes (`cluster_nodes`), the CPUs each actor asks for
+(`cpus_per_actor`), the run's placement group, actors and spares (`Crew`: reserve, start, configure, place, move,
+release), which population actors move onto nodes that joined (`moves_onto`), and a pool of idle processes for
+tools that start actors of their own (`IdleActors`)."""
 from __future__ import annotations
 
 import collections
+import math
 import os
+import warnings
 
 import ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
 from ldpfed.engine.ray_actors import RemotePopulation, RemoteShard, RemoteShuffler
 from ldpfed.engine.ray_faults import FAULTS, RunFault
+from ldpfed.engine.ray_options import CPU_STEP, PLACEMENTS
 from ldpfed.plugins import PLUGINS_VAR
 
 
@@ -79,8 +84,12 @@ class IdleActors:
         self.idle = {}
 
 
-# The idle processes of this process's Ray session (a run started with its own Ray resets it when it stops Ray).
+# The idle processes of this process's Ray session, for tools that start actors of their own (ldpfed.stress): a
+# run's actors live in the run's placement group, which ends with the run, so runs do not pool them.
 IDLE_ACTORS = IdleActors()
+
+# A run whose placement group is not placed after this many seconds says what it waits for
+WAIT_WARNING_S = 10.0
 
 
 def moves_onto(joined: list, node_of: dict) -> dict:
@@ -105,21 +114,78 @@ def moves_onto(joined: list, node_of: dict) -> dict:
     return moves
 
 
+def fitting_share(free: list, n: int) -> float:
+    """The largest number of CPUs s (at most 1, in Ray's steps) such that n bundles of s CPUs fit on nodes that
+    have `free` CPUs each (0: they do not)."""
+    best = 0.0
+    for room in free:
+        for k in range(1, n + 1):
+            share = min(1.0, math.floor(room / k / CPU_STEP + 1e-9) * CPU_STEP)
+            if share > best and sum(math.floor(c / share + 1e-9) for c in free) >= n:
+                best = share
+    return round(best, 4)
+
+
+def _first_fit(free: list, sizes: list) -> list:
+    """`free` less the bundles of `sizes`, each on the first node it fits on (largest first)."""
+    free = sorted(free, reverse=True)
+    for size in sorted(sizes, reverse=True):
+        for i, room in enumerate(free):
+            if room + 1e-9 >= size:
+                free[i] = room - size
+                break
+    return free
+
+
+def cpus_per_actor(asked: dict, counts: dict) -> dict:
+    """{kind: CPUs each of its `counts[kind]` actors asks for}: asked[kind], or, where that is None, what fits: the
+    largest equal share, at most 1 CPU, with which all of them fit in the CPUs the nodes have available now (after
+    the bundles of the kinds asked for). When they do not fit there (other runs hold the CPUs), the share is of the
+    nodes' CPUs: the run waits for them. At least one step of Ray's (1/10,000 CPU)."""
+    unset = sum(n for kind, n in counts.items() if asked[kind] is None)
+    shares = dict(asked)
+    if unset:
+        nodes = {n["NodeID"]: n["Resources"].get("CPU", 0.0) for n in ray.nodes() if n.get("Alive")}
+        # Ray's per-node view of what is available (a developer API: ray.available_resources() has no per-node form)
+        available = ray._private.state.available_resources_per_node()
+        fixed = [asked[kind] for kind, n in counts.items() if asked[kind] is not None for _ in range(n)]
+        share = fitting_share(_first_fit([available.get(node, {}).get("CPU", 0.0) for node in nodes], fixed), unset)
+        if share < CPU_STEP:
+            share = max(CPU_STEP, fitting_share(_first_fit(list(nodes.values()), fixed), unset))
+        shares.update({kind: share for kind in counts if asked[kind] is None})
+    return shares
+
+
 class Crew:
     """A run's actors: the handle of each (kind, index) and where it runs ((node id, pid)), the spares (started,
     idle processes of each kind: a recovery configures one instead of starting a Python process), and how they are
-    started, configured and placed. `open` says what they are configured with."""
+    started, configured and placed. `open` says what they are configured with.
+
+    CPUs and placement: `reserve` creates the run's placement group, one bundle per actor and per spare, each of
+    the CPUs its kind asks for (`cpus_per_actor`), laid out by `options.placement`; an actor runs in its bundle. A
+    replacement goes into the bundle of the actor it replaces (a spare brings its own, and the freed one goes to the
+    next spare). An actor placed on a given node instead (a move onto a joined node, which the group has no bundle
+    on, or a replacement when its bundle's node is gone) runs outside the group: a moved actor asks for its CPUs on
+    that node; a replacement for a lost node's actor asks for none (the surviving nodes' CPUs are the group's: the
+    run goes on, on fewer CPUs than it asked for, until it ends). `release` removes the group (Ray ends the actors in
+    it) and kills the rest."""
 
     CLASSES = {"population": RemotePopulation, "shuffler": RemoteShuffler, "shard": RemoteShard}
     # the order a recovery probes them in: a shard's call waits for the shufflers', which wait for the populations'
     KINDS = tuple(CLASSES)
 
-    def __init__(self, options, pool: IdleActors = IDLE_ACTORS):
-        self.options, self.pool = options, pool
+    def __init__(self, options):
+        self.options = options
         self.handles: dict = {}      # (kind, index) -> actor handle of this run
         self.where: dict = {}        # (kind, index) -> (node id, pid)
-        self.spare: dict = {kind: [] for kind in self.CLASSES}
+        self.spare: dict = {kind: [] for kind in self.CLASSES}   # (node or None, handle, bundle or None)
         self.counts = {kind: 0 for kind in self.CLASSES}
+        self.group = None            # the run's placement group
+        self.cpus: dict = {}         # kind -> CPUs each actor of that kind asks for
+        self.bundle: dict = {}       # (kind, index) -> its bundle in the group
+        self.free: dict = {kind: [] for kind in self.CLASSES}    # bundles no actor holds, by kind
+        self.outside: set = set()    # actors placed outside the group (see the class doc)
+        self.suspect: set = set()    # nodes a recovery takes for lost: their bundles go to no spare
 
     def open(self, config, plan, populations: list, shufflers: int) -> None:
         """What the actors are configured with: the run's config and shard plan, population actor a's populations
@@ -133,23 +199,109 @@ class Crew:
     def pids(self) -> dict:
         return {kind: [self.where[(kind, i)][1] for i in range(n)] for kind, n in self.counts.items()}
 
-    def start(self, kind: str, index: int, first_round: int, node: str | None = None, spare: bool = True):
-        """A (reused or new) actor for (kind, index) on `node` (an alive node; default: round robin), or a spare
-        (spare=True: a warm process, wherever it is); returns the ref of its `configure` call."""
-        if node is None:
-            nodes = cluster_nodes()
-            node = nodes[index % len(nodes)]
-        if spare and self.spare[kind]:        # a warm process: no interpreter and imports to wait for
-            node, handle = self.spare[kind].pop()
+    # ---- the placement group ----------------------------------------------------------------------
+    def reserve(self) -> None:
+        """Create the run's placement group and wait until Ray has placed it (`placement_timeout`; None: as long
+        as it takes, with a warning after WAIT_WARNING_S saying what it waits for)."""
+        opts = self.options
+        spares = {kind: opts.spares if n else 0 for kind, n in self.counts.items()}
+        wanted = {kind: n + spares[kind] for kind, n in self.counts.items()}
+        self.cpus = cpus_per_actor({"population": opts.actor_cpus, "shuffler": opts.shard_cpus,
+                                    "shard": opts.shard_cpus}, wanted)
+        kinds = [kind for kind in self.KINDS for _ in range(wanted[kind])]
+        self.group = placement_group([{"CPU": self.cpus[kind]} for kind in kinds],
+                                     strategy=PLACEMENTS[opts.placement])
+        at = 0
+        for kind in self.KINDS:
+            self.bundle.update({(kind, i): at + i for i in range(self.counts[kind])})
+            self.free[kind] = list(range(at + self.counts[kind], at + wanted[kind]))[::-1]   # the spares'
+            at += wanted[kind]
+        asked = sum(self.cpus[kind] for kind in kinds)
+        total = ray.cluster_resources().get("CPU", 0.0)
+        def waiting():
+            return (f"the run's placement group ({len(kinds)} bundles, {asked:g} CPUs, {opts.placement}) is not "
+                    f"placed: the cluster has {ray.available_resources().get('CPU', 0.0):g} of its {total:g} CPUs "
+                    f"available")
+        if asked > total:
+            warnings.warn(f"{waiting()}; the run waits for more nodes (an autoscaler) or fewer CPUs asked for "
+                          f"(actor_cpus, shard_cpus)", RuntimeWarning, stacklevel=3)
+        first = WAIT_WARNING_S if opts.placement_timeout is None else min(WAIT_WARNING_S, opts.placement_timeout)
+        ready = self.group.wait(first)
+        if not ready and opts.placement_timeout is None:
+            warnings.warn(f"{waiting()}; waiting for other runs to end (placement_timeout: none)",
+                          RuntimeWarning, stacklevel=3)
+            while not ready:
+                ready = self.group.wait(60)
+        elif not ready and opts.placement_timeout > first:
+            ready = self.group.wait(opts.placement_timeout - first)
+        if not ready:
+            message = f"{waiting()} within placement_timeout {opts.placement_timeout:g} s"
+            self.unreserve()
+            raise RunFault(message)
+
+    def unreserve(self) -> None:
+        if self.group is not None:
+            try:
+                remove_placement_group(self.group)
+            except Exception:       # Ray is gone: so is the group
+                pass
+            self.group = None
+
+    def bundle_node(self, key) -> str | None:
+        """The node the actor `key` runs on when it is in the group."""
+        return None if key in self.outside else self.where.get(key, (None,))[0]
+
+    def _new(self, kind: str, bundle: int | None = None, node: str | None = None, cpus: float = 0.0):
+        if bundle is not None:
+            strategy = PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=bundle)
+            cpus = self.cpus[kind]
         else:
-            handle = self.pool.take(self.CLASSES[kind], node)
-        self.handles[(kind, index)] = handle
-        self.where[(kind, index)] = (node, None)
+            strategy = NodeAffinitySchedulingStrategy(node_id=node, soft=False)
+        options = {"num_cpus": cpus, "scheduling_strategy": strategy}
+        if plugins():   # the actor finds the same plugin classes as this driver (ldpfed/plugins.py)
+            options["runtime_env"] = {"env_vars": {PLUGINS_VAR: plugins()}}
+        return self.CLASSES[kind].options(**options).remote()
+
+    # ---- actors ----------------------------------------------------------------------------------
+    def start(self, kind: str, index: int, first_round: int, node: str | None = None, spare: bool = True,
+              cpus: float = 0.0):
+        """A new actor (or a spare: spare=True) for (kind, index): in its bundle (node None), or on `node` outside
+        the group, asking for `cpus`; returns the ref of its `configure` call."""
+        key = (kind, index)
+        if spare and self.spare[kind]:        # a warm process: no interpreter and imports to wait for
+            node, handle, bundle = self.spare[kind].pop()
+            self._leave(key, free=key not in self.outside)
+            self._hold(key, bundle)
+        elif node is None:
+            bundle = self.bundle.get(key)
+            if bundle is None:
+                bundle = self.free[kind].pop()
+            self._hold(key, bundle)
+            handle = self._new(kind, bundle=bundle)
+        else:
+            self._leave(key, free=cpus > 0)   # a move: its bundle's node is alive, the bundle goes to a spare
+            self.outside.add(key)
+            handle = self._new(kind, node=node, cpus=cpus)
+        self.handles[key] = handle
+        self.where[key] = (node, None)
         if kind == "population":
             return handle.configure.remote(self.config, self.populations[index], self.plan)
         if kind == "shuffler":
             return handle.configure.remote(self.config, self.plan, index)
         return handle.configure.remote(self.config, self.plan, index, 1, first_round)
+
+    def _hold(self, key, bundle) -> None:
+        if bundle is None:
+            self.outside.add(key)
+        else:
+            self.outside.discard(key)
+            self.bundle[key] = bundle
+
+    def _leave(self, key, free: bool) -> None:
+        """The actor `key` leaves its bundle (if it has one); free: the bundle's node is alive, a spare may use it."""
+        bundle = self.bundle.pop(key, None)
+        if bundle is not None and free and self.where.get(key, (None,))[0] not in self.suspect:
+            self.free[key[0]].append(bundle)
 
     def configured(self, keys, refs) -> list:
         """Wait for the actors' `configure` calls; record where each one runs. Returns the keys whose actor died
@@ -168,40 +320,50 @@ class Crew:
                 died.append(key)
         return died
 
-    def place(self, keys, first_round: int, node_of, spare: bool = True) -> None:
-        """Start and configure the actors `keys`, `node_of(key, avoid)` choosing each one's node; an actor that dies
-        while being configured is placed again, away from the nodes where that happened (up to max_recoveries
-        times), so a node that died without Ray knowing yet is left behind."""
+    def place(self, keys, first_round: int, node_of, spare: bool = True, cpus=None) -> None:
+        """Start and configure the actors `keys`, `node_of(key, avoid)` choosing each one's node (None: its
+        bundle); an actor that dies while being configured is placed again, away from the nodes where that happened
+        (up to max_recoveries times), so a node that died without Ray knowing yet is left behind. cpus(key): what
+        an actor placed on a node asks for there (default none)."""
         avoid: set = set()
         for _ in range(self.options.max_recoveries + 1):
-            refs = {key: self.start(key[0], key[1], first_round, node_of(key, avoid), spare) for key in keys}
+            refs = {}
+            for key in keys:
+                node = node_of(key, avoid)
+                refs[key] = self.start(key[0], key[1], first_round, node, spare,
+                                       cpus(key) if cpus and node is not None else 0.0)
             keys = self.configured(list(refs), list(refs.values()))
             if not keys:
                 return
-            avoid |= {self.where[key][0] for key in keys}
+            avoid |= {self.where[key][0] for key in keys} - {None}
             for key in keys:
                 kill(self.handles[key])
         raise RunFault(f"actors {keys} died each time they were placed (nodes tried: {len(avoid)})")
 
     def add_spares(self, wait: bool) -> None:
-        """Top up `spares` idle actors of each kind (their process started, `node()` called once)."""
+        """Top up `spares` idle actors of each kind (their process started, `node()` called once), each in a free
+        bundle of its kind (or, when a lost node took that bundle, outside the group, asking for no CPUs)."""
         warming = []
-        for kind, cls in self.CLASSES.items():
+        for kind in self.CLASSES:
             while len(self.spare[kind]) < (self.options.spares if self.counts[kind] else 0):
-                node = cluster_nodes()[len(self.spare[kind]) % len(cluster_nodes())]
-                handle = self.pool.take(cls, node)
-                self.spare[kind].append((node, handle))
+                if self.free[kind]:
+                    bundle, node = self.free[kind].pop(), None
+                    handle = self._new(kind, bundle=bundle)
+                else:
+                    bundle, node = None, node_for(len(self.spare[kind]), cluster_nodes(), set())
+                    handle = self._new(kind, node=node)
+                self.spare[kind].append((node, handle, bundle))
                 warming.append(handle.node.remote())
         if wait and warming:
             ray.get(warming, timeout=self.options.first_round_timeout)
 
     def move(self, moves: dict, r: int) -> list[dict]:
         """Move the actors `moves` ({key: node}, `moves_onto`) before round r: a new process on the node (not a
-        spare, which may be anywhere; if it dies there, elsewhere), then the old one killed. Returns the moves made
-        (round, kind, index, old and new node and pid)."""
+        spare, which may be anywhere; if it dies there, elsewhere), asking for its kind's CPUs there, then the old
+        one killed. Returns the moves made (round, kind, index, old and new node and pid)."""
         old = {key: (self.handles[key], self.where[key]) for key in moves}
         self.place(list(moves), r, lambda key, avoid: moves[key] if moves[key] not in avoid
-                   else node_for(key[1], cluster_nodes(), avoid), spare=False)
+                   else node_for(key[1], cluster_nodes(), avoid), spare=False, cpus=lambda key: self.cpus[key[0]])
         made = []
         for key, (handle, (node, pid)) in old.items():
             kill(handle)
@@ -209,18 +371,13 @@ class Crew:
                          "new_node": self.where[key][0], "new_pid": self.where[key][1]})
         return made
 
-    def release(self, reuse: bool) -> None:
-        """Give this run's actors (and spares) back to the pool (reuse) or kill them."""
+    def release(self) -> None:
+        """End this run's actors and spares, and remove its placement group."""
         for kind in self.spare:
-            for node, handle in self.spare[kind]:
-                if reuse:
-                    self.pool.give_back(self.CLASSES[kind], node, handle)
-                else:
-                    kill(handle)
-            self.spare[kind] = []
-        for (kind, index), handle in self.handles.items():
-            if reuse:
-                self.pool.give_back(self.CLASSES[kind], self.where[(kind, index)][0], handle)
-            else:
+            for _, handle, _ in self.spare[kind]:
                 kill(handle)
-        self.handles = {}
+            self.spare[kind] = []
+        for handle in self.handles.values():
+            kill(handle)
+        self.handles.clear()
+        self.unreserve()

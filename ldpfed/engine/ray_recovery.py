@@ -1,5 +1,5 @@
 """Recovery of a Ray run from a failed round: probe every actor, kill and recreate the dead or unresponsive ones
-(on their node, or another when it is gone), rewind the surviving shards to the round; the backend then simulates
+(in their bundle of the run's placement group, or on another node when theirs is gone), rewind the surviving shards to the round; the backend then simulates
 the round again from its derived streams, so the result is the undisturbed one, bit for bit."""
 from __future__ import annotations
 
@@ -57,11 +57,21 @@ class Recovery:
         answered = {crew.where[key][0] for key in crew.handles if key not in bad}
         suspect = {crew.where[key][0] for key in bad} - answered
         replace, survivors = list(bad), [("shard", s) for s in active if ("shard", s) not in bad]
+        crew.suspect = suspect
         for _ in range(options.max_recoveries + 1):
             nodes = cluster_nodes()
-            crew.place(replace, r, lambda key, avoid: (
-                crew.where[key][0] if crew.where[key][0] in nodes and crew.where[key][0] not in suspect | avoid
-                else node_for(key[1], nodes, suspect | avoid)))
+
+            def node_of(key, avoid):
+                """Its own bundle, or its own node outside the group, while that node is alive and trusted; else
+                another node (outside the group: Ray moves a lost node's bundles only once it marks it dead)."""
+                node = crew.where[key][0]
+                if node in nodes and node not in suspect | avoid:
+                    return None if key in crew.bundle else node
+                return node_for(key[1], nodes, suspect | avoid)
+
+            # an actor that ran outside the group on a node that is still there asks for its CPUs there again
+            crew.place(replace, r, node_of, cpus=lambda key: crew.cpus[key[0]] if key in crew.outside
+                       and crew.where[key][0] in nodes and crew.where[key][0] not in suspect else 0.0)
             # the surviving shards forget the round; one that fails to (it died meanwhile) is replaced as well
             replace = self.rewind(survivors, r)
             if not replace:
@@ -71,6 +81,7 @@ class Recovery:
                         "old_node": crew.where[(kind, i)][0], "old_pid": crew.where[(kind, i)][1]}
                        for kind, i in replace]
             suspect |= {crew.where[key][0] for key in replace}
+            crew.suspect = suspect
             for key in replace:
                 kill(crew.handles[key])
         else:
