@@ -64,7 +64,7 @@ def test_two_runs_at_once_hold_disjoint_cpus_and_a_third_that_does_not_fit_waits
         try:
             results[i] = drive(config, backends[i], progress=hold)
         finally:
-            backends[i].release()
+            backends[i].release(reuse=False)
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(len(asks))]
     for thread in threads:
@@ -97,13 +97,46 @@ def test_two_runs_at_once_hold_disjoint_cpus_and_a_third_that_does_not_fit_waits
                if group in groups)
 
 
+def test_the_next_run_of_the_same_shape_takes_the_held_group_and_its_warm_actors(ray_session):
+    """A run that ends well leaves its placement group held, its actors idle in their bundles; the next run of the
+    same shape takes both (no new processes, the same CPUs), a run of another shape ends them and frees the CPUs, and
+    a run that fails hands nothing back."""
+    import ray
+    from ray.util.placement_group import placement_group_table
+
+    from ldpfed.engine import run_local
+    from ldpfed.engine.ray_engine import IDLE_ACTORS, run_ray
+
+    IDLE_ACTORS.clear_groups()
+    shape = dict(actors=2, shards=1, actor_cpus=0.25, shard_cpus=0.25, spares=1)
+    first = run_ray(small("uniform"), **shape)
+    other_seed = small(LDP[0] if LDP else "uniform", seed=8)
+    second = run_ray(other_seed, **shape)
+    assert_same(run_local(other_seed), second)
+    group = first.summary["placement_group"]
+    assert second.summary["placement_group"] == group
+    assert second.summary["actor_pids"] == first.summary["actor_pids"]      # the same processes, warm
+    held = 3 * 0.25 + 2 * 0.25                                               # 3 actors and a spare of each kind
+    assert ray.available_resources().get("CPU", 0.0) == pytest.approx(ray.cluster_resources()["CPU"] - held)
+    # another shape: the held group is removed before the new one is reserved
+    third = run_ray(small("uniform"), **{**shape, "actors": 1})
+    assert third.summary["placement_group"] != group
+    assert placement_group_table()[group]["state"] == "REMOVED"
+    # a run that fails ends its actors and removes its group instead of holding them
+    with pytest.raises(Exception):
+        run_ray(small("uniform"), **{**shape, "actors": 1},
+                progress=lambda done, regret: (_ for _ in ()).throw(RuntimeError("stop")) if done else None)
+    assert not IDLE_ACTORS.groups
+
+
 def test_by_default_a_run_takes_the_share_of_the_cpus_that_fits(ray_session):
     import ray
 
     from ldpfed.engine import run_local
-    from ldpfed.engine.ray_engine import run_ray
+    from ldpfed.engine.ray_engine import IDLE_ACTORS, run_ray
 
     config = small("uniform", users=240, round_size=60, populations=4)
+    IDLE_ACTORS.clear_groups()      # earlier tests' runs may have left a group held for the next of their shape
     # the share is of what is available when the run starts: an earlier run's group is released asynchronously
     total, waited = ray.cluster_resources()["CPU"], time.perf_counter()
     while ray.available_resources().get("CPU", 0.0) < total and time.perf_counter() - waited < 60:

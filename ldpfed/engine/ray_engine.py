@@ -105,11 +105,13 @@ class RayBackend(Backend):
     `shard_cpus` (fractions allowed; None, the default: what fits, the largest equal share up to 1 CPU with which
     all the run's actors and spares fit in the CPUs the nodes have available when the run starts), and the run
     reserves them in a placement group of its own, one bundle per actor and spare (`placement`: "spread", the
-    default, or "pack"), created at open and removed at release: two runs never share a CPU one of them asked for,
+    default, or "pack"), created at open: two runs never share a CPU one of them asked for,
     and an autoscaler sees what a run asks for. A run whose group cannot be placed waits (`placement_timeout`
     seconds, then RunFault; None, the default: as long as it takes, with a warning that says what it waits for). A
-    recovered actor goes back into its bundle; on a lost node, outside the group (see `ray_placement.Crew`). Actor
-    processes are not pooled across runs (the group's end ends them).
+    recovered actor goes back into its bundle; on a lost node, outside the group (see `ray_placement.Crew`). When a
+    run ends well, its group is held with its actors idle in their bundles, and the next run of the same shape (the
+    actors, shards, spares and CPU options) in this process takes them whole: a sweep's runs pay for starting actor
+    processes once (`ray_placement.IdleActors`).
 
     Options: `RayOptions` (the arguments here, or options=RayOptions(...)), checked when the backend is made.
     """
@@ -311,12 +313,11 @@ class RayBackend(Backend):
             **shuffled,
         }
 
-    def release(self, reuse: bool = False) -> None:
-        """End this run's actors and spares and remove its placement group. reuse: ignored (a run's processes live
-        in its placement group, which ends with the run)."""
+    def release(self, reuse: bool) -> None:
+        """Hand the run's placement group with its actors to the pool for the next run (reuse), or end them."""
         if self.rounds is not None:
             self.rounds.close()
-        self.crew.release()
+        self.crew.release(reuse)
 
 
 def run_ray(config, *, actors: int = 2, shards: int = 1, mode: str = "pre-aggregated", max_in_flight: int | None = None,
@@ -344,10 +345,13 @@ def run_ray(config, *, actors: int = 2, shards: int = 1, mode: str = "pre-aggreg
         from ldpfed.progress import Progress
         progress = Progress(config.users, label=f"{config.algorithm} (ray)")
     started = ensure_ray(address)
+    ok = False
     try:
-        return drive(config, backend, progress=progress, checkpointer=checkpointer)
+        result = drive(config, backend, progress=progress, checkpointer=checkpointer)
+        ok = True
+        return result
     finally:
-        backend.release()
+        backend.release(reuse=ok and not started)
         if started:
             IDLE_ACTORS.reset()     # its processes end with the Ray instance this run started
             ray.shutdown()

@@ -5,8 +5,10 @@ tools that start actors of their own (`IdleActors`)."""
 from __future__ import annotations
 
 import collections
+import dataclasses
 import math
 import os
+import time
 import warnings
 
 import ray
@@ -46,16 +48,20 @@ def kill(handle) -> None:
 
 
 class IdleActors:
-    """Idle actor processes of this Ray session, by (kind, node), for the next run to reuse (not ray.util.ActorPool,
-    which spreads calls over busy actors)."""
+    """What this Ray session keeps between runs: idle actor processes by (kind, node), for tools that start actors
+    of their own (ldpfed.stress; not ray.util.ActorPool, which spreads calls over busy actors), and the placement
+    groups of finished runs with their actors still in their bundles (`Reservation`), for the next run of the same
+    shape to take whole: its actors are warm processes (imports done, compiled code loaded), which is most of what a
+    short run costs. A held group keeps its CPUs reserved for this driver until a run of another shape needs them
+    (`reserve` releases them first), `clear` is called, or the driver's Ray job ends (Ray removes its groups)."""
 
     def __init__(self):
-        self.session, self.idle = None, {}
+        self.session, self.idle, self.groups = None, {}, {}
 
     def _check_session(self):
         session = ray.get_runtime_context().get_job_id()
         if session != self.session:
-            self.session, self.idle = session, {}
+            self.session, self.idle, self.groups = session, {}, {}
 
     def take(self, cls, node: str):
         self._check_session()
@@ -72,20 +78,67 @@ class IdleActors:
         self._check_session()
         self.idle.setdefault((cls, node, plugins()), []).append(handle)
 
+    def take_group(self, shape) -> "Reservation | None":
+        """A held reservation of this shape (see `Crew.shape`), or None."""
+        self._check_session()
+        return self.groups.pop((shape, plugins()), None)
+
+    def give_back_group(self, shape, reservation: "Reservation") -> None:
+        self._check_session()
+        self.clear_groups()          # one held group at a time: the CPUs of the last shape run, no more
+        self.groups[(shape, plugins())] = reservation
+
+    def clear_groups(self) -> None:
+        """End the held reservations' actors and remove their groups, and wait (a few seconds at most) until Ray
+        counts their CPUs as available again: it frees a removed group's asynchronously, and a run that measures
+        what fits right after would find less."""
+        if not self.groups:
+            return
+        freed = sum(sum(r.cpus[kind] for kind in r.kinds) for r in self.groups.values())
+        before = ray.available_resources().get("CPU", 0.0)
+        for reservation in self.groups.values():
+            reservation.end()
+        self.groups = {}
+        deadline = time.monotonic() + FREE_WAIT_S
+        while ray.available_resources().get("CPU", 0.0) < before + freed - 1e-6 and time.monotonic() < deadline:
+            time.sleep(0.05)
+
     def clear(self) -> None:
-        """Kill the idle processes."""
+        """Kill the idle processes and end the held reservations."""
         for handles in self.idle.values():
             for handle in handles:
                 kill(handle)
+        self.clear_groups()
         self.reset()
 
     def reset(self) -> None:
-        """Forget the idle processes (their Ray session has ended: they are gone with it)."""
-        self.idle = {}
+        """Forget the idle processes and reservations (their Ray session has ended: they are gone with it)."""
+        self.idle, self.groups = {}, {}
 
 
-# The idle processes of this process's Ray session, for tools that start actors of their own (ldpfed.stress): a
-# run's actors live in the run's placement group, which ends with the run, so runs do not pool them.
+@dataclasses.dataclass
+class Reservation:
+    """A finished run's placement group, the CPUs each kind's bundle holds, and the actor in each bundle."""
+    group: object
+    cpus: dict                   # kind -> CPUs of each of its bundles
+    kinds: list                  # the kind of each bundle, in order
+    actors: dict                 # bundle index -> idle actor handle in that bundle
+
+    def end(self) -> None:
+        for handle in self.actors.values():       # the actors first: a removed group's actors die noisily
+            kill(handle)
+        self.actors = {}
+        try:
+            remove_placement_group(self.group)
+        except Exception:          # Ray is gone: so is the group
+            pass
+
+
+# How long ending held reservations waits for Ray to count their CPUs as available again
+FREE_WAIT_S = 5.0
+
+# This process's: the idle processes and held reservations of its Ray session (a run started with its own Ray
+# resets it when it stops Ray).
 IDLE_ACTORS = IdleActors()
 
 # A run whose placement group is not placed after this many seconds says what it waits for
@@ -167,15 +220,16 @@ class Crew:
     next spare). An actor placed on a given node instead (a move onto a joined node, which the group has no bundle
     on, or a replacement when its bundle's node is gone) runs outside the group: a moved actor asks for its CPUs on
     that node; a replacement for a lost node's actor asks for none (the surviving nodes' CPUs are the group's: the
-    run goes on, on fewer CPUs than it asked for, until it ends). `release` removes the group (Ray ends the actors in
-    it) and kills the rest."""
+    run goes on, on fewer CPUs than it asked for, until it ends). `release` hands the group, with its actors idle
+    in their bundles, to the pool for the next run of the same shape (`IdleActors`), or ends the actors and removes
+    the group."""
 
     CLASSES = {"population": RemotePopulation, "shuffler": RemoteShuffler, "shard": RemoteShard}
     # the order a recovery probes them in: a shard's call waits for the shufflers', which wait for the populations'
     KINDS = tuple(CLASSES)
 
-    def __init__(self, options):
-        self.options = options
+    def __init__(self, options, pool: IdleActors = IDLE_ACTORS):
+        self.options, self.pool = options, pool
         self.handles: dict = {}      # (kind, index) -> actor handle of this run
         self.where: dict = {}        # (kind, index) -> (node id, pid)
         self.spare: dict = {kind: [] for kind in self.CLASSES}   # (node or None, handle, bundle or None)
@@ -186,6 +240,8 @@ class Crew:
         self.free: dict = {kind: [] for kind in self.CLASSES}    # bundles no actor holds, by kind
         self.outside: set = set()    # actors placed outside the group (see the class doc)
         self.suspect: set = set()    # nodes a recovery takes for lost: their bundles go to no spare
+        self.warm: dict = {}         # bundle -> an idle actor already in it (a held reservation's), while opening
+        self.kinds: list = []        # the kind of each bundle of the group
 
     def open(self, config, plan, populations: list, shufflers: int) -> None:
         """What the actors are configured with: the run's config and shard plan, population actor a's populations
@@ -206,16 +262,22 @@ class Crew:
         opts = self.options
         spares = {kind: opts.spares if n else 0 for kind, n in self.counts.items()}
         wanted = {kind: n + spares[kind] for kind, n in self.counts.items()}
-        self.cpus = cpus_per_actor({"population": opts.actor_cpus, "shuffler": opts.shard_cpus,
-                                    "shard": opts.shard_cpus}, wanted)
-        kinds = [kind for kind in self.KINDS for _ in range(wanted[kind])]
-        self.group = placement_group([{"CPU": self.cpus[kind]} for kind in kinds],
-                                     strategy=PLACEMENTS[opts.placement])
         at = 0
         for kind in self.KINDS:
             self.bundle.update({(kind, i): at + i for i in range(self.counts[kind])})
             self.free[kind] = list(range(at + self.counts[kind], at + wanted[kind]))[::-1]   # the spares'
             at += wanted[kind]
+        self.kinds = [kind for kind in self.KINDS for _ in range(wanted[kind])]
+        held = self.pool.take_group(self.shape())
+        if held is not None:        # the last run of this shape's group, its actors idle in their bundles
+            self.group, self.cpus, self.warm = held.group, held.cpus, held.actors
+            return
+        self.pool.clear_groups()    # a held group of another shape frees its CPUs for this one
+        self.cpus = cpus_per_actor({"population": opts.actor_cpus, "shuffler": opts.shard_cpus,
+                                    "shard": opts.shard_cpus}, wanted)
+        kinds = self.kinds
+        self.group = placement_group([{"CPU": self.cpus[kind]} for kind in kinds],
+                                     strategy=PLACEMENTS[opts.placement])
         asked = sum(self.cpus[kind] for kind in kinds)
         total = ray.cluster_resources().get("CPU", 0.0)
         def waiting():
@@ -239,6 +301,12 @@ class Crew:
             self.unreserve()
             raise RunFault(message)
 
+    def shape(self) -> tuple:
+        """What a held reservation must match for this run to take it: the actors of each kind, the spares and
+        what the options ask of Ray."""
+        opts = self.options
+        return (tuple(self.counts.items()), opts.spares, opts.actor_cpus, opts.shard_cpus, opts.placement)
+
     def unreserve(self) -> None:
         if self.group is not None:
             try:
@@ -252,6 +320,8 @@ class Crew:
         return None if key in self.outside else self.where.get(key, (None,))[0]
 
     def _new(self, kind: str, bundle: int | None = None, node: str | None = None, cpus: float = 0.0):
+        if bundle is not None and bundle in self.warm:
+            return self.warm.pop(bundle)
         if bundle is not None:
             strategy = PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=bundle)
             cpus = self.cpus[kind]
@@ -354,6 +424,9 @@ class Crew:
                     handle = self._new(kind, node=node)
                 self.spare[kind].append((node, handle, bundle))
                 warming.append(handle.node.remote())
+        for handle in self.warm.values():       # none are left unless the layout changed; end any that are
+            kill(handle)
+        self.warm = {}
         if wait and warming:
             ray.get(warming, timeout=self.options.first_round_timeout)
 
@@ -371,13 +444,24 @@ class Crew:
                          "new_node": self.where[key][0], "new_pid": self.where[key][1]})
         return made
 
-    def release(self) -> None:
-        """End this run's actors and spares, and remove its placement group."""
-        for kind in self.spare:
-            for _, handle, _ in self.spare[kind]:
+    def release(self, reuse: bool = True) -> None:
+        """End this run's actors and spares and remove its placement group; or, with reuse, when every actor and
+        spare is in its bundle (no recovery or move put one outside the group), hand the group with its actors to
+        the pool for the next run of the same shape."""
+        in_bundles = {self.bundle[key]: handle for key, handle in self.handles.items() if key in self.bundle}
+        in_bundles.update({bundle: handle for kind in self.spare for _, handle, bundle in self.spare[kind]
+                           if bundle is not None})
+        whole = (self.group is not None and not self.outside and not self.suspect
+                 and len(in_bundles) == len(self.handles) + sum(map(len, self.spare.values())))
+        if reuse and whole:
+            self.pool.give_back_group(self.shape(), Reservation(self.group, self.cpus, self.kinds, in_bundles))
+            self.group = None
+        else:
+            for kind in self.spare:
+                for _, handle, _ in self.spare[kind]:
+                    kill(handle)
+            for handle in self.handles.values():
                 kill(handle)
-            self.spare[kind] = []
-        for handle in self.handles.values():
-            kill(handle)
+            self.unreserve()
+        self.spare = {kind: [] for kind in self.CLASSES}
         self.handles.clear()
-        self.unreserve()
