@@ -205,6 +205,10 @@ def execute(plan: Plan) -> SweepResult:
         with interruptible():
             return _run_sweep(plan, in_ray)
     finally:
+        if engine == "ray":      # the last run's held placement group gives its CPUs back to the cluster
+            from ldpfed.engine.ray_engine import IDLE_ACTORS
+
+            IDLE_ACTORS.clear()
         if ray_started:          # no orphans: the Ray this sweep started stops with it
             import ray
 

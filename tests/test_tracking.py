@@ -26,7 +26,7 @@ from mlflow import MlflowClient  # a required dependency: a failed import must f
 from ldpfed.algorithms import REGISTRY
 from ldpfed.config import RunConfig
 from ldpfed.engine.local import run_local
-from ldpfed.tracking import MAX_POINTS, Tracker, TrackingUnavailable, local_server, metric_curves, run_params
+from ldpfed.tracking import BOOKKEEPING_POINTS, MAX_POINTS, Tracker, TrackingUnavailable, local_server, metric_curves, run_params
 
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -274,6 +274,31 @@ def test_metric_curves_are_down_sampled_with_ends_kept():
     steps, values = curves["cumulative_regret"]
     assert len(steps) == MAX_POINTS and steps[0] == 1 and steps[-1] == 4500
     assert values[-1] == pytest.approx(result.summary["final_regret"])
+    # a counter's curve is its shape: BOOKKEEPING_POINTS points, the ends kept, the last its total
+    counters = {key: curve for key, curve in curves.items() if key.startswith("total_")}
+    for key, (steps, values) in counters.items():
+        column = key[len("total_"):]
+        assert len(steps) == BOOKKEEPING_POINTS and steps[0] == 1 and steps[-1] == 4500, key
+        assert values[-1] == result.table[column].sum(), key
+    assert counters or name == "uniform"
+
+
+def test_the_embedded_store_writes_through_the_write_ahead_log_and_no_other_file_does(tmp_path):
+    import sqlite3
+
+    from sqlalchemy import create_engine, text
+
+    def journal(path):
+        with sqlite3.connect(path) as connection:
+            return connection.execute("PRAGMA journal_mode").fetchone()[0]
+
+    Tracker("wal", tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", out_dir=tmp_path / "out")
+    assert journal(tmp_path / "mlflow.db") == "wal"
+    other = create_engine(f"sqlite:///{tmp_path / 'other.db'}")      # any other SQLite file keeps its journal
+    with other.connect() as connection:
+        connection.execute(text("create table t (x integer)"))
+        assert connection.execute(text("PRAGMA synchronous")).scalar() == 2        # FULL, SQLite's default
+    assert journal(tmp_path / "other.db") == "delete"
 
 
 def test_tracker_is_driver_only(tmp_path):

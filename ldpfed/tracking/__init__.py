@@ -85,10 +85,11 @@ What the parent run holds
     algorithms estimate a parameter, final_estimation_error_vs_eps.png (median and 25-75% bars over seeds,
     log eps axis when eps spans a factor >= 4).
 """
-from ldpfed.tracking.records import MAX_POINTS, downsample_index, metric_curves, run_params, run_tags, write_run
+from ldpfed.tracking.records import (BOOKKEEPING_POINTS, MAX_POINTS, downsample_index, metric_curves, run_params,
+                                     run_tags, write_run)
 from ldpfed.tracking.store import DEFAULT_EMBEDDED_URI, TrackingUnavailable, probe, resolve_tracking_uri
 from ldpfed.tracking.sweep_run import SweepRun
 from ldpfed.tracking.tracker import Tracker
 
-__all__ = ["Tracker", "SweepRun", "TrackingUnavailable", "DEFAULT_EMBEDDED_URI", "MAX_POINTS", "probe",
-           "resolve_tracking_uri", "run_params", "run_tags", "metric_curves", "downsample_index", "write_run"]
+__all__ = ["Tracker", "SweepRun", "TrackingUnavailable", "DEFAULT_EMBEDDED_URI", "MAX_POINTS", "BOOKKEEPING_POINTS",
+           "probe", "resolve_tracking_uri", "run_params", "run_tags", "metric_curves", "downsample_index", "write_run"]

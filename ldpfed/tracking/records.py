@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 MAX_POINTS = 200                  # points per metric curve sent to MLflow: a chart's worth (every round: table.parquet)
+BOOKKEEPING_POINTS = 20           # points per curve of a rate or a counter: its shape, not the results' resolution
 MAX_PARAM_CHARS = 6000            # MLflow 3's limit on a param value
 CLUSTER_KEYS = ("nodes", "actors", "shards")
 # Throughput (per-round values) and the server's rejected messages (a running count): curves when the engine's
@@ -195,26 +196,29 @@ def finite(value) -> bool:
 def metric_curves(result, points: int = MAX_POINTS) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """name -> (steps, values) with step = users processed, each at most `points` long.
 
-    cumulative_regret; estimation_error at its checkpoints; users_per_s / messages_per_s when the engine's
-    table has them per round; rejected_messages (running count) likewise; `total_X` (running sum) for each
-    other per-round counter X of the table (the algorithms' metrics, e.g. clipped users).
+    The results, at most `points` each: cumulative_regret; estimation_error at its checkpoints. The bookkeeping,
+    at most BOOKKEEPING_POINTS each (every round is in table.parquet): users_per_s / messages_per_s when the
+    engine's table has them per round; rejected_messages (running count) likewise; `total_X` (running sum) for
+    each other per-round counter X of the table (the algorithms' metrics, e.g. clipped users). MLflow's store
+    writes a row per point: the results' resolution is worth it, a counter's is not.
     """
     table = result.table
     curves = {}
     users = table["users"].to_numpy(dtype=np.int64)
+    bookkeeping = min(points, BOOKKEEPING_POINTS)
     columns = ["cumulative_regret", "estimation_error", *[c for c in RATE_KEYS if c in table.columns]]
     for column in columns:
         values = table[column].to_numpy(dtype=float)
         keep = np.isfinite(values)
         steps, values = users[keep], values[keep]
-        index = downsample_index(len(values), points)
+        index = downsample_index(len(values), points if column in TABLE_BASE else bookkeeping)
         if len(index):
             curves[column] = (steps[index], values[index])
     for column in table.columns:
         if column in TABLE_BASE or column in RATE_KEYS or not pd.api.types.is_numeric_dtype(table[column]):
             continue
         running = np.nancumsum(table[column].to_numpy(dtype=float))
-        index = downsample_index(len(running), points)
+        index = downsample_index(len(running), bookkeeping)
         name = column if column in COUNT_KEYS else f"total_{column}"
         curves[mlflow_key(name)] = (users[index], running[index])
     return curves
