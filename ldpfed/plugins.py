@@ -21,7 +21,7 @@ import os
 import re
 from collections.abc import Mapping
 
-from ldpfed.errors import ConfigError
+from ldpfed.util.errors import ConfigError
 
 ALGORITHM_GROUP = "ldpfed.algorithms"
 ENV_GROUP = "ldpfed.envs"

@@ -54,11 +54,11 @@ from ldpfed.config import RunConfig
 from ldpfed.engine.core import simulate_population
 from ldpfed.envs import make_env
 from ldpfed.envs.base import Env, PublicWorld
-from ldpfed.errors import ConfigError
+from ldpfed.util.errors import ConfigError
 from ldpfed.mechanisms import accounting, audit
 from ldpfed.plugins import PLUGINS_VAR, PluginError, environment_references, load_reference
-from ldpfed.rng import derive
-from ldpfed.shuffling import GroupsBroken, check_groups
+from ldpfed.util.rng import derive
+from ldpfed.algorithms.shuffling import GroupsBroken, check_groups
 
 CHECKS = ("contract", "ledger", "clipping", "privacy_audit", "no_truth", "public_fields", "engines")
 

@@ -12,7 +12,7 @@ from ldpfed.algorithms import REGISTRY, make_algorithm
 from ldpfed.config import RunConfig
 from ldpfed.engine import run_local
 from ldpfed.envs import make_env
-from ldpfed.errors import ConfigError
+from ldpfed.util.errors import ConfigError
 from ldpfed.mechanisms import accounting
 
 SMALL = {"users": 200, "round_size": 10, "delta": 0.05}

@@ -16,7 +16,7 @@ import pytest
 
 from ldpfed import sweep_spec as sweeps
 from ldpfed.cli import main
-from ldpfed.errors import ConfigError
+from ldpfed.util.errors import ConfigError
 from ldpfed.tracking import local_server, ui
 
 ROOT = Path(__file__).resolve().parents[1]

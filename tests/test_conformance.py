@@ -16,7 +16,7 @@ from ldpfed.algorithms.options import Option
 from ldpfed.algorithms.klucb import SWKLUCBCF
 from ldpfed.algorithms.ldp_reductions import LdpBcoOnePoint, LdpMabUcb
 from ldpfed.envs import make_env
-from ldpfed.errors import ConfigError
+from ldpfed.util.errors import ConfigError
 from ldpfed.mechanisms import Domain, GaussianMechanism
 from ldpfed.testing import CHECKS, RAY_SKIP, ConformanceError, check_algorithm
 

@@ -345,7 +345,7 @@ def test_cli_unwritable_out_fails_before_simulating(tmp_path):
 
 @pytest.mark.slow
 def test_mlflow_server_killed_mid_sweep_then_sync_restores_every_run(tmp_path):
-    from ldpfed.drills import mlflow_outage
+    from ldpfed.ops.drills import mlflow_outage
 
     out = mlflow_outage(tmp_path, "kill", runs=4, users=10_000)
     assert out["runs_before"] >= 2 and out["local_report"], out

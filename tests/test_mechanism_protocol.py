@@ -7,7 +7,7 @@ import pytest
 
 import ldpfed.mechanisms as M
 from ldpfed.algorithms.base import Algorithm
-from ldpfed.errors import ConfigError
+from ldpfed.util.errors import ConfigError
 from ldpfed.mechanisms import accounting
 from ldpfed.mechanisms.protocol import DP_EVENT_NOISES, DataBoundRequired, Mechanism, check_dp_event
 

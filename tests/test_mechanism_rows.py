@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from numba import njit
 
-from ldpfed.jit import inlined
+from ldpfed.util.jit import inlined
 from ldpfed.mechanisms import GaussianMechanism, L2BallMechanism, SymmetricGaussianMechanism
 from ldpfed.mechanisms.rows import FieldLayout
 

@@ -14,7 +14,7 @@ import pytest
 from scipy import integrate, special, stats
 
 import ldpfed.mechanisms as M
-from ldpfed.errors import ConfigError
+from ldpfed.util.errors import ConfigError
 from ldpfed.mechanisms import audit as A
 from ldpfed.mechanisms.l2ball import _privatize_rows
 

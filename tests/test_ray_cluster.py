@@ -62,7 +62,7 @@ TWO_NODES = TWO_NODE_CLUSTER + r"""
 NODE_LOSS = r"""
 import json, sys
 from ldpfed.config import RunConfig
-from ldpfed.drills import node_fault
+from ldpfed.ops.drills import node_fault
 from ldpfed.engine import run_local
 
 algorithm, mode, fault = sys.argv[1:4]

@@ -5,7 +5,7 @@ public schedule sets apart (alone on its arm) the amplification of the whole rou
 import numpy as np
 import pytest
 
-from ldpfed.errors import ConfigError
+from ldpfed.util.errors import ConfigError
 from ldpfed.server_audit import TRUSTS, audit_server_view, build, choose_event, ldp_algorithms, server_view
 
 EPS, DELTA, USERS = 0.5, 1e-6, 200

@@ -15,10 +15,10 @@ from ldpfed.algorithms.ldp_reductions import LdpMabAdversarial, LdpMabUcb
 from ldpfed.config import RunConfig
 from ldpfed.engine import run_local
 from ldpfed.envs import make_env
-from ldpfed.errors import ConfigError
+from ldpfed.util.errors import ConfigError
 from ldpfed.mechanisms import shuffle
 from ldpfed.mechanisms.gaussian import analytic_delta
-from ldpfed.shuffling import GroupsBroken, group_sizes, smallest_groups
+from ldpfed.algorithms.shuffling import GroupsBroken, group_sizes, smallest_groups
 from ldpfed.testing import ConformanceError, check_algorithm
 
 EPS, DELTA = 0.5, 1e-6

@@ -11,7 +11,7 @@ from ldpfed.cli import main
 from ldpfed.config import RunConfig
 from ldpfed.engine import run_local
 from ldpfed.envs import make_env
-from ldpfed.errors import ConfigError
+from ldpfed.util.errors import ConfigError
 from ldpfed.mechanisms import shuffle
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from ldpfed.algorithms.options import Option, options_from_defaults
-from ldpfed.errors import ConfigError
+from ldpfed.util.errors import ConfigError
 from ldpfed.mechanisms.accounting import noise_fields
 from ldpfed.mechanisms.protocol import DataBoundRequired
 

@@ -26,11 +26,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ldpfed.errors import ConfigError
+from ldpfed.util.errors import ConfigError
 from ldpfed.mechanisms import accounting, shuffle
 from ldpfed.mechanisms.central import central_twin
 from ldpfed.plugins import TRUST_GROUP, Registry
-from ldpfed.shuffling import smallest_groups, smallest_share
+from ldpfed.algorithms.shuffling import smallest_groups, smallest_share
 
 SHUFFLE_BOUND = "numerical"       # FMT's numerical bound: the tighter of their two (shuffle.BOUNDS)
 # A batch "too small to amplify": its eps0 is less than 5% above the target (shuffling any batch never hurts, so
@@ -70,9 +70,9 @@ class ShufflePlan:
 
 
 def smallest_batch(config) -> int:
-    """The fewest users a shuffler mixes: each of the S shufflers mixes its share of a round (ldpfed.shuffling), so
-    the batch every user is shuffled in is at least the smallest share of the run's smallest round (the last one
-    may be short). Users on different randomizers split it further (`shuffle_plan`)."""
+    """The fewest users a shuffler mixes: each of the S shufflers mixes its share of a round
+    (ldpfed.algorithms.shuffling), so the batch every user is shuffled in is at least the smallest share of the run's
+    smallest round (the last one may be short). Users on different randomizers split it further (`shuffle_plan`)."""
     last = config.users - (config.rounds - 1) * config.round_size
     return smallest_share(min(config.round_size, last), config.shufflers)
 
@@ -166,7 +166,8 @@ def check_shuffled(algo) -> None:
                 raise ConfigError("trust", "shuffle", f"{algo.name} weighs a message by a function of its content "
                                                       f"(not a public scaling): a shuffled server, which cannot "
                                                       f"tell who sent what, cannot apply it")
-    if algo.steps().fold is not None:   # the shuffled server folds with no user index (ldpfed.shuffling.UNKNOWN_USER)
+    # the shuffled server folds with no user index (ldpfed.algorithms.shuffling.UNKNOWN_USER)
+    if algo.steps().fold is not None:
         ones = algo.layout().split(np.ones((1, algo.layout().width)))
         sums = [algo.aggregate(ones, np.array([user], dtype=np.int64)) for user in (0, 1, max(algo.T - 1, 0))]
         if any(not all(np.array_equal(other[key], sums[0][key]) for key in sums[0]) for other in sums[1:]):

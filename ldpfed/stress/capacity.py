@@ -45,7 +45,7 @@ from ldpfed.config import RunConfig
 from ldpfed.engine.core import add_sums, population_users, round_bounds, simulate_population
 from ldpfed.engine.ray_shard import LatencyHistogram, make_plan, peak_rss_bytes
 from ldpfed.envs import make_env
-from ldpfed.rng import derive
+from ldpfed.util.rng import derive
 from ldpfed.stress.shard import RemoteStressShard, cpu_jiffies, loadavg
 
 

@@ -16,8 +16,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ldpfed.errors import ConfigError
-from ldpfed.signals import exit_status, interruptible
+from ldpfed.util.errors import ConfigError
+from ldpfed.util.signals import exit_status, interruptible
 from ldpfed.tracking import links as ui_links, local_server, records
 from ldpfed.tracking.store import TrackingUnavailable, is_http, resolve_tracking_uri, sqlite_path
 from ldpfed.tracking.links import UI_PORT
