@@ -5,13 +5,10 @@ import difflib
 import math
 from dataclasses import asdict, dataclass, field
 
+from ldpfed.plugins import PROFILES
 from ldpfed.util import memory
 from ldpfed.util.errors import ConfigError, integer
 
-# "paper": the papers' text, privacy-correct (the default). "authors-code": the choices of the authors' public code
-# where it differs from the text (rewards, clip rules, steps, initialisation, estimators, contexts); algorithms and
-# envs without such differences run identically under both. See the profile table in docs/tracking-and-sweeps.md.
-PROFILES = ("paper", "authors-code")
 # Trust models are objects found by name (ldpfed.algorithms.trust.TRUST_MODELS, the entry point group
 # ldpfed.trust_models): "local", the papers' local DP; "shuffle", local randomizers whose messages an anonymizing
 # shuffler mixes per round; "central", clipped data to a trusted server that adds the noise once per round.

@@ -22,15 +22,15 @@ delta0 is chosen so that the added term is at most the other half whatever eps0 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
-from ldpfed.util.errors import ConfigError
+from ldpfed.algorithms.shuffling import smallest_groups, smallest_share
 from ldpfed.mechanisms import accounting, shuffle
 from ldpfed.mechanisms.central import central_twin
 from ldpfed.plugins import TRUST_GROUP, Registry
-from ldpfed.algorithms.shuffling import smallest_groups, smallest_share
+from ldpfed.util.errors import ConfigError
 
 SHUFFLE_BOUND = "numerical"       # FMT's numerical bound: the tighter of their two (shuffle.BOUNDS)
 # A batch "too small to amplify": its eps0 is less than 5% above the target (shuffling any batch never hurts, so
@@ -260,10 +260,9 @@ class TrustModel:
 
     def check(self, config) -> None:
         """ConfigError naming a RunConfig field that this trust model does not take but the config sets."""
-        from ldpfed.config import RunConfig
-
+        defaults = {option.name: option.default for option in fields(config)}
         for name in ("shufflers", "small_groups"):
-            if name not in self.options and getattr(config, name) != RunConfig.__dataclass_fields__[name].default:
+            if name not in self.options and getattr(config, name) != defaults[name]:
                 option = "--" + name.replace("_", "-")
                 raise ConfigError(name, getattr(config, name), f"only the shuffle trust model takes {option} (this "
                                                                f"run's trust is {self.name!r}); use --trust shuffle "
