@@ -21,8 +21,8 @@ import time
 import numpy as np
 
 from ldpfed.config import RunConfig
-from ldpfed.ops.drills import chaos_soak
 from ldpfed.engine import run_local
+from ldpfed.ops.drills import chaos_soak
 from ldpfed.util.progress import Progress
 
 

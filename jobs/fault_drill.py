@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 
 from ldpfed.config import RunConfig
-from ldpfed.ops.drills import actor_fault, driver_kill, mlflow_outage, node_fault
 from ldpfed.engine import run_local
+from ldpfed.ops.drills import actor_fault, driver_kill, mlflow_outage, node_fault
 
 
 def _actor_row(name: str, out: dict, reference) -> tuple:

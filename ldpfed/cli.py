@@ -10,9 +10,9 @@ from pathlib import Path
 from ldpfed import sweep_spec as sweeps
 from ldpfed.algorithms.trust import TRUST_MODELS, trust_model
 from ldpfed.config import DEFAULT_TRUST, PROFILES, SMALL_GROUPS
-from ldpfed.util.errors import ConfigError, integer
 from ldpfed.plugins import PluginError
 from ldpfed.tracking.store import TrackingUnavailable
+from ldpfed.util.errors import ConfigError, integer
 
 # Where a RunConfig field comes from on the command line, so an error names the option the user typed.
 OPTION_OF_FIELD = {"algorithm": "ALGORITHM", "env": "--env", "users": "--users", "round_size": "--round-size",
@@ -308,9 +308,9 @@ def cmd_warmup(args) -> int:
     """Compile ahead (see the warmup parser's description); prints each pair's time and what it compiled."""
     import time
 
-    from ldpfed.util import jit
     from ldpfed.config import RunConfig
     from ldpfed.engine import run
+    from ldpfed.util import jit
 
     directory = jit.cache_dir()
     print(f"compile cache: {directory if directory is not None else f'off (${jit.CACHE_ENV})'}")

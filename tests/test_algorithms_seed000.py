@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 from scipy import special, stats
 
-from ldpfed.testing import record_inputs
 from ldpfed.algorithms import make_algorithm
 from ldpfed.config import RunConfig
 from ldpfed.engine import run as run_engine
 from ldpfed.engine import run_local
 from ldpfed.envs import make_env
-from ldpfed.util.errors import ConfigError
 from ldpfed.mechanisms import gaussian_sigma
+from ldpfed.testing import record_inputs
+from ldpfed.util.errors import ConfigError
 from ldpfed.util.normals import standard_normals
 from ldpfed.util.rng import derive
 

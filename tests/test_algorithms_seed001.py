@@ -9,8 +9,8 @@ from ldpfed.config import RunConfig
 from ldpfed.engine import run_local
 from ldpfed.engine.sequential import run_sequential
 from ldpfed.envs import make_env
-from ldpfed.util.errors import ConfigError
 from ldpfed.mechanisms import tree_depth
+from ldpfed.util.errors import ConfigError
 from ldpfed.util.normals import standard_normals
 from ldpfed.util.rng import derive
 

@@ -22,8 +22,8 @@ from ldpfed.algorithms.klucb import (HALVINGS, exploration, kl_bernoulli, klucb_
 from ldpfed.config import RunConfig
 from ldpfed.engine import run_local
 from ldpfed.envs import make_env
-from ldpfed.util.errors import ConfigError
 from ldpfed.mechanisms import RandomizedResponse
+from ldpfed.util.errors import ConfigError
 from ldpfed.util.rng import derive
 
 SEEDS = range(5)

@@ -14,18 +14,18 @@ import numpy as np
 import pytest
 from numba import njit
 
-from ldpfed.util import jit
 from ldpfed.cli import main
 from ldpfed.config import RunConfig
 from ldpfed.engine import run
+from ldpfed.util import jit
 
 ROOT = Path(__file__).resolve().parents[1]
 
 PROBE = textwrap.dedent("""
     import json
-    from ldpfed.util import jit
     from ldpfed.config import RunConfig
     from ldpfed.engine import run
+    from ldpfed.util import jit
 
     result = run(RunConfig("ucb", users=200))       # round size 1: the sequential engine's loop
     print(json.dumps({"compile_s": result.summary["compile_s"], "dir": str(jit.cache_dir()), **jit.loop_counts()}))

@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 from ldpfed import cli
-from ldpfed import sweep_spec as sweeps
 from ldpfed import sweep_runner
+from ldpfed import sweep_spec as sweeps
 from ldpfed.util.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]

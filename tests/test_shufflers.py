@@ -11,12 +11,12 @@ import pandas as pd
 import pytest
 
 from ldpfed.algorithms import make_algorithm
+from ldpfed.algorithms.shuffling import CHUNK_MESSAGES, chunk_bounds, permutation, share_bounds, shuffle_share
 from ldpfed.config import RunConfig
 from ldpfed.engine.local import run_local
 from ldpfed.engine.ray_shard import ShardCore, ShuffledChunk, WireMessage, make_plan
 from ldpfed.envs import make_env
 from ldpfed.util.errors import ConfigError
-from ldpfed.algorithms.shuffling import CHUNK_MESSAGES, chunk_bounds, permutation, share_bounds, shuffle_share
 
 
 # Algorithms whose public schedule sets a few users apart (their groups amplify nothing at these sizes): they run

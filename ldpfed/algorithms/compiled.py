@@ -54,8 +54,8 @@ import numpy as np
 from numba import njit
 
 from ldpfed.algorithms.base import Algorithm
-from ldpfed.util.jit import loops
 from ldpfed.mechanisms.rows import FieldLayout
+from ldpfed.util.jit import loops
 
 
 class Steps(NamedTuple):

@@ -44,10 +44,10 @@ from ldpfed.algorithms.base import Algorithm
 from ldpfed.algorithms.compiled import CompiledAlgorithm, Steps, no_weights
 from ldpfed.algorithms.fields import Field
 from ldpfed.algorithms.options import CALIBRATION, Option
+from ldpfed.envs.links import link_code, link_mean, mean_function
 from ldpfed.mechanisms.clip import CLIP_RTOL, clip_row, clip_value
 from ldpfed.util.errors import ConfigError
 from ldpfed.util.linalg import spd_solve
-from ldpfed.envs.links import link_code, link_mean, mean_function
 from ldpfed.mechanisms import (Domain, GaussianMechanism, L2BallMechanism, SymmetricGaussianMechanism,
                               weighted_sphere_bounds)
 

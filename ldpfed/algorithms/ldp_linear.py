@@ -58,10 +58,10 @@ from ldpfed.algorithms.compiled import CompiledAlgorithm, Steps, no_weights
 from ldpfed.algorithms.fields import Field
 from ldpfed.algorithms.glm_ldp import _dot, authors_gaussian, authors_sigma
 from ldpfed.algorithms.options import CALIBRATION, Option
-from ldpfed.mechanisms.clip import CLIP_RTOL, clip_row, clip_row_by_squares, clip_value
-from ldpfed.util.errors import ConfigError
 from ldpfed.envs.links import inf_slope, link_code, link_mean, mean_function, sup_mean
 from ldpfed.mechanisms import GaussianMechanism, SymmetricGaussianMechanism
+from ldpfed.mechanisms.clip import CLIP_RTOL, clip_row, clip_row_by_squares, clip_value
+from ldpfed.util.errors import ConfigError
 
 SINGLE_GLM_ENVS = ("linear", "logistic")
 

@@ -9,11 +9,11 @@ import numpy as np
 import pandas as pd
 
 from ldpfed.algorithms import make_algorithm
+from ldpfed.algorithms.shuffling import anonymous_aggregate, check_groups, share_bounds, shuffle_share
 from ldpfed.algorithms.trust import trust_model
 from ldpfed.envs import make_env
 from ldpfed.util.jit import compile_seconds
 from ldpfed.util.rng import derive
-from ldpfed.algorithms.shuffling import anonymous_aggregate, check_groups, share_bounds, shuffle_share
 
 
 # The per-round table's first columns, in order (metric counters follow): what every engine's RunResult.table has.

@@ -17,9 +17,9 @@ from ldpfed.engine.channels import RemoteError, Serving, as_ready
 from ldpfed.engine.core import PopulationRow, join_pieces, population_users, shuffler_pieces, simulate_population
 from ldpfed.engine.ray_shard import LatencyHistogram, ShardCore, ShuffledChunk, WireMessage, current_rss_bytes, \
     peak_rss_bytes
+from ldpfed.algorithms.shuffling import check_groups, shard_of_chunk, shuffle_share
 from ldpfed.envs import make_env
 from ldpfed.util.memory import keep_freed_memory
-from ldpfed.algorithms.shuffling import check_groups, shard_of_chunk, shuffle_share
 from ldpfed.util.threads import limit as limit_threads
 
 

@@ -59,10 +59,10 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ldpfed.algorithms.shuffling import anonymous_aggregate, chunk_bounds, chunks_of_shard, share_bounds
 from ldpfed.algorithms.trust import trust_model
 from ldpfed.engine.core import add_sums, population_users, round_bounds, sample_messages
 from ldpfed.mechanisms.domains import symmetric_reason
-from ldpfed.algorithms.shuffling import anonymous_aggregate, chunk_bounds, chunks_of_shard, share_bounds
 
 FLOAT = np.dtype(np.float64)
 MODES = ("pre-aggregated", "per-user")

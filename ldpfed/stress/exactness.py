@@ -20,14 +20,14 @@ import numpy as np
 import ray
 
 from ldpfed.algorithms import make_algorithm
-from ldpfed.stress.attacks import out_of_domain
 from ldpfed.config import RunConfig
 from ldpfed.engine.core import population_users, round_bounds, simulate_population
 from ldpfed.engine.local import LocalBackend
 from ldpfed.engine.ray_shard import LatencyHistogram, make_plan, peak_rss_bytes
 from ldpfed.envs import make_env
-from ldpfed.util.rng import derive
+from ldpfed.stress.attacks import out_of_domain
 from ldpfed.stress.shard import RemoteStressShard
+from ldpfed.util.rng import derive
 
 
 class Sender:
