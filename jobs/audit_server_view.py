@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ldpfed.server_audit import (AUDIT_ALPHA, PILOT, REPETITIONS, TRUSTS, audit_server_view,  # noqa: E402
                                  ldp_algorithms)
-from ldpfed.errors import ConfigError  # noqa: E402
+from ldpfed.util.errors import ConfigError  # noqa: E402
 
 WHOLE_BATCH = ("klucb-cf", "sw-klucb-cf", "ldp-mab-ucb")     # users the public schedule sets apart (user 1)
 COLUMNS = ("algorithm", "trust", "accounting", "claimed_eps", "claimed_delta", "lower_bound", "flagged", "eps0",

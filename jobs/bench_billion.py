@@ -23,7 +23,7 @@ from ldpfed.config import RunConfig
 from ldpfed.engine.checkpoint import Checkpointer
 from ldpfed.engine.driver import drive
 from ldpfed.engine.ray_engine import RayBackend, ensure_ray
-from ldpfed.progress import Progress
+from ldpfed.util.progress import Progress
 
 MB = 2**20
 

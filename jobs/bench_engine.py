@@ -52,11 +52,11 @@ from ldpfed.config import RunConfig
 from ldpfed.engine import run_local
 from ldpfed.engine.core import population_users, round_bounds, simulate_population
 from ldpfed.engine.ray_engine import ensure_ray, run_ray
-from ldpfed.envs.base import unit_sphere
 from ldpfed.envs import make_env
+from ldpfed.envs.base import unit_sphere
 from ldpfed.envs.glm import GLMContextual
-from ldpfed.memory import keep_freed_memory
-from ldpfed.rng import derive
+from ldpfed.util.memory import keep_freed_memory
+from ldpfed.util.rng import derive
 
 
 # The speed targets of the Ray engine: its users/s over the single-process floor's, by round size B, for ldp-sgd

@@ -21,9 +21,9 @@ import time
 import numpy as np
 
 from ldpfed.config import RunConfig
-from ldpfed.drills import chaos_soak
 from ldpfed.engine import run_local
-from ldpfed.progress import Progress
+from ldpfed.ops.drills import chaos_soak
+from ldpfed.util.progress import Progress
 
 
 def main(argv=None) -> int:

@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 
 from ldpfed.config import RunConfig
-from ldpfed.drills import actor_fault, driver_kill, mlflow_outage, node_fault
 from ldpfed.engine import run_local
+from ldpfed.ops.drills import actor_fault, driver_kill, mlflow_outage, node_fault
 
 
 def _actor_row(name: str, out: dict, reference) -> tuple:
@@ -130,7 +130,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    from ldpfed.signals import exit_status, interruptible
+    from ldpfed.util.signals import exit_status, interruptible
 
     try:
         with interruptible():      # SIGTERM too runs the `finally`s: Ray and the MLflow servers stop with the job

@@ -46,7 +46,7 @@ ALGORITHMS = {      # two contextual (d = 10, K = 10) and two multi-armed algori
 def _one(job: dict) -> dict:
     from ldpfed.config import RunConfig
     from ldpfed.engine import run
-    from ldpfed.errors import ConfigError
+    from ldpfed.util.errors import ConfigError
 
     env, env_params = ALGORITHMS[job["algorithm"]]
     config = RunConfig(job["algorithm"], env=env, env_params=env_params, users=job["users"],

@@ -11,7 +11,7 @@ import importlib
 
 _EXPORTS = {"sweep": ("ldpfed.sweep_runner", "sweep"), "SweepResult": ("ldpfed.sweep_runner", "SweepResult"),
             "run": ("ldpfed.engine", "run"), "RunConfig": ("ldpfed.config", "RunConfig"),
-            "ConfigError": ("ldpfed.errors", "ConfigError"),
+            "ConfigError": ("ldpfed.util.errors", "ConfigError"),
             "TrackingUnavailable": ("ldpfed.tracking.store", "TrackingUnavailable")}
 __all__ = sorted(_EXPORTS)
 

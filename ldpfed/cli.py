@@ -10,9 +10,9 @@ from pathlib import Path
 from ldpfed import sweep_spec as sweeps
 from ldpfed.algorithms.trust import TRUST_MODELS, trust_model
 from ldpfed.config import DEFAULT_TRUST, PROFILES, SMALL_GROUPS
-from ldpfed.errors import ConfigError, integer
 from ldpfed.plugins import PluginError
 from ldpfed.tracking.store import TrackingUnavailable
+from ldpfed.util.errors import ConfigError, integer
 
 # Where a RunConfig field comes from on the command line, so an error names the option the user typed.
 OPTION_OF_FIELD = {"algorithm": "ALGORITHM", "env": "--env", "users": "--users", "round_size": "--round-size",
@@ -35,7 +35,7 @@ def _key_value(text: str):
 
 
 def _positive_int(text: str) -> int:
-    """A count from the command line: an integer >= 1, also written as 1e5 (ldpfed.errors.integer checks it)."""
+    """A count from the command line: an integer >= 1, also written as 1e5 (ldpfed.util.errors.integer checks it)."""
     try:
         return integer("value", float(text) if "e" in text.lower() else int(text))
     except (ValueError, ConfigError):
@@ -308,9 +308,9 @@ def cmd_warmup(args) -> int:
     """Compile ahead (see the warmup parser's description); prints each pair's time and what it compiled."""
     import time
 
-    from ldpfed import jit
     from ldpfed.config import RunConfig
     from ldpfed.engine import run
+    from ldpfed.util import jit
 
     directory = jit.cache_dir()
     print(f"compile cache: {directory if directory is not None else f'off (${jit.CACHE_ENV})'}")
@@ -373,7 +373,7 @@ def warn_slow_rounds(config) -> None:
 
 def cmd_run(args) -> int:
     from ldpfed.config import RunConfig
-    from ldpfed.progress import Progress
+    from ldpfed.util.progress import Progress
 
     config = RunConfig(algorithm=args.algorithm, env=args.env, users=args.users, round_size=args.round_size,
                        populations=args.populations, eps=args.eps, delta=args.delta, seed=args.seed,
@@ -384,7 +384,7 @@ def cmd_run(args) -> int:
         warn_slow_rounds(config)
     from ldpfed.engine import run
     from ldpfed.engine.checkpoint import Checkpointer, CheckpointError
-    from ldpfed.signals import Terminated, exit_status, interruptible
+    from ldpfed.util.signals import Terminated, exit_status, interruptible
 
     if args.resume is not None:
         if args.out is not None and args.out.resolve() != args.resume.resolve():

@@ -5,19 +5,16 @@ import difflib
 import math
 from dataclasses import asdict, dataclass, field
 
-from ldpfed import memory
-from ldpfed.errors import ConfigError, integer
+from ldpfed.plugins import PROFILES
+from ldpfed.util import memory
+from ldpfed.util.errors import ConfigError, integer
 
-# "paper": the papers' text, privacy-correct (the default). "authors-code": the choices of the authors' public code
-# where it differs from the text (rewards, clip rules, steps, initialisation, estimators, contexts); algorithms and
-# envs without such differences run identically under both. See the profile table in docs/tracking-and-sweeps.md.
-PROFILES = ("paper", "authors-code")
 # Trust models are objects found by name (ldpfed.algorithms.trust.TRUST_MODELS, the entry point group
 # ldpfed.trust_models): "local", the papers' local DP; "shuffle", local randomizers whose messages an anonymizing
 # shuffler mixes per round; "central", clipped data to a trusted server that adds the noise once per round.
 DEFAULT_TRUST = "local"
-# Under "shuffle", what a run does when its smallest group of users on one randomizer (ldpfed.shuffling) amplifies
-# too little: "refuse" it before it starts, or run every user at the target eps with "no-amplification".
+# Under "shuffle", what a run does when its smallest group of users on one randomizer (ldpfed.algorithms.shuffling)
+# amplifies too little: "refuse" it before it starts, or run every user at the target eps with "no-amplification".
 SMALL_GROUPS = ("refuse", "no-amplification")
 
 
@@ -41,7 +38,7 @@ class RunConfig:
     params: dict = field(default_factory=dict)   # algorithm options, validated by the algorithm
     profile: str = "paper"            # one of PROFILES: sets the defaults of env_params and params
     trust: str = DEFAULT_TRUST        # a trust model's name: where the noise is added (ldpfed.algorithms.trust)
-    shufflers: int = 1                # trust "shuffle": S shufflers, each mixes its share of a round (ldpfed.shuffling)
+    shufflers: int = 1                # trust "shuffle": S shufflers, each mixes its share of a round (shuffling.py)
     small_groups: str = "refuse"      # trust "shuffle": one of SMALL_GROUPS (ldpfed.algorithms.trust.shuffle_plan)
 
     def __post_init__(self):
@@ -93,7 +90,7 @@ class RunConfig:
         return RunConfig(**{**self.to_dict(), **changes})
 
 
-# ---- memory: refuse what cannot fit, before anything is allocated (ldpfed/memory.py) ----------------------------
+# ---- memory: refuse what cannot fit, before anything is allocated (ldpfed/util/memory.py) ----------------------------
 SIZE_OPTIONS = ("env_params.d", "env_params.K", "env_params.pool")   # env options that size arrays
 
 
@@ -113,7 +110,7 @@ def _sizes(config, env_cls, given: bool = True) -> dict | None:
 
 
 def estimate_memory(sizes: dict, multi: bool, gram_messages: bool = True) -> int:
-    """Bytes of a run's largest arrays (a coarse upper bound, see ldpfed/memory.py): per round the contexts
+    """Bytes of a run's largest arrays (a coarse upper bound, see ldpfed/util/memory.py): per round the contexts
     (B x K x d) and messages (LDP: at most a noisy (d+1)^2 Gram matrix per arm slot, one slot per arm on
     multi-parameter envs; otherwise a (d+1)-vector; plus a K-vector); the server state ((d+1)^2 per slot, times
     the tree depth for the tree mechanisms); the env's arm pool; one result-table row per round."""

@@ -21,7 +21,7 @@ import os
 import re
 from collections.abc import Mapping
 
-from ldpfed.errors import ConfigError
+from ldpfed.util.errors import ConfigError
 
 ALGORITHM_GROUP = "ldpfed.algorithms"
 ENV_GROUP = "ldpfed.envs"
@@ -29,6 +29,11 @@ TRUST_GROUP = "ldpfed.trust_models"
 PLUGINS_VAR = "LDPFED_PLUGINS"
 BUILT_IN = "ldpfed"                       # the distribution whose entry points are the built-ins
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
+# The profiles, which an algorithm's or env's `profile_defaults` are keyed by (a run picks one: RunConfig.profile).
+# "paper": the papers' text, privacy-correct (the default). "authors-code": the choices of the authors' public code
+# where it differs from the text (rewards, clip rules, steps, initialisation, estimators, contexts); algorithms and
+# envs without such differences run identically under both. See the profile table in docs/tracking-and-sweeps.md.
+PROFILES = ("paper", "authors-code")
 
 
 class PluginError(ConfigError):

@@ -48,15 +48,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from ldpfed.algorithms import REGISTRY, check_instance, make_algorithm
+from ldpfed.algorithms.shuffling import anonymous_aggregate, check_groups, share_bounds, shuffle_share
 from ldpfed.algorithms.trust import TRUST_MODELS, check_shuffled, shuffle_plan, trust_model
 from ldpfed.config import RunConfig
 from ldpfed.engine.core import join_pieces, privacy_summary, shuffler_pieces, simulate_population
 from ldpfed.envs import make_env
-from ldpfed.errors import ConfigError
 from ldpfed.mechanisms.audit import eps_lower_bound
-from ldpfed.rng import derive
-from ldpfed.shuffling import anonymous_aggregate, check_groups, share_bounds, shuffle_share
-from ldpfed.threads import limited
+from ldpfed.util.errors import ConfigError
+from ldpfed.util.rng import derive
+from ldpfed.util.threads import limited
 
 AUDIT_ALPHA = 0.01          # the bound exceeds the true eps with probability at most this
 REPETITIONS = 4000          # runs per world for the counts

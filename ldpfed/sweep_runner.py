@@ -34,11 +34,11 @@ from ldpfed import sweep_spec as sweeps
 from ldpfed.algorithms import REGISTRY
 from ldpfed.engine import run
 from ldpfed.engine.checkpoint import Checkpointer
-from ldpfed.errors import ConfigError, describe_error
-from ldpfed.progress import SweepProgress
-from ldpfed.signals import Terminated, exit_status, interruptible
 from ldpfed.tracking import Tracker, TrackingUnavailable, records
 from ldpfed.tracking.report import grouped_table, markdown_table
+from ldpfed.util.errors import ConfigError, describe_error
+from ldpfed.util.progress import SweepProgress
+from ldpfed.util.signals import Terminated, exit_status, interruptible
 
 # A task lost with its node (or its worker process) is run again elsewhere this many times; a run that raises is
 # not retried (its error is the run's result). A run's bits depend on its config alone, so a retry changes nothing.

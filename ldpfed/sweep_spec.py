@@ -37,7 +37,7 @@ from importlib import resources
 from pathlib import Path
 
 from ldpfed.config import DEFAULT_TRUST
-from ldpfed.errors import ConfigError, integer
+from ldpfed.util.errors import ConfigError, integer
 
 ENGINES = ("local", "ray")
 EXPERIMENT, OUT = "run_all", "results/run_all"     # where sweeps go unless told (`ldpfed sync` assumes the same)

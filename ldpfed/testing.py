@@ -50,15 +50,15 @@ import numpy as np
 from ldpfed.algorithms import REGISTRY, Algorithm
 from ldpfed.algorithms.compiled import CompiledAlgorithm
 from ldpfed.algorithms.contract import check_instance
+from ldpfed.algorithms.shuffling import GroupsBroken, check_groups
 from ldpfed.config import RunConfig
 from ldpfed.engine.core import simulate_population
 from ldpfed.envs import make_env
 from ldpfed.envs.base import Env, PublicWorld
-from ldpfed.errors import ConfigError
 from ldpfed.mechanisms import accounting, audit
 from ldpfed.plugins import PLUGINS_VAR, PluginError, environment_references, load_reference
-from ldpfed.rng import derive
-from ldpfed.shuffling import GroupsBroken, check_groups
+from ldpfed.util.errors import ConfigError
+from ldpfed.util.rng import derive
 
 CHECKS = ("contract", "ledger", "clipping", "privacy_audit", "no_truth", "public_fields", "engines")
 

@@ -12,8 +12,8 @@ from ldpfed.algorithms import REGISTRY, make_algorithm
 from ldpfed.config import RunConfig
 from ldpfed.engine import run_local
 from ldpfed.envs import make_env
-from ldpfed.errors import ConfigError
 from ldpfed.mechanisms import accounting
+from ldpfed.util.errors import ConfigError
 
 SMALL = {"users": 200, "round_size": 10, "delta": 0.05}
 PRIVATE = sorted(name for name, cls in REGISTRY.items() if cls.privacy_model != "none")

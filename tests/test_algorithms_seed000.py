@@ -8,16 +8,16 @@ import numpy as np
 import pytest
 from scipy import special, stats
 
-from ldpfed.testing import record_inputs
 from ldpfed.algorithms import make_algorithm
 from ldpfed.config import RunConfig
 from ldpfed.engine import run as run_engine
 from ldpfed.engine import run_local
 from ldpfed.envs import make_env
-from ldpfed.errors import ConfigError
 from ldpfed.mechanisms import gaussian_sigma
-from ldpfed.normals import standard_normals
-from ldpfed.rng import derive
+from ldpfed.testing import record_inputs
+from ldpfed.util.errors import ConfigError
+from ldpfed.util.normals import standard_normals
+from ldpfed.util.rng import derive
 
 T, B = 20_000, 10
 SINGLE = {"env": "linear", "eps": 1.0, "delta": 0.01}                         # the paper's d=2, K=10
@@ -158,7 +158,7 @@ def test_ldp_sgd_b1_equals_sequential_loop(env):
     B = R * math.sqrt(math.pi) / math.tanh(eps / 2) * math.exp(math.lgamma((d + 1) / 2) - math.lgamma(d / 2))
 
     def l2_ball(g, rng):
-        v = standard_normals(rng, d)                      # the mechanisms' normals (ldpfed.normals)
+        v = standard_normals(rng, d)                      # the mechanisms' normals (ldpfed.util.normals)
         v /= np.linalg.norm(v)
         norm = np.linalg.norm(g)
         u = g / norm if norm > 0 else np.eye(d)[0]

@@ -9,10 +9,10 @@ from ldpfed.config import RunConfig
 from ldpfed.engine import run_local
 from ldpfed.engine.sequential import run_sequential
 from ldpfed.envs import make_env
-from ldpfed.errors import ConfigError
 from ldpfed.mechanisms import tree_depth
-from ldpfed.normals import standard_normals
-from ldpfed.rng import derive
+from ldpfed.util.errors import ConfigError
+from ldpfed.util.normals import standard_normals
+from ldpfed.util.rng import derive
 
 
 def run(name, users, round_size, eps=1.0, seed=0, **params):
@@ -109,9 +109,9 @@ def test_dgs_noise_shrinks_with_t():
 class _ReferenceTree:
     """The binary mechanism's noise written out independently of ldpfed.mechanisms (so a bug there cannot hide
     in the reference): the node of level i closes at the steps t whose lowest set bit is i and gets fresh noise
-    (Gaussian: the upper triangle incl. the diagonal i.i.d. N(0, scale^2), mirrored, its normals from ldpfed.normals,
-    one call per node; Laplace: i.i.d. Lap(scale) from numpy), drawn from the generator in the library's order; the
-    noise of prefix t sums the nodes of ALL set bits of t."""
+    (Gaussian: the upper triangle incl. the diagonal i.i.d. N(0, scale^2), mirrored, its normals from
+    ldpfed.util.normals, one call per node; Laplace: i.i.d. Lap(scale) from numpy), drawn from the generator in the
+    library's order; the noise of prefix t sums the nodes of ALL set bits of t."""
 
     def __init__(self, shape, noise):
         self.shape, self.noise, self.t, self.nodes = shape, noise, 0, {}

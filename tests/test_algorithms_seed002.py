@@ -16,9 +16,9 @@ from ldpfed.algorithms import make_algorithm
 from ldpfed.config import RunConfig
 from ldpfed.engine import run_local
 from ldpfed.envs import make_env
-from ldpfed.errors import ConfigError
-from ldpfed.normals import standard_normals
-from ldpfed.rng import derive
+from ldpfed.util.errors import ConfigError
+from ldpfed.util.normals import standard_normals
+from ldpfed.util.rng import derive
 
 
 def final_regret(name, **kwargs) -> float:

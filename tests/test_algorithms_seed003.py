@@ -11,8 +11,8 @@ from ldpfed.config import RunConfig
 from ldpfed.engine import run_local
 from ldpfed.engine.sequential import run_sequential
 from ldpfed.envs import make_env
-from ldpfed.errors import ConfigError
 from ldpfed.mechanisms import WishartMechanism
+from ldpfed.util.errors import ConfigError
 
 
 def config(name, users, round_size=16, eps=1.0, seed=0, env_params=None, **params):

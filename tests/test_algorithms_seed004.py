@@ -22,9 +22,9 @@ from ldpfed.algorithms.klucb import (HALVINGS, exploration, kl_bernoulli, klucb_
 from ldpfed.config import RunConfig
 from ldpfed.engine import run_local
 from ldpfed.envs import make_env
-from ldpfed.errors import ConfigError
 from ldpfed.mechanisms import RandomizedResponse
-from ldpfed.rng import derive
+from ldpfed.util.errors import ConfigError
+from ldpfed.util.rng import derive
 
 SEEDS = range(5)
 SIGN_TEST_LEVEL = 0.5 ** len(SEEDS)     # 0.031: all 5 pairs in the same direction under "no difference"

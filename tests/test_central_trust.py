@@ -11,9 +11,9 @@ from ldpfed.cli import main
 from ldpfed.config import RunConfig
 from ldpfed.engine import run_local
 from ldpfed.envs import make_env
-from ldpfed.errors import ConfigError
 from ldpfed.mechanisms import GaussianMechanism, L2BallMechanism, LaplaceMechanism, RandomizedResponse
 from ldpfed.mechanisms.central import central_twin
+from ldpfed.util.errors import ConfigError
 
 
 def central(algorithm, **changes):

@@ -16,8 +16,8 @@ import pytest
 
 from ldpfed import sweep_spec as sweeps
 from ldpfed.cli import main
-from ldpfed.errors import ConfigError
 from ldpfed.tracking import local_server, ui
+from ldpfed.util.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 

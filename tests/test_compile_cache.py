@@ -1,4 +1,4 @@
-"""The compile cache (ldpfed.jit): the loops around the compiled steps are compiled once per machine (a second
+"""The compile cache (ldpfed.util.jit): the loops around the compiled steps are compiled once per machine (a second
 process loads them from disk), under a key that changes with anything they inline; runs report numba's compile time
 apart from the simulation's rate; `python -m ldpfed warmup` compiles ahead."""
 from __future__ import annotations
@@ -14,18 +14,18 @@ import numpy as np
 import pytest
 from numba import njit
 
-from ldpfed import jit
 from ldpfed.cli import main
 from ldpfed.config import RunConfig
 from ldpfed.engine import run
+from ldpfed.util import jit
 
 ROOT = Path(__file__).resolve().parents[1]
 
 PROBE = textwrap.dedent("""
     import json
-    from ldpfed import jit
     from ldpfed.config import RunConfig
     from ldpfed.engine import run
+    from ldpfed.util import jit
 
     result = run(RunConfig("ucb", users=200))       # round size 1: the sequential engine's loop
     print(json.dumps({"compile_s": result.summary["compile_s"], "dir": str(jit.cache_dir()), **jit.loop_counts()}))

@@ -10,15 +10,15 @@ import pytest
 from scipy.special import expit
 
 from ldpfed.algorithms import REGISTRY, Algorithm, make_algorithm
-from ldpfed.config import RunConfig
 from ldpfed.algorithms.glm_ldp import LdpOls
-from ldpfed.algorithms.options import Option
 from ldpfed.algorithms.klucb import SWKLUCBCF
 from ldpfed.algorithms.ldp_reductions import LdpBcoOnePoint, LdpMabUcb
+from ldpfed.algorithms.options import Option
+from ldpfed.config import RunConfig
 from ldpfed.envs import make_env
-from ldpfed.errors import ConfigError
 from ldpfed.mechanisms import Domain, GaussianMechanism
 from ldpfed.testing import CHECKS, RAY_SKIP, ConformanceError, check_algorithm
+from ldpfed.util.errors import ConfigError
 
 BUILTINS = sorted(name for name in REGISTRY if REGISTRY.source(name) == "ldpfed")
 # every built-in on every env it runs on: a few seconds in all

@@ -8,8 +8,8 @@ from ldpfed.config import RunConfig
 from ldpfed.engine import run_local
 from ldpfed.envs import ENVS, make_env
 from ldpfed.envs.classification import digits_features
-from ldpfed.errors import ConfigError
-from ldpfed.rng import derive
+from ldpfed.util.errors import ConfigError
+from ldpfed.util.rng import derive
 
 
 def make(users=1000, **env_params):
@@ -96,5 +96,5 @@ def test_bad_params_are_rejected(params, field):
 
 
 def test_a_whole_float_is_taken_as_its_integer():
-    """One check for every integer option (ldpfed.errors.integer): 4.0 (JSON, TOML) is the integer 4."""
+    """One check for every integer option (ldpfed.util.errors.integer): 4.0 (JSON, TOML) is the integer 4."""
     assert make(d=4.0).d == 4 and isinstance(make(d=4.0).d, int)

@@ -16,7 +16,7 @@ from ldpfed.engine.checkpoint import Checkpointer
 from ldpfed.engine.core import add_sums, simulate_population
 from ldpfed.engine.ray_shard import NO_MODEL, ShardCore, WireMessage, make_plan
 from ldpfed.envs import make_env
-from ldpfed.rng import derive
+from ldpfed.util.rng import derive
 from test_faults import Interrupt, _run_with_fault, assert_same, interrupt_at
 from test_server_domains import (_all_other_arm, _all_pulls_other_arm, as_message, attack_setup,
                                  published_model)

@@ -341,11 +341,19 @@ def test_cli_unwritable_out_fails_before_simulating(tmp_path):
     assert time.perf_counter() - started < 60     # 1e7 users would take minutes: nothing was simulated
 
 
+def test_the_drills_run_the_checkout_they_are_in():
+    """The driver and MLflow drills start `python -m ldpfed` and jobs/run_all.py from the drills' own checkout."""
+    from ldpfed.ops import drills
+
+    assert drills.ROOT == ROOT
+    assert (drills.ROOT / "jobs" / "run_all.py").is_file() and (drills.ROOT / "ldpfed" / "__main__.py").is_file()
+
+
 # ---- a real `mlflow server` killed mid-sweep, restarted, `ldpfed sync` (slow: two server starts) -------------
 
 @pytest.mark.slow
 def test_mlflow_server_killed_mid_sweep_then_sync_restores_every_run(tmp_path):
-    from ldpfed.drills import mlflow_outage
+    from ldpfed.ops.drills import mlflow_outage
 
     out = mlflow_outage(tmp_path, "kill", runs=4, users=10_000)
     assert out["runs_before"] >= 2 and out["local_report"], out

@@ -1,9 +1,9 @@
-"""ldpfed.linalg: the Cholesky solve and inverse factor of the per-user server steps agree with numpy to rounding,
+"""ldpfed.util.linalg: the Cholesky solve and inverse factor of the per-user server steps agree with numpy to rounding,
 a matrix that is not positive definite goes to LU (solve) or is refused (inverse factor)."""
 import numpy as np
 import pytest
 
-from ldpfed.linalg import cholesky_lower, inverse_cholesky, spd_solve
+from ldpfed.util.linalg import cholesky_lower, inverse_cholesky, spd_solve
 
 
 def spd(rng, d, shift):

@@ -7,9 +7,9 @@ import pytest
 
 import ldpfed.mechanisms as M
 from ldpfed.algorithms.base import Algorithm
-from ldpfed.errors import ConfigError
 from ldpfed.mechanisms import accounting
 from ldpfed.mechanisms.protocol import DP_EVENT_NOISES, DataBoundRequired, Mechanism, check_dp_event
+from ldpfed.util.errors import ConfigError
 
 GUARANTEE = M.Guarantee("tree-gaussian", "central", 1.0, 0.01, 1.0, "l2")
 # One small instance of every mechanism class, and a small input of the shape it privatizes (per-user mechanisms:

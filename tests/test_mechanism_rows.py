@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 from numba import njit
 
-from ldpfed.jit import inlined
 from ldpfed.mechanisms import GaussianMechanism, L2BallMechanism, SymmetricGaussianMechanism
 from ldpfed.mechanisms.rows import FieldLayout
+from ldpfed.util.jit import inlined
 
 
 def _same_as_batched(mechanism, shape, n=257, seed=5, symmetric=False):

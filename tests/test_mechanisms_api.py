@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import ldpfed.mechanisms as M
-from ldpfed.errors import ConfigError
+from ldpfed.util.errors import ConfigError
 
 
 def test_exports_exist():

@@ -14,9 +14,9 @@ import pytest
 from scipy import integrate, special, stats
 
 import ldpfed.mechanisms as M
-from ldpfed.errors import ConfigError
 from ldpfed.mechanisms import audit as A
 from ldpfed.mechanisms.l2ball import _privatize_rows
+from ldpfed.util.errors import ConfigError
 
 ALPHA = 0.05
 Z = 3.0

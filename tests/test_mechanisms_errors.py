@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import ldpfed.mechanisms as M
-from ldpfed.errors import ConfigError
+from ldpfed.util.errors import ConfigError
 
 RNG = np.random.default_rng(0)
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import ldpfed.mechanisms as M
-from ldpfed.errors import ConfigError
+from ldpfed.util.errors import ConfigError
 
 ZMAX = 5.0
 
@@ -102,7 +102,7 @@ def test_gaussian_and_laplace_noise_moments():
 
 
 def test_gaussian_mechanisms_noise_is_normal_in_law_including_the_tail():
-    """The local randomizers' normals come from the compiled ziggurat (ldpfed.normals): the privacy guarantee is
+    """The local randomizers' normals come from the compiled ziggurat (ldpfed.util.normals): the privacy guarantee is
     about the noise's whole law, its tail included, not only its moments. The noise / sigma of GaussianMechanism and
     of SymmetricGaussianMechanism's upper triangle: Kolmogorov-Smirnov against N(0, 1) at level 1e-3, the mass
     beyond 2, 3 and 4 sigma within 4.5 binomial standard deviations, no lag-1 correlation between consecutive draws

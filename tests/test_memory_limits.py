@@ -1,5 +1,5 @@
 """Configurations that would need more memory than the machine has are refused before anything is allocated,
-with exit code 2 and the option named (no traceback): ldpfed/memory.py, RunConfig's check, the algorithms that
+with exit code 2 and the option named (no traceback): ldpfed/util/memory.py, RunConfig's check, the algorithms that
 allocate by a parameter."""
 import subprocess
 import sys
@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from ldpfed.config import RunConfig, estimate_memory
-from ldpfed.errors import ConfigError
+from ldpfed.util.errors import ConfigError
 
 
 def cli(*args):
@@ -51,7 +51,7 @@ def test_the_estimate_names_the_largest_option_and_scales(monkeypatch):
 
 
 def test_keep_freed_memory_stops_refaulting_freed_arrays():
-    # the engines' allocator setting (ldpfed.memory.keep_freed_memory): a population's few MB of arrays, freed, are
+    # the engines' allocator setting (ldpfed.util.memory.keep_freed_memory): a population's few MB of arrays, freed, are
     # reused by the next population instead of being unmapped and faulted in again (glibc's defaults: ~860 minor
     # faults per cycle below; with the setting 0 after the first cycles)
     import resource
@@ -59,7 +59,7 @@ def test_keep_freed_memory_stops_refaulting_freed_arrays():
     import numpy as np
     import sys
 
-    from ldpfed.memory import keep_freed_memory
+    from ldpfed.util.memory import keep_freed_memory
     if not sys.platform.startswith("linux") or not keep_freed_memory():
         return                                   # not glibc: nothing to check (the engines then skip it too)
     assert keep_freed_memory()                   # idempotent

@@ -9,7 +9,7 @@ import pytest
 from ldpfed.algorithms import REGISTRY
 from ldpfed.algorithms.base import Algorithm
 from ldpfed.algorithms.options import Option
-from ldpfed.errors import ConfigError
+from ldpfed.util.errors import ConfigError
 
 BUILT_IN = sorted(name for name in REGISTRY if REGISTRY.source(name) == "ldpfed")
 

@@ -7,7 +7,7 @@ import pytest
 from ldpfed.algorithms import REGISTRY, make_algorithm
 from ldpfed.config import PROFILES, RunConfig
 from ldpfed.envs import ENVS, make_env
-from ldpfed.errors import ConfigError
+from ldpfed.util.errors import ConfigError
 
 
 def test_profile_defaults_to_paper_and_is_validated():
@@ -70,7 +70,7 @@ import math  # noqa: E402
 import numpy as np  # noqa: E402
 
 from ldpfed.engine import run_local  # noqa: E402
-from ldpfed.rng import derive  # noqa: E402
+from ldpfed.util.rng import derive  # noqa: E402
 
 
 def _algo(name, profile, **changes):

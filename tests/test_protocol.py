@@ -7,7 +7,7 @@ from ldpfed.algorithms import REGISTRY, make_algorithm
 from ldpfed.config import RunConfig
 from ldpfed.engine import run_local
 from ldpfed.envs import make_env
-from ldpfed.rng import derive
+from ldpfed.util.rng import derive
 
 SMALL = {"users": 300, "round_size": 5, "populations": 2, "eps": 1.0, "delta": 0.05}
 

@@ -62,8 +62,8 @@ TWO_NODES = TWO_NODE_CLUSTER + r"""
 NODE_LOSS = r"""
 import json, sys
 from ldpfed.config import RunConfig
-from ldpfed.drills import node_fault
 from ldpfed.engine import run_local
+from ldpfed.ops.drills import node_fault
 
 algorithm, mode, fault = sys.argv[1:4]
 config = RunConfig(algorithm, env="linear", users=3000, round_size=100, populations=6, seed=5,

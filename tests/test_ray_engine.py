@@ -11,8 +11,8 @@ from ldpfed.engine import run_local
 from ldpfed.engine.core import simulate_population
 from ldpfed.engine.ray_shard import LatencyHistogram, ShardCore, make_plan
 from ldpfed.envs import make_env
-from ldpfed.errors import ConfigError
-from ldpfed.rng import derive
+from ldpfed.util.errors import ConfigError
+from ldpfed.util.rng import derive
 
 LDP = [name for name in ("ldp-ols", "ldp-sgd") if name in REGISTRY]
 
@@ -350,7 +350,7 @@ def test_stress_check_catches_a_lost_and_a_double_counted_message():
         return check(config, plan, expected, totals, [core.stats()], [len(messages)], 0)[1]
 
     from ldpfed.engine.core import simulate_population
-    from ldpfed.rng import derive
+    from ldpfed.util.rng import derive
     env = make_env(config)
     model = algo.publish(algo.initial_state(derive(config.seed, "init")))
     messages = []

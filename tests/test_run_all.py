@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 
 from ldpfed import cli
-from ldpfed import sweep_spec as sweeps
 from ldpfed import sweep_runner
-from ldpfed.errors import ConfigError
+from ldpfed import sweep_spec as sweeps
+from ldpfed.util.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -155,7 +155,7 @@ class _Terminal:
 
 
 def test_sweep_bar_names_the_running_run_and_counts_failures():
-    from ldpfed.progress import SweepProgress
+    from ldpfed.util.progress import SweepProgress
 
     screen = _Terminal()
     bar = SweepProgress(3, label="sweep t", stream=screen)
@@ -175,7 +175,7 @@ def test_run_bar_ends_on_the_summary_rate():
 
     from ldpfed.config import RunConfig
     from ldpfed.engine import run
-    from ldpfed.progress import Progress
+    from ldpfed.util.progress import Progress
 
     import time
 
@@ -253,7 +253,7 @@ def test_a_runs_bar_leaves_its_first_round_out_of_the_rate_and_eta():
     import io
     import time
 
-    from ldpfed.progress import Progress
+    from ldpfed.util.progress import Progress
 
     bar = Progress(10_000, "t", stream=io.StringIO())
     bar(0, 0.0)

@@ -5,8 +5,8 @@ public schedule sets apart (alone on its arm) the amplification of the whole rou
 import numpy as np
 import pytest
 
-from ldpfed.errors import ConfigError
 from ldpfed.server_audit import TRUSTS, audit_server_view, build, choose_event, ldp_algorithms, server_view
+from ldpfed.util.errors import ConfigError
 
 EPS, DELTA, USERS = 0.5, 1e-6, 200
 FAST = dict(eps=EPS, delta=DELTA, users=USERS, repetitions=1500, pilot=500, seed=0)

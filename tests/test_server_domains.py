@@ -12,7 +12,7 @@ from ldpfed.envs import make_env
 from ldpfed.mechanisms import (Domain, GaussianMechanism, L2BallMechanism, LaplaceMechanism, RandomizedResponse,
                                SymmetricGaussianMechanism, gaussian_tail_z)
 from ldpfed.mechanisms.domains import FIELD_TAIL_PROB
-from ldpfed.rng import derive
+from ldpfed.util.rng import derive
 
 
 # ---- mechanisms state their output domains ------------------------------------------------------------------
@@ -371,7 +371,7 @@ def test_in_domain_poisoning_is_accepted_and_moves_the_estimate():
 
 
 def test_an_attack_that_leaves_the_domain_is_rejected_and_stops_the_run(monkeypatch):
-    from ldpfed import attacks
+    from ldpfed.stress import attacks
 
     def off_the_sphere(algo, env, messages, users, bad):
         messages["Z"][bad] *= 2.0

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy.stats import binom
 
-from ldpfed.errors import ConfigError
+from ldpfed.util.errors import ConfigError
 from ldpfed.mechanisms.shuffle import (EPS_RTOL, Amplified, amplify, approximate_eps_delta, closed_form_eps,
                                        closed_form_limit, closed_form_valid, largest_eps0, numerical_eps)
 

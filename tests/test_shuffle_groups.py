@@ -12,14 +12,14 @@ from scipy.optimize import brentq
 
 from ldpfed.algorithms import REGISTRY, make_algorithm
 from ldpfed.algorithms.ldp_reductions import LdpMabAdversarial, LdpMabUcb
+from ldpfed.algorithms.shuffling import GroupsBroken, group_sizes, smallest_groups
 from ldpfed.config import RunConfig
 from ldpfed.engine import run_local
 from ldpfed.envs import make_env
-from ldpfed.errors import ConfigError
 from ldpfed.mechanisms import shuffle
 from ldpfed.mechanisms.gaussian import analytic_delta
-from ldpfed.shuffling import GroupsBroken, group_sizes, smallest_groups
 from ldpfed.testing import ConformanceError, check_algorithm
+from ldpfed.util.errors import ConfigError
 
 EPS, DELTA = 0.5, 1e-6
 LONE = {"ldp-mab-ucb": {"env": "bernoulli", "env_params": {"K": 10}}, "klucb-cf": {}, "sw-klucb-cf": {}}

@@ -1,6 +1,6 @@
 """Shuffler actors: under --trust shuffle the Ray engine's populations send their users' messages
-to S shufflers, which permute each round's share (ldpfed.shuffling) and forward anonymous chunks to the shards;
-run_local sums the same permuted chunks, so the engines agree bit for bit."""
+to S shufflers, which permute each round's share (ldpfed.algorithms.shuffling) and forward anonymous chunks to the
+shards; run_local sums the same permuted chunks, so the engines agree bit for bit."""
 from __future__ import annotations
 
 import os
@@ -11,12 +11,12 @@ import pandas as pd
 import pytest
 
 from ldpfed.algorithms import make_algorithm
+from ldpfed.algorithms.shuffling import CHUNK_MESSAGES, chunk_bounds, permutation, share_bounds, shuffle_share
 from ldpfed.config import RunConfig
 from ldpfed.engine.local import run_local
 from ldpfed.engine.ray_shard import ShardCore, ShuffledChunk, WireMessage, make_plan
 from ldpfed.envs import make_env
-from ldpfed.errors import ConfigError
-from ldpfed.shuffling import CHUNK_MESSAGES, chunk_bounds, permutation, share_bounds, shuffle_share
+from ldpfed.util.errors import ConfigError
 
 
 # Algorithms whose public schedule sets a few users apart (their groups amplify nothing at these sizes): they run

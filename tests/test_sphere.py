@@ -1,4 +1,4 @@
-"""The compiled normals (ldpfed/normals.py: the GLM envs' contexts, ldpfed/envs/sphere.py, and the local
+"""The compiled normals (ldpfed/util/normals.py: the GLM envs' contexts, ldpfed/envs/sphere.py, and the local
 randomizers' noise): right generator, right law, deterministic.
 
 Statistical checks use fixed seeds; each is a test at level 1e-3 (KS or chi-square p-value, or a count within
@@ -8,7 +8,7 @@ import numpy as np
 from scipy import stats
 
 from ldpfed.envs.sphere import sphere_points
-from ldpfed.normals import R as _R, _xoshiro_words, normal_array, standard_normals
+from ldpfed.util.normals import R as _R, _xoshiro_words, normal_array, standard_normals
 
 MASK = (1 << 64) - 1
 

@@ -9,7 +9,7 @@ import pytest
 
 import ldpfed
 from ldpfed import sweep_runner
-from ldpfed.errors import ConfigError
+from ldpfed.util.errors import ConfigError
 
 SWEEP = dict(algorithms=["ldp-sgd", "ols", "uniform"], eps=[1.0], seeds=range(3), users=400, round_size=20,
              engine="local", tracking=False, progress=False, verbose=False)
@@ -124,7 +124,7 @@ def test_sigterm_during_ray_tasks_stops_as_a_termination(ray_session, tmp_path, 
 
     import ray
 
-    from ldpfed.signals import Terminated
+    from ldpfed.util.signals import Terminated
 
     real_wait, calls = ray.wait, []
     def sleep(seconds):

@@ -1,11 +1,11 @@
-"""Simulation processes run with one BLAS thread by default (ldpfed.threads), restored after the run."""
+"""Simulation processes run with one BLAS thread by default (ldpfed.util.threads), restored after the run."""
 import pytest
 from threadpoolctl import threadpool_info
 
 from ldpfed.config import RunConfig
 from ldpfed.engine import run
-from ldpfed.errors import ConfigError
-from ldpfed.threads import blas_threads
+from ldpfed.util.errors import ConfigError
+from ldpfed.util.threads import blas_threads
 
 
 def _blas_threads():

@@ -16,7 +16,7 @@ from ldpfed.config import RunConfig
 from ldpfed.engine import run_local
 from ldpfed.engine.channels import ChannelBroken, RemoteError, Serving, as_ready, connect, new_key, receive
 from ldpfed.envs import make_env
-from ldpfed.errors import ConfigError
+from ldpfed.util.errors import ConfigError
 from test_ray_engine import LDP, assert_same, small
 
 

@@ -11,8 +11,8 @@ from ldpfed.cli import main
 from ldpfed.config import RunConfig
 from ldpfed.engine import run_local
 from ldpfed.envs import make_env
-from ldpfed.errors import ConfigError
 from ldpfed.mechanisms import shuffle
+from ldpfed.util.errors import ConfigError
 
 
 def shuffled(algorithm, **changes):

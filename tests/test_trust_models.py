@@ -12,7 +12,7 @@ from ldpfed.algorithms.trust import (TRUST_MODELS, CentralTrust, FieldNoise, Loc
 from ldpfed.config import RunConfig
 from ldpfed.engine import run_local
 from ldpfed.envs import make_env
-from ldpfed.errors import ConfigError
+from ldpfed.util.errors import ConfigError
 
 PACKAGE = Path(__file__).resolve().parents[1] / "ldpfed"
 

@@ -20,9 +20,9 @@ from __future__ import annotations
 import numpy as np
 
 from ldpfed.algorithms.options import Option, options_from_defaults
-from ldpfed.errors import ConfigError
 from ldpfed.mechanisms.accounting import noise_fields
 from ldpfed.mechanisms.protocol import DataBoundRequired
+from ldpfed.util.errors import ConfigError
 
 ONE_MESSAGE = "one output per user: each user arrives once and sends this field once"
 ONE_RELEASE = ("one mechanism per run: every release of the run is covered by this one guarantee (a user is in "

@@ -30,8 +30,8 @@ from numba import njit
 from ldpfed.algorithms.compiled import CompiledAlgorithm, Steps, no_weights
 from ldpfed.algorithms.fields import Field
 from ldpfed.algorithms.options import CALIBRATION, Option
-from ldpfed.clip import clip_value
-from ldpfed.linalg import inverse_cholesky
+from ldpfed.mechanisms.clip import clip_value
+from ldpfed.util.linalg import inverse_cholesky
 from ldpfed.mechanisms import (Domain, DynamicTreeMechanism, Guarantee, SumBounds, TreeMechanism, gaussian_sigma,
                               node_draws, tree_depth)
 

@@ -41,8 +41,8 @@ Everything the functions need that is not data is in `consts` (built in Python f
 compiled functions are the same for every instance and numba caches them on disk.
 
 The loops that call them (`round_loops` here, envs.base's step loop, the sequential engine's user loop) are built
-per algorithm by ldpfed.jit, with the functions (and the compiled helpers they call) inlined, and compiled once per
-machine (about a second each): ldpfed.jit writes them out as modules under its cache folder, keyed by a hash of
+per algorithm by ldpfed.util.jit, with the functions (and the compiled helpers they call) inlined, and compiled once per
+machine (about a second each): ldpfed.util.jit writes them out as modules under its cache folder, keyed by a hash of
 everything they inline, and numba caches those, so another process loads them; the fields' mechanisms are compiled
 per message layout (ldpfed.mechanisms.rows.FieldLayout.row_privatizer).
 """
@@ -54,8 +54,8 @@ import numpy as np
 from numba import njit
 
 from ldpfed.algorithms.base import Algorithm
-from ldpfed.jit import loops
 from ldpfed.mechanisms.rows import FieldLayout
+from ldpfed.util.jit import loops
 
 
 class Steps(NamedTuple):
@@ -111,8 +111,8 @@ def column_sums(counts):
 
 
 def round_loops(steps: Steps):
-    """The loops of a round of users for these steps, with the steps inlined (ldpfed.jit), built once per process
-    and compiled once per machine (ldpfed.jit's disk cache): act, prepare, finish, and the weighted sum or the fold
+    """The loops of a round of users for these steps, with the steps inlined (ldpfed.util.jit), built once per process
+    and compiled once per machine (ldpfed.util.jit's disk cache): act, prepare, finish, and the weighted sum or the fold
     of the rows."""
     def build(use):
         act, prepare, finish = use(steps.act), use(steps.prepare), use(steps.finish)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 
 from ldpfed.mechanisms import accounting
-from ldpfed.plugins import PluginError
+from ldpfed.plugins import PROFILES, PluginError
 
 PRIVACY_MODELS = ("ldp", "central", "none")
 # What a subclass must write itself: the base class raises NotImplementedError for these.
@@ -34,7 +34,6 @@ DERIVED_METHODS = ("message_spec", "message_domains")
 def check_class(cls, where: str) -> None:
     """PluginError when `cls` (an Algorithm subclass) breaks what can be checked without building it."""
     from ldpfed.algorithms.base import Algorithm
-    from ldpfed.config import PROFILES
 
     def fail(what, why):
         raise PluginError(f"{where}: {what}: {why}", field=f"{cls.name}.{what}")

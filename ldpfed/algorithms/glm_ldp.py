@@ -44,10 +44,10 @@ from ldpfed.algorithms.base import Algorithm
 from ldpfed.algorithms.compiled import CompiledAlgorithm, Steps, no_weights
 from ldpfed.algorithms.fields import Field
 from ldpfed.algorithms.options import CALIBRATION, Option
-from ldpfed.clip import CLIP_RTOL, clip_row, clip_value
-from ldpfed.errors import ConfigError
-from ldpfed.linalg import spd_solve
-from ldpfed.links import link_code, link_mean, mean_function
+from ldpfed.envs.links import link_code, link_mean, mean_function
+from ldpfed.mechanisms.clip import CLIP_RTOL, clip_row, clip_value
+from ldpfed.util.errors import ConfigError
+from ldpfed.util.linalg import spd_solve
 from ldpfed.mechanisms import (Domain, GaussianMechanism, L2BallMechanism, SymmetricGaussianMechanism,
                               weighted_sphere_bounds)
 
@@ -126,7 +126,7 @@ class _GLMBase(Algorithm):
         self.C_B = self.params["context_bound"]
         self.c_r = float(self.world.reward_bound)
         self.link = self.world.link or "identity"
-        self.mu = mean_function(self.link)       # the Poisson mean capped at e^50 (ldpfed.links)
+        self.mu = mean_function(self.link)       # the Poisson mean capped at e^50 (ldpfed.envs.links)
         self._I = np.eye(self.d)
         # the message's arm slots: none for a single parameter; multi: a leading (K,) axis, sent on the public
         # schedule `sent_slots` (set by _MultiBase._setup_multi)
@@ -559,7 +559,7 @@ def _multi_act(model, consts, contexts, i, user, draws, actions):
 def _multi_inputs(consts, contexts, i, reward, x, counts_i):
     """x = the user's context, clipped to C_B, and the reward clipped to c_r (returned), counted in counts_i[0:2];
     without clipping (the authors' multi-parameter code) as they are, counted where they exceed the bounds (the
-    rules of ldpfed.clip.rows_over and values_over)."""
+    rules of ldpfed.mechanisms.clip.rows_over and values_over)."""
     C_B, c_r = consts[C_B_], consts[C_R_]
     for j in range(x.shape[0]):
         x[j] = contexts[i, j]
@@ -635,7 +635,7 @@ def _ols_multi_finish(consts, user, row):
 
 @njit(cache=True)
 def _ols_multi_solve(V, U, theta, k, shift, A):
-    """theta_k = (V_k + shift I)^{-1} U_k (V_k is symmetric: ldpfed.linalg's Cholesky solve)."""
+    """theta_k = (V_k + shift I)^{-1} U_k (V_k is symmetric: ldpfed.util.linalg's Cholesky solve)."""
     d = U.shape[1]
     for p in range(d):
         for q in range(d):

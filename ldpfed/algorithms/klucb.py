@@ -63,7 +63,7 @@ from ldpfed.algorithms.compiled import CompiledAlgorithm, Steps, no_weights
 from ldpfed.algorithms.fields import Field
 from ldpfed.algorithms.options import Option
 from ldpfed.mechanisms import Domain, RandomizedResponse
-from ldpfed.memory import check_allocation
+from ldpfed.util.memory import check_allocation
 
 PAPER = "seed 004 Gajane 2023"
 

@@ -44,8 +44,8 @@ beta, theta^); the server adds the round's summed messages, then recomputes with
 Written once (ldpfed.algorithms.compiled): the UCB arm (`_ucb_act`), the clipped rows (`_ucb_prepare`,
 `_gloc_prepare`) and the server's update (`_ucb_update`, `_gloc_update`, both through `_ucb_refresh`, which also
 builds the initial state) are the numba functions every engine path runs; beta_t is `_beta` (LdpUcb.beta calls it).
-The contexts' clip rule (squared norm against bound^2, counted beyond bound^2 (1 + 2 rtol): ldpfed.clip's
-clip_rows_by_squares) is ldpfed.clip.clip_row_by_squares, one row at a time.
+The contexts' clip rule (squared norm against bound^2, counted beyond bound^2 (1 + 2 rtol): ldpfed.mechanisms.clip's
+clip_rows_by_squares) is ldpfed.mechanisms.clip.clip_row_by_squares, one row at a time.
 """
 from __future__ import annotations
 
@@ -58,15 +58,15 @@ from ldpfed.algorithms.compiled import CompiledAlgorithm, Steps, no_weights
 from ldpfed.algorithms.fields import Field
 from ldpfed.algorithms.glm_ldp import _dot, authors_gaussian, authors_sigma
 from ldpfed.algorithms.options import CALIBRATION, Option
-from ldpfed.clip import CLIP_RTOL, clip_row, clip_row_by_squares, clip_value
-from ldpfed.errors import ConfigError
-from ldpfed.links import inf_slope, link_code, link_mean, mean_function, sup_mean
+from ldpfed.envs.links import inf_slope, link_code, link_mean, mean_function, sup_mean
 from ldpfed.mechanisms import GaussianMechanism, SymmetricGaussianMechanism
+from ldpfed.mechanisms.clip import CLIP_RTOL, clip_row, clip_row_by_squares, clip_value
+from ldpfed.util.errors import ConfigError
 
 SINGLE_GLM_ENVS = ("linear", "logistic")
 
 # ldp-gloc's links: the inverse link g, its largest |g| on [-S, S] and mu = inf g' on [-S, S] (the paper's
-# assumptions, S = 1) come from ldpfed.links
+# assumptions, S = 1) come from ldpfed.envs.links
 GLOC_LINKS = ("identity", "logistic")
 CONTEXT_BOUND = 1.0      # the public bound C_B of the contexts' norm
 

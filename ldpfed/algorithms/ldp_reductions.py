@@ -33,10 +33,10 @@ from ldpfed.algorithms.base import Algorithm
 from ldpfed.algorithms.compiled import CompiledAlgorithm, Steps, no_weights
 from ldpfed.algorithms.fields import Field
 from ldpfed.algorithms.options import CALIBRATION, Option
-from ldpfed.clip import clip_value
 from ldpfed.envs.base import unit_sphere
-from ldpfed.errors import ConfigError
 from ldpfed.mechanisms import Domain, GaussianMechanism, SumBounds, gaussian_tail_z
+from ldpfed.mechanisms.clip import clip_value
+from ldpfed.util.errors import ConfigError
 
 MAB_ENVS = ("bernoulli", "piecewise-bernoulli")
 

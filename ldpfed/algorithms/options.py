@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ldpfed.errors import ConfigError
+from ldpfed.util.errors import ConfigError
 
 KINDS = ("float", "int", "choice", "bool", "any")
 

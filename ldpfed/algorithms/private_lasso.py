@@ -61,8 +61,8 @@ from scipy.linalg import blas
 from ldpfed.algorithms.central_linucb import CentralRows, central_prepare, slot_fold
 from ldpfed.algorithms.compiled import CompiledAlgorithm, Steps, no_weights
 from ldpfed.algorithms.options import Option
-from ldpfed.errors import ConfigError
 from ldpfed.mechanisms import AboveNoisyThreshold, WishartMechanism, WishartTree, tree_depth
+from ldpfed.util.errors import ConfigError
 
 PAPER_003 = "seed 003 Shukla 2024"
 

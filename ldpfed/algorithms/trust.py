@@ -22,15 +22,15 @@ delta0 is chosen so that the added term is at most the other half whatever eps0 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
-from ldpfed.errors import ConfigError
+from ldpfed.algorithms.shuffling import smallest_groups, smallest_share
 from ldpfed.mechanisms import accounting, shuffle
 from ldpfed.mechanisms.central import central_twin
 from ldpfed.plugins import TRUST_GROUP, Registry
-from ldpfed.shuffling import smallest_groups, smallest_share
+from ldpfed.util.errors import ConfigError
 
 SHUFFLE_BOUND = "numerical"       # FMT's numerical bound: the tighter of their two (shuffle.BOUNDS)
 # A batch "too small to amplify": its eps0 is less than 5% above the target (shuffling any batch never hurts, so
@@ -70,9 +70,9 @@ class ShufflePlan:
 
 
 def smallest_batch(config) -> int:
-    """The fewest users a shuffler mixes: each of the S shufflers mixes its share of a round (ldpfed.shuffling), so
-    the batch every user is shuffled in is at least the smallest share of the run's smallest round (the last one
-    may be short). Users on different randomizers split it further (`shuffle_plan`)."""
+    """The fewest users a shuffler mixes: each of the S shufflers mixes its share of a round
+    (ldpfed.algorithms.shuffling), so the batch every user is shuffled in is at least the smallest share of the run's
+    smallest round (the last one may be short). Users on different randomizers split it further (`shuffle_plan`)."""
     last = config.users - (config.rounds - 1) * config.round_size
     return smallest_share(min(config.round_size, last), config.shufflers)
 
@@ -166,7 +166,8 @@ def check_shuffled(algo) -> None:
                 raise ConfigError("trust", "shuffle", f"{algo.name} weighs a message by a function of its content "
                                                       f"(not a public scaling): a shuffled server, which cannot "
                                                       f"tell who sent what, cannot apply it")
-    if algo.steps().fold is not None:   # the shuffled server folds with no user index (ldpfed.shuffling.UNKNOWN_USER)
+    # the shuffled server folds with no user index (ldpfed.algorithms.shuffling.UNKNOWN_USER)
+    if algo.steps().fold is not None:
         ones = algo.layout().split(np.ones((1, algo.layout().width)))
         sums = [algo.aggregate(ones, np.array([user], dtype=np.int64)) for user in (0, 1, max(algo.T - 1, 0))]
         if any(not all(np.array_equal(other[key], sums[0][key]) for key in sums[0]) for other in sums[1:]):
@@ -259,10 +260,9 @@ class TrustModel:
 
     def check(self, config) -> None:
         """ConfigError naming a RunConfig field that this trust model does not take but the config sets."""
-        from ldpfed.config import RunConfig
-
+        defaults = {option.name: option.default for option in fields(config)}
         for name in ("shufflers", "small_groups"):
-            if name not in self.options and getattr(config, name) != RunConfig.__dataclass_fields__[name].default:
+            if name not in self.options and getattr(config, name) != defaults[name]:
                 option = "--" + name.replace("_", "-")
                 raise ConfigError(name, getattr(config, name), f"only the shuffle trust model takes {option} (this "
                                                                f"run's trust is {self.name!r}); use --trust shuffle "

@@ -1,7 +1,7 @@
 """Engines run a RunConfig to a RunResult: single process (reference) or Ray (federated)."""
 from ldpfed.engine.core import RunResult
 from ldpfed.engine.local import run_local
-from ldpfed.errors import ConfigError
+from ldpfed.util.errors import ConfigError
 
 ENGINES = ("local", "ray")
 
@@ -15,7 +15,7 @@ def run(config, engine: str = "local", progress=None, fast: bool = True, checkpo
     same algorithm, same privacy, same distribution of results, ~30x faster) when it supports the algorithm, its
     env and options; fast=False, or anything it does not support, runs run_local. The sequential engine writes
     no checkpoints (its runs are short; a killed one is run again). Every engine runs with the BLAS pools of
-    ldpfed.threads (one thread by default)."""
+    ldpfed.util.threads (one thread by default)."""
     if engine == "local":
         if fast and config.round_size == 1 and config.populations == 1:
             from ldpfed.engine.sequential import run_sequential, sequential_unsupported

@@ -6,7 +6,7 @@ position, the recorder's scalars and per-round metric counters, and the server s
 are the entries `a0`, `a1`, ... The per-round table's columns are the entries `table.<column>`.
 
 The random-stream position is the next round alone: every draw comes from `derive(seed, purpose, population,
-round)` (see `ldpfed.rng`), so nothing else about the generators needs to be kept.
+round)` (see `ldpfed.util.rng`), so nothing else about the generators needs to be kept.
 
 The state tree: dicts with string keys, lists, tuples, None, bool, int, float, str stay JSON; numpy arrays and
 numpy scalars go to npz entries (dtype and shape exact); dicts with other keys become lists of pairs; objects of

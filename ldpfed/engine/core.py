@@ -9,11 +9,11 @@ import numpy as np
 import pandas as pd
 
 from ldpfed.algorithms import make_algorithm
+from ldpfed.algorithms.shuffling import anonymous_aggregate, check_groups, share_bounds, shuffle_share
 from ldpfed.algorithms.trust import trust_model
 from ldpfed.envs import make_env
-from ldpfed.jit import compile_seconds
-from ldpfed.rng import derive
-from ldpfed.shuffling import anonymous_aggregate, check_groups, share_bounds, shuffle_share
+from ldpfed.util.jit import compile_seconds
+from ldpfed.util.rng import derive
 
 
 # The per-round table's first columns, in order (metric counters follow): what every engine's RunResult.table has.
@@ -101,7 +101,7 @@ def add_sums(total: dict | None, part: dict) -> dict:
     return total
 
 
-# ---- the shuffle trust model (ldpfed.shuffling): what populations, shufflers and the reference engine do -----------
+# ---- the shuffle trust model (ldpfed.algorithms.shuffling): what populations, shufflers and the reference engine do
 def shuffler_pieces(payload: dict, users: np.ndarray, start: int, stop: int, shufflers: int) -> list[dict | None]:
     """One population's messages (its users [start, stop)-round positions in order) cut by shuffler share: one
     piece per shuffler (None: none of the population's users is in that share)."""
@@ -122,7 +122,8 @@ def join_pieces(pieces: list) -> dict:
 def shuffled_sums(algo, config, round_index: int, populations: list) -> dict:
     """The round's aggregate under the shuffle model, as the shuffler actors and shards of the Ray engine compute it:
     populations = [(users, messages)] in population order; each shuffler's share permuted and cut into chunks
-    (ldpfed.shuffling), each chunk aggregated without its users, the chunks added in (shuffler, chunk) order."""
+    (ldpfed.algorithms.shuffling), each chunk aggregated without its users, the chunks added in (shuffler, chunk)
+    order."""
     if not populations:
         return {}
     start, stop = round_bounds(round_index, config.round_size, config.users)
@@ -214,7 +215,7 @@ def make_result(config, algo, env, table: pd.DataFrame, state, *, engine: str, e
                 privacy: dict, messages: int, extra: dict | None = None, compile_s: float = 0.0) -> RunResult:
     """The RunResult of a finished run from its per-round table (TABLE_COLUMNS, then the metric counters): the one
     place the summary's keys are made, for every engine. `elapsed`: the run's wall time; `compile_s`: the part of it
-    numba spent compiling or loading compiled code in this process (ldpfed.jit.compile_seconds; a Ray run's actors
+    numba spent compiling or loading compiled code in this process (ldpfed.util.jit.compile_seconds; a Ray run's actors
     compile in their own), which the rates (users_per_s, messages_per_s) leave out: they are the simulation's."""
     errors = table["estimation_error"].dropna()
     simulated = elapsed - min(max(compile_s, 0.0), elapsed)

@@ -15,8 +15,8 @@ import time
 from ldpfed.algorithms import make_algorithm
 from ldpfed.engine.core import RoundRecorder, combine_populations, round_bounds
 from ldpfed.envs import make_env
-from ldpfed.rng import derive
-from ldpfed.threads import limited
+from ldpfed.util.rng import derive
+from ldpfed.util.threads import limited
 
 
 class Backend:
@@ -38,7 +38,7 @@ class Backend:
 def drive(config, backend: Backend, progress=None, checkpointer=None):
     """Run `config` through `backend` to a RunResult. checkpointer: a `checkpoint.Checkpointer` (None: none);
     when its file exists the run continues from it (the result equals the uninterrupted run's, bit for bit).
-    The rounds run with the BLAS pools of ldpfed.threads (one thread by default)."""
+    The rounds run with the BLAS pools of ldpfed.util.threads (one thread by default)."""
     with limited():
         return _drive(config, backend, progress, checkpointer)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from ldpfed.algorithms.trust import trust_model
 from ldpfed.engine.core import PopulationRow, add_sums, population_users, shuffled_sums, simulate_population
 from ldpfed.engine.driver import Backend, drive
-from ldpfed.memory import keep_freed_memory
+from ldpfed.util.memory import keep_freed_memory
 
 
 class LocalBackend(Backend):

@@ -17,10 +17,10 @@ from ldpfed.engine.channels import RemoteError, Serving, as_ready
 from ldpfed.engine.core import PopulationRow, join_pieces, population_users, shuffler_pieces, simulate_population
 from ldpfed.engine.ray_shard import LatencyHistogram, ShardCore, ShuffledChunk, WireMessage, current_rss_bytes, \
     peak_rss_bytes
+from ldpfed.algorithms.shuffling import check_groups, shard_of_chunk, shuffle_share
 from ldpfed.envs import make_env
-from ldpfed.memory import keep_freed_memory
-from ldpfed.shuffling import check_groups, shard_of_chunk, shuffle_share
-from ldpfed.threads import limit as limit_threads
+from ldpfed.util.memory import keep_freed_memory
+from ldpfed.util.threads import limit as limit_threads
 
 
 def placed() -> dict:
@@ -71,7 +71,7 @@ class PopulationActor(ServesRounds):
         """(node id, pid) of this actor once it is ready for the run."""
         self.close_channel()    # a previous run's rounds, if any, end before its env is replaced
         self.config, self.populations, self.plan = config, list(populations), plan
-        limit_threads()         # one BLAS thread: the actor's CPU is its users' work (ldpfed.threads)
+        limit_threads()         # one BLAS thread: the actor's CPU is its users' work (ldpfed.util.threads)
         keep_freed_memory()     # the populations' arrays reuse freed memory instead of faulting in new pages
         self.env = make_env(config)
         self.algo = make_algorithm(self.env, config)
@@ -156,9 +156,9 @@ class PopulationActor(ServesRounds):
 
 
 class ShufflerActor:
-    """A shuffler of the shuffle trust model: mixes its share of each round (ldpfed.shuffling) and forwards it to the
-    shards in chunks that carry no population and no user index (`ShuffledChunk`). It keeps nothing between rounds,
-    so a recreated one simply redoes the round."""
+    """A shuffler of the shuffle trust model: mixes its share of each round (ldpfed.algorithms.shuffling) and
+    forwards it to the shards in chunks that carry no population and no user index (`ShuffledChunk`). It keeps
+    nothing between rounds, so a recreated one simply redoes the round."""
 
     def __init__(self, config=None, plan=None, shuffler: int = 0):
         if config is not None:

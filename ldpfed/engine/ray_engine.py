@@ -19,7 +19,7 @@ group of actors, which calls the others and returns their objects' references, a
 it is handed references to: one call per group, the same objects folded in the same order. Under the shuffle
 trust model (per-user mode) step 3 goes through S shuffler actors (`ShufflerActor`, one call each per round): a
 population actor returns one object per shuffler (its users' messages in that shuffler's share,
-ldpfed.shuffling), each shuffler permutes its share and returns one object per shard of chunks that carry no
+ldpfed.algorithms.shuffling), each shuffler permutes its share and returns one object per shard of chunks that carry no
 population and no user index, and the shards fold those chunks.
 
 The result equals `run_local`'s for the same config, whatever the number of actors, shards or nodes: the same
@@ -58,7 +58,7 @@ from ldpfed.engine.ray_rounds import (INLINE_MODEL_BYTES, TREE_FROM_ACTORS, Chan
 from ldpfed.engine.ray_rounds import model_bytes as _model_bytes  # noqa: F401
 from ldpfed.engine.ray_session import LOOPBACK_NODE_IP, ensure_ray  # noqa: F401
 from ldpfed.engine.ray_shard import LatencyHistogram, make_plan, peak_rss_bytes
-from ldpfed.errors import describe_error
+from ldpfed.util.errors import describe_error
 
 
 class RayBackend(Backend):
@@ -342,7 +342,7 @@ def run_ray(config, *, actors: int = 2, shards: int = 1, mode: str = "pre-aggreg
     check_mode(config, mode)
     check_transport(config, transport)
     if progress is True:
-        from ldpfed.progress import Progress
+        from ldpfed.util.progress import Progress
         progress = Progress(config.users, label=f"{config.algorithm} (ray)")
     started = ensure_ray(address)
     ok = False

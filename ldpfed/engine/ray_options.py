@@ -8,7 +8,7 @@ import numpy as np
 
 from ldpfed.algorithms.trust import trust_model
 from ldpfed.engine.ray_shard import MODES
-from ldpfed.errors import ConfigError, integer
+from ldpfed.util.errors import ConfigError, integer
 
 # How a round's messages travel (see RayBackend's transport).
 TRANSPORTS = ("ray", "direct")

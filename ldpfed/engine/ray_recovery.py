@@ -9,7 +9,7 @@ import ray
 
 from ldpfed.engine.ray_faults import FAULTS, RoundTimeout, RunFault
 from ldpfed.engine.ray_placement import cluster_nodes, kill, node_for
-from ldpfed.errors import describe_error
+from ldpfed.util.errors import describe_error
 
 
 class Recovery:

@@ -14,7 +14,7 @@ import ray
 
 from ldpfed.engine.channels import ChannelBroken, close_all, connect, new_key, receive, watchdog
 from ldpfed.engine.ray_faults import RoundTimeout
-from ldpfed.errors import describe_error
+from ldpfed.util.errors import describe_error
 
 # Models up to this size travel inside the calls (Ray inlines call arguments below 100 KiB): cheaper than a put.
 INLINE_MODEL_BYTES = 64 * 2**10

@@ -32,7 +32,7 @@ def ensure_ray(address=None, **init_kwargs) -> bool:
     sigterm = signal.getsignal(signal.SIGTERM)
     ray.init(address=address, **kwargs)
     # Ray's core installs a C-level SIGTERM handler in the driver that aborts (SIGABRT, no `finally`, no
-    # checkpoint); a Python handler set before (ldpfed.signals.interruptible) is put back so SIGTERM stops cleanly.
+    # checkpoint); a Python handler set before (ldpfed.util.signals.interruptible) is put back so SIGTERM stops cleanly.
     if callable(sigterm) and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, sigterm)
     return True

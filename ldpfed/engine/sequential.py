@@ -32,11 +32,11 @@ from ldpfed.algorithms import make_algorithm
 from ldpfed.algorithms.compiled import CompiledAlgorithm
 from ldpfed.engine.core import RunResult, checkpoint_rounds, make_result, privacy_summary
 from ldpfed.envs import make_env
-from ldpfed.errors import ConfigError
-from ldpfed.jit import compile_seconds, loops
-from ldpfed.memory import keep_freed_memory
-from ldpfed.rng import derive
-from ldpfed.threads import limited
+from ldpfed.util.errors import ConfigError
+from ldpfed.util.jit import compile_seconds, loops
+from ldpfed.util.memory import keep_freed_memory
+from ldpfed.util.rng import derive
+from ldpfed.util.threads import limited
 
 CHUNK = 4096   # users per block of pre-drawn randomness (part of the stream definition: changing it changes results)
 SUB_BYTES = 1 << 20   # a sub-block's contexts and message rows (not part of the stream definition: results do not move)
@@ -44,8 +44,8 @@ ENGINE_NAME = "sequential"
 
 def user_loop(steps, env_step, layout):
     """The loop over users for these steps, this env step and this message layout (its fields' mechanisms compiled
-    for it: FieldLayout.row_privatizer), all inlined (ldpfed.jit), compiled once per machine (ldpfed.jit's disk
-    cache)."""
+    for it: FieldLayout.row_privatizer), all inlined (ldpfed.util.jit), compiled once per machine (ldpfed.util.jit's
+    disk cache)."""
     def build(use):
         act, prepare, finish = use(steps.act), use(steps.prepare), use(steps.finish)
         weigh, fold, update, env = use(steps.weigh), use(steps.fold), use(steps.update), use(env_step)
@@ -219,7 +219,7 @@ def _draws(runner, config, start, stop, streams):
 
 
 def _load(runner, config, snaps):
-    """Run the loop on zero users, so it is compiled (or loaded from the disk cache: ldpfed.jit) before the first
+    """Run the loop on zero users, so it is compiled (or loaded from the disk cache: ldpfed.util.jit) before the first
     user: the time it takes is the summary's compile_s, which users_per_s leaves out."""
     world, client, server, between_rng = _draws(runner, config, 0, 0, "block")
     empty = np.zeros(0, dtype=np.int64)
@@ -229,7 +229,7 @@ def _load(runner, config, snaps):
 
 def run_sequential(config, progress=None, streams: str = "block") -> RunResult:
     """Run `config` (round size 1, one population) on its algorithm's compiled steps; see the module doc. Runs with
-    the BLAS pools of ldpfed.threads (as `drive` does for the round engines)."""
+    the BLAS pools of ldpfed.util.threads (as `drive` does for the round engines)."""
     with limited():
         return _run_sequential(config, progress, streams)
 

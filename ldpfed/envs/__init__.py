@@ -2,7 +2,7 @@
 built-ins (pyproject.toml) and any installed plugin's alike, plus LDPFED_PLUGINS (see ldpfed/plugins.py)."""
 from ldpfed.envs.base import Env, check_env_class
 from ldpfed.plugins import ENV_GROUP, Registry
-from ldpfed.rng import derive
+from ldpfed.util.rng import derive
 
 ENVS: Registry = Registry(ENV_GROUP, "env", lambda: Env, check_env_class)
 

@@ -12,8 +12,8 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from ldpfed.errors import ConfigError, integer
-from ldpfed.jit import loops
+from ldpfed.util.errors import ConfigError, integer
+from ldpfed.util.jit import loops
 
 
 @dataclass(frozen=True)
@@ -59,8 +59,8 @@ class EnvSteps(NamedTuple):
 
 
 def step_loop(step):
-    """The loop of a round's users around an env's compiled step (inlined: ldpfed.jit), built once per process and
-    compiled once per machine (ldpfed.jit's disk cache): what an env's batched `step` runs."""
+    """The loop of a round's users around an env's compiled step (inlined: ldpfed.util.jit), built once per process and
+    compiled once per machine (ldpfed.util.jit's disk cache): what an env's batched `step` runs."""
     def build(use):
         one = use(step)
 

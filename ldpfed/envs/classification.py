@@ -26,7 +26,7 @@ import numpy as np
 from numba import njit
 
 from ldpfed.envs.base import Env, EnvSteps, step_loop
-from ldpfed.errors import ConfigError, integer
+from ldpfed.util.errors import ConfigError, integer
 
 N_FEATURES = 64   # 8x8 pixels
 

@@ -29,7 +29,7 @@ import numpy as np
 from numba import njit
 
 from ldpfed.envs.base import Env, EnvSteps, nonneg_float, unit_sphere
-from ldpfed.errors import ConfigError, integer
+from ldpfed.util.errors import ConfigError, integer
 
 
 def uniform_ball(rng: np.random.Generator, n: int, d: int, radius: float = 1.0) -> np.ndarray:

@@ -18,10 +18,10 @@ from dataclasses import replace
 import numpy as np
 from numba import njit
 
-from ldpfed.errors import ConfigError, integer
 from ldpfed.envs.base import Env, EnvSteps, nonneg_float, unit_sphere
+from ldpfed.envs.links import mean_function
 from ldpfed.envs.sphere import sphere_points
-from ldpfed.links import mean_function
+from ldpfed.util.errors import ConfigError, integer
 
 
 class GLMContextual(Env):

@@ -7,7 +7,7 @@ import numpy as np
 from numba import njit
 
 from ldpfed.envs.base import Env, EnvSteps
-from ldpfed.errors import ConfigError, integer
+from ldpfed.util.errors import ConfigError, integer
 
 
 class PiecewiseBernoulli(Env):

@@ -22,7 +22,7 @@ from numba import njit
 
 from ldpfed.envs.base import Env, EnvSteps, nonneg_float
 from ldpfed.envs.glm import IDENTITY, _single_step
-from ldpfed.errors import ConfigError, integer
+from ldpfed.util.errors import ConfigError, integer
 
 
 def _real(name: str, value) -> float:

@@ -1,10 +1,10 @@
 """Uniform points on the unit sphere, drawn fast: the world simulation's main cost (K d normals per user).
 
 A point is d standard normals divided by their norm (uniform by the rotation invariance of N(0, I_d)). The normals
-come from ldpfed.normals (a compiled ziggurat fed by xoshiro256++), with the normalisation fused into the same
+come from ldpfed.util.normals (a compiled ziggurat fed by xoshiro256++), with the normalisation fused into the same
 loop: one pass, no temporaries.
 
-Stream: 4 raw words of the run's Generator per call, as ldpfed.normals says (same Generator state, same points, in
+Stream: 4 raw words of the run's Generator per call, as ldpfed.util.normals says (same Generator state, same points, in
 any process). (Earlier versions of ldpfed fed the ziggurat the Generator's own PCG64 words, one per draw: the
 same law, other points, so their runs' contexts differ from these.)
 tests/test_sphere.py checks the points (norms, the law of a coordinate).
@@ -16,7 +16,7 @@ import math
 import numpy as np
 from numba import njit
 
-from ldpfed.normals import ZR, ZX, next_normal, xoshiro_state
+from ldpfed.util.normals import ZR, ZX, next_normal, xoshiro_state
 
 
 @njit(cache=True)

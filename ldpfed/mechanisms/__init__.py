@@ -2,7 +2,7 @@
 
 Every mechanism keeps the protocol of `protocol.Mechanism` (guarantee, privatize, output_domain, dp_event).
 All randomness comes from the numpy.random.Generator passed as `rng`. Bad input raises
-ldpfed.errors.ConfigError naming the parameter and its value; nothing is clipped silently (only the l2-ball
+ldpfed.util.errors.ConfigError naming the parameter and its value; nothing is clipped silently (only the l2-ball
 mechanism clips, and privatize_counted returns the count).
 """
 

@@ -8,7 +8,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ldpfed.errors import ConfigError
+from ldpfed.util.errors import ConfigError
 
 MODELS = ("ldp", "central")
 

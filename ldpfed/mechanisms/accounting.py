@@ -38,7 +38,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ldpfed.errors import ConfigError
+from ldpfed.util.errors import ConfigError
 
 from .protocol import check_dp_event
 

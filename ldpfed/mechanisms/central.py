@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ldpfed.errors import ConfigError
+from ldpfed.util.errors import ConfigError
 
 from .domains import Domain
 from .guarantee import Guarantee

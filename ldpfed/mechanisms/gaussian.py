@@ -9,8 +9,8 @@ import numpy as np
 from numba import njit
 from scipy import optimize, special
 
-from ldpfed.errors import ConfigError
-from ldpfed.normals import fill_normal_rows, normal_array
+from ldpfed.util.errors import ConfigError
+from ldpfed.util.normals import fill_normal_rows, normal_array
 
 from . import _validate as V
 from .domains import Domain, gaussian_tail_z
@@ -79,7 +79,7 @@ class CalibrationWarning(UserWarning):
 
 class GaussianMechanism:
     """values + N(0, sigma^2) i.i.d. on every entry (any shape; leading axis = users by convention). The normals
-    come from ldpfed.normals, one call per privatize (the sequential engine's draw_client makes the same calls)."""
+    come from ldpfed.util.normals, one call per privatize (the sequential engine's draw_client makes the same calls)."""
 
     mechanism_name = "gaussian"
 
@@ -97,7 +97,7 @@ class GaussianMechanism:
 
     def privatize(self, values, rng: np.random.Generator) -> np.ndarray:
         x = V.finite_array("values", values)
-        out = normal_array(rng, x.shape)      # the compiled ziggurat (ldpfed.normals): one call, 4 words of rng
+        out = normal_array(rng, x.shape)      # the compiled ziggurat (ldpfed.util.normals): one call, 4 words of rng
         out *= self.sigma
         out += x
         return out

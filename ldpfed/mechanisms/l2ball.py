@@ -8,16 +8,16 @@ import numpy as np
 from numba import njit
 from scipy import special
 
-from ldpfed.clip import CLIP_RTOL
-from ldpfed.errors import ConfigError
-from ldpfed.normals import fill_normal_rows, normal_array
+from ldpfed.mechanisms.clip import CLIP_RTOL
+from ldpfed.util.errors import ConfigError
+from ldpfed.util.normals import fill_normal_rows, normal_array
 
 from . import _validate as V
 from .domains import Domain
 from .guarantee import Guarantee
 from .protocol import L2_BALL, RowKernel
 
-# A row counts as clipped when its norm exceeds radius by more than ldpfed.clip.CLIP_RTOL; rows within the
+# A row counts as clipped when its norm exceeds radius by more than ldpfed.mechanisms.clip.CLIP_RTOL; rows within the
 # tolerance (e.g. vectors normalised to exactly `radius` with rounding error) are still rescaled to `radius`,
 # which changes them by at most one ulp-level amount, but are not counted.
 
@@ -141,7 +141,7 @@ class L2BallMechanism:
         if x.ndim != 2 or x.shape[1] != self.dim:
             raise ConfigError("g.shape", x.shape, f"must be (n, {self.dim})")
         # The draws, in this order (the sequential engine's draw_client mirrors it): the directions' normals (one
-        # call to ldpfed.normals), then the half-space uniforms.
+        # call to ldpfed.util.normals), then the half-space uniforms.
         gauss = normal_array(rng, x.shape)
         unif = rng.random(x.shape[0])
         out = np.empty_like(gauss)

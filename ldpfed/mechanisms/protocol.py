@@ -29,7 +29,7 @@ from typing import NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
-from ldpfed.errors import ConfigError
+from ldpfed.util.errors import ConfigError
 
 from .domains import Domain
 from .guarantee import Guarantee

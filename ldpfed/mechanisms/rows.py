@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ldpfed.jit import loops
+from ldpfed.util.jit import loops
 
 from .l2ball import privatize_at
 from .protocol import (GAUSSIAN, L2_BALL, LAPLACE, PASS, PASS_KERNEL, RANDOMIZED_RESPONSE,  # noqa: F401
@@ -96,7 +96,7 @@ def _then(field, rest):
 
 def privatize_loop(layout: "FieldLayout"):
     """`run(params, inputs, draws, out)`: the layout's row privatizer (FieldLayout.row_privatizer) on every user (row)
-    of inputs, compiled once per process and layout (ldpfed.jit)."""
+    of inputs, compiled once per process and layout (ldpfed.util.jit)."""
     def build(use):
         row = layout.row_privatizer()
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 from scipy import special
 
-from ldpfed.errors import ConfigError
+from ldpfed.util.errors import ConfigError
 
 from . import _validate as V
 from .domains import Domain

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import binom
 
-from ldpfed.errors import ConfigError
+from ldpfed.util.errors import ConfigError
 
 BOUNDS = ("numerical", "closed-form")
 EPS0_MAX = 100.0   # beyond this no realistic batch holds a clone (n e^-eps0 ~ 0): nothing to amplify

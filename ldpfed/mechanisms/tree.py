@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 
-from ldpfed.errors import ConfigError
-from ldpfed.normals import normal_array
+from ldpfed.util.errors import ConfigError
+from ldpfed.util.normals import normal_array
 
 from . import _validate as V
 from .domains import Domain, gaussian_tail_z, laplace_tail
@@ -25,7 +25,7 @@ def tree_depth(horizon: int) -> int:
 
 def node_draws(noise: str, rng: np.random.Generator, rows: int, size: int) -> np.ndarray:
     """The standard draws of `rows` tree nodes of `size` independent coordinates each, (rows, size), in one call:
-    standard normals from the compiled ziggurat (ldpfed.normals: ~4x cheaper than numpy's, which was the largest
+    standard normals from the compiled ziggurat (ldpfed.util.normals: ~4x cheaper than numpy's, which was the largest
     cost of private-linucb at B = 1, where every user closes a node of (d+1)(d+2)/2 draws), or standard Laplace
     draws (numpy). A node's noise is its draws times the node's scale. Every tree draws here: TreeNoise, and the
     compiled trees of algorithms/central_linucb.py (their draw_server), so the two stay the same numbers."""

@@ -45,8 +45,8 @@ from ldpfed.config import RunConfig
 from ldpfed.engine.core import add_sums, population_users, round_bounds, simulate_population
 from ldpfed.engine.ray_shard import LatencyHistogram, make_plan, peak_rss_bytes
 from ldpfed.envs import make_env
-from ldpfed.rng import derive
 from ldpfed.stress.shard import RemoteStressShard, cpu_jiffies, loadavg
+from ldpfed.util.rng import derive
 
 
 def bundle_sizes(max_batch: int) -> list[int]:

@@ -5,7 +5,7 @@ per-user privatized messages of `algo.encode`) for its populations, from the run
 starts; then, per shard count S, it sends them (split by the shard plan of the Ray engine) as fast as it can,
 `batch` (population, round) messages per call, at most `max_in_flight` calls outstanding. It also re-sends
 `inject` messages it already sent (duplicates) and `inject` corrupted ones (a NaN), which must be rejected; with
-attack_fraction f it adds f x (its messages) out-of-domain copies (`ldpfed.attacks.out_of_domain`), sent before
+attack_fraction f it adds f x (its messages) out-of-domain copies (`ldpfed.stress.attacks.out_of_domain`), sent before
 the genuine ones. The proof: every round's aggregate collected from the shards must equal an independent
 recomputation by the single-process engine's backend from the same seeds, every (population, round) must be
 counted once, and exactly the injected messages must be rejected (100% of the bad ones, 0 honest ones). Reported
@@ -20,14 +20,14 @@ import numpy as np
 import ray
 
 from ldpfed.algorithms import make_algorithm
-from ldpfed.attacks import out_of_domain
 from ldpfed.config import RunConfig
 from ldpfed.engine.core import population_users, round_bounds, simulate_population
 from ldpfed.engine.local import LocalBackend
 from ldpfed.engine.ray_shard import LatencyHistogram, make_plan, peak_rss_bytes
 from ldpfed.envs import make_env
-from ldpfed.rng import derive
+from ldpfed.stress.attacks import out_of_domain
 from ldpfed.stress.shard import RemoteStressShard
+from ldpfed.util.rng import derive
 
 
 class Sender:

@@ -1,7 +1,7 @@
 """Poisoning within the domain: how far a fraction of attacking users moves a run, every message accepted.
 
 A fraction f of the users (a fixed random set, nested as f grows) send valid-looking messages chosen to pull the
-estimate one way (`ldpfed.attacks.IN_DOMAIN_ATTACKS`: ldp-sgd: every l2-ball output the same point of the sphere;
+estimate one way (`ldpfed.stress.attacks.IN_DOMAIN_ATTACKS`: ldp-sgd: every l2-ball output the same point of the sphere;
 ldp-ols: u at the Gaussian tail bound of every coordinate, one sign; sw-klucb-cf: feedback 1 exactly when the
 pulled arm is the worst arm). Every message goes through a shard's per-user domain check (in process) and must be
 ACCEPTED: LDP protocols are manipulable within the domain. Reported per f: how far the final estimate moved from
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ldpfed.attacks import poisoned_run
+from ldpfed.stress.attacks import poisoned_run
 
 # The papers' settings (seed 000: d = 2, K = 10; seed 004: K = 5, 4 breakpoints). sw-klucb-cf runs rounds of 10
 # users: with rounds of 100 its window (348 users at T = 1e5) holds only a few rounds, arms with no pull in the window

@@ -20,12 +20,12 @@ import numpy as np
 import ray
 
 from ldpfed.algorithms import make_algorithm
+from ldpfed.algorithms.shuffling import shuffle_share
 from ldpfed.config import RunConfig
 from ldpfed.engine.core import join_pieces
 from ldpfed.engine.ray_engine import IDLE_ACTORS, PopulationActor, RemoteShuffler, cluster_nodes
 from ldpfed.engine.ray_shard import LatencyHistogram, make_plan
 from ldpfed.envs import make_env
-from ldpfed.shuffling import shuffle_share
 from ldpfed.stress.shard import loadavg
 
 ROUNDS = 10_000     # rounds the plan allows (each call uses the next one: a new permutation)

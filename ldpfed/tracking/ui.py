@@ -16,12 +16,12 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ldpfed.errors import ConfigError
-from ldpfed.signals import exit_status, interruptible
 from ldpfed.tracking import links as ui_links, local_server, records
-from ldpfed.tracking.store import TrackingUnavailable, is_http, resolve_tracking_uri, sqlite_path
 from ldpfed.tracking.links import UI_PORT
+from ldpfed.tracking.store import TrackingUnavailable, is_http, resolve_tracking_uri, sqlite_path
 from ldpfed.tracking.tracker import Tracker
+from ldpfed.util.errors import ConfigError
+from ldpfed.util.signals import exit_status, interruptible
 
 WHERE = "RESULTS_OR_DB"        # the command line's name of the argument, for errors
 START_TIMEOUT_S = 120.0        # a first start migrates a new database: ~10 s on 2 cores

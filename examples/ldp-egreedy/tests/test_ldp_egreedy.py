@@ -14,8 +14,8 @@ from ldpfed.algorithms import REGISTRY, make_algorithm
 from ldpfed.config import RunConfig
 from ldpfed.engine import run, run_local
 from ldpfed.envs import make_env
-from ldpfed.errors import ConfigError
 from ldpfed.testing import CHECKS, check_algorithm
+from ldpfed.util.errors import ConfigError
 
 Z = 4.0      # one-sided normal tail 3.2e-5: how far from its mean a sum of independent gaps may fall by chance
 

@@ -75,7 +75,7 @@ class Progress:
         self.bar = _bar(total, label, "users", stream)
 
     def __call__(self, done: int, regret: float | None = None) -> None:
-        from ldpfed.jit import compile_seconds
+        from ldpfed.util.jit import compile_seconds
 
         if done == 0:
             self.bar.reset()            # the engine starts its first round now: the clock counts from here

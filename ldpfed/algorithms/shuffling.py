@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ldpfed.rng import derive
+from ldpfed.util.rng import derive
 
 # Messages per chunk a shuffler forwards. Part of the results' bits (the sums are grouped by chunk), so it is a
 # constant, not an engine option: every engine groups the same way.

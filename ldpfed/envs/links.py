@@ -16,7 +16,7 @@ import numpy as np
 from numba import njit
 from scipy.special import expit
 
-from ldpfed.errors import ConfigError
+from ldpfed.util.errors import ConfigError
 
 LINKS = ("identity", "logistic", "poisson")
 # Largest linear predictor fed to exp() in an algorithm's Poisson mean (see the module doc).

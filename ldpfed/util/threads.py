@@ -12,7 +12,7 @@ import os
 
 from threadpoolctl import threadpool_limits
 
-from ldpfed.errors import ConfigError
+from ldpfed.util.errors import ConfigError
 
 VARIABLE = "LDPFED_BLAS_THREADS"
 

@@ -21,7 +21,7 @@ import pandas as pd
 
 from ldpfed.tracking import local_server
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]   # the checkout this package is in (two folders up)
 
 
 def actor_fault(config, kind: str, how: str, at_round: int, options: dict) -> dict:

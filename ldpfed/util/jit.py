@@ -310,8 +310,8 @@ def _from_disk(functions, directory: Path):
     source, namespace, options = _module_text(functions)
     key = _key(source, namespace, options)
     path = directory / f"{functions[0].py_func.__name__}_{key}.py"
-    text = (f"# ldpfed.jit: the loops {', '.join(f.py_func.__qualname__ for f in functions)}, cache key {key}.\n"
-            f"# Generated; ldpfed.jit binds their globals when it loads them. Safe to delete.\n\n{source}")
+    text = (f"# ldpfed.util.jit: the loops {', '.join(f.py_func.__qualname__ for f in functions)}, cache key {key}.\n"
+            f"# Generated; ldpfed.util.jit binds their globals when it loads them. Safe to delete.\n\n{source}")
     _write_once(path, text)
     # named by the key: numba's cached code names the module of its globals, and imports it when loaded in a process
     # that has not made it yet (here, it has: sys.modules)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ctypes
 import os
 
-from ldpfed.errors import ConfigError
+from ldpfed.util.errors import ConfigError
 
 FLOAT = 8                  # bytes of a float64
 BYTES_PER_ROUND = 512      # one row of the result table, kept until the run ends (tuple + metrics dict + frame)
