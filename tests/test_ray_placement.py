@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ldpfed.errors import ConfigError
+from ldpfed.util.errors import ConfigError
 from test_ray_engine import LDP, assert_same, small
 
 ROOT = Path(__file__).resolve().parents[1]
