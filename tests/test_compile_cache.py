@@ -94,6 +94,14 @@ def test_the_key_changes_when_an_inlined_function_changes():
     assert _key(plus_one) != _key(options)                                 # its compile options
 
 
+def test_the_key_changes_when_an_inlined_function_moves_to_another_module():
+    """numba's cached code imports the modules of the functions it calls by name: the same code under another
+    module's name must not load an entry that names the old one."""
+    here, moved = (_compiled(STEP, "step", SHIFT=1.0, __name__=module) for module in ("pkg.clip", "pkg.mech.clip"))
+    assert _key(here) != _key(moved)
+    assert _key(here) == _key(_compiled(STEP, "step", SHIFT=1.0, __name__="pkg.clip"))
+
+
 def test_the_key_changes_when_a_function_it_calls_changes():
     outer = """
     @njit

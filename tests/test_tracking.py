@@ -283,6 +283,27 @@ def test_metric_curves_are_down_sampled_with_ends_kept():
     assert counters or name == "uniform"
 
 
+def test_a_run_folder_has_its_regret_curve_as_an_svg(tmp_path):
+    from xml.etree import ElementTree
+
+    from ldpfed.tracking import write_run
+
+    result = run_local(RunConfig("uniform", users=3000, round_size=10))        # 300 rounds
+    write_run(tmp_path, result)
+    svg = "{http://www.w3.org/2000/svg}"
+    root = ElementTree.parse(tmp_path / "regret.svg").getroot()
+    assert root.tag == f"{svg}svg"
+    title = root.find(f"{svg}text").text
+    assert title.startswith("uniform non-private regret=") and f"{result.summary['final_regret']:.1f}" in title
+    points = [tuple(map(float, point.split(","))) for point in root.find(f"{svg}polyline").get("points").split()]
+    assert len(points) == 200                                                  # down-sampled, the ends kept
+    xs, ys = zip(*points)
+    assert list(xs) == sorted(xs) and ys[-1] < ys[0]         # regret grows: the line rises (SVG's y points down)
+    # every point inside the plot area
+    width, height = float(root.get("width")), float(root.get("height"))
+    assert all(0 < x < width and 0 < y < height for x, y in points)
+
+
 def test_the_embedded_store_writes_through_the_write_ahead_log_and_no_other_file_does(tmp_path):
     import sqlite3
 
@@ -437,7 +458,7 @@ def test_sweep_logged_to_a_real_server_reads_back(mlflow_server, tmp_path):
             assert [m.step for m in error_history] == result.table.loc[errors.index, "users"].tolist()
         # artifacts: full table, ledger, config (downloaded for the first run of each algorithm)
         files = {a.path for a in client.list_artifacts(run.info.run_id)}
-        assert {"table.parquet", "ledger.json", "config.json", "summary.json"} <= files
+        assert {"table.parquet", "ledger.json", "config.json", "summary.json", "regret.svg"} <= files
         if config.eps != EPS[0] or config.seed != SEEDS[0]:
             continue
         assert tracker.runs_url(sweep.parent_run_id).startswith(
@@ -534,3 +555,25 @@ def test_a_sweep_killed_between_two_writes_of_its_summary_resumes_every_finished
         again = by_key[row["key"]]
         assert again["final_regret"] == result.summary["final_regret"] and again["seed"] == result.config.seed
         assert again["privacy_model"] == row["privacy_model"] and again["local_dir"] == row["local_dir"]
+
+
+def test_the_report_says_why_a_row_looks_odd():
+    """Notes read off the numbers: a private group no better than uniform play, and an algorithm whose runs came
+    out the same, seed for seed, at every eps. A row that separates gets none."""
+    from ldpfed.tracking.report import grouped_table, markdown_table, notes
+
+    def rows(algorithm, privacy, eps, regrets):
+        return [{"env": "bernoulli", "users": 1000, "algorithm": algorithm, "privacy_model": privacy, "eps": eps,
+                 "seed": seed, "final_regret": regret, "status": "FINISHED"} for seed, regret in enumerate(regrets)]
+
+    summary = pd.DataFrame(rows("uniform", "none", None, [100.0, 102.0])
+                           + rows("learner", "ldp", 0.5, [60.0, 70.0]) + rows("learner", "ldp", 2.0, [30.0, 40.0])
+                           + rows("stuck", "ldp", 0.5, [99.0, 103.0]) + rows("stuck", "ldp", 2.0, [50.0, 52.0])
+                           + rows("frozen", "ldp", 0.5, [20.0, 25.0]) + rows("frozen", "ldp", 2.0, [20.0, 25.0]))
+    table = grouped_table(summary)
+    said = notes(table)
+    assert len(said) == 2
+    assert any(note.startswith("stuck at eps 0.5: regret 1.000 of uniform play's") for note in said)
+    assert any(note.startswith("frozen: the same final regret, seed for seed, at every eps (0.5, 2)") for note in said)
+    assert table.set_index(["algorithm", "eps"]).loc[("frozen", 2.0), "final_regret_by_seed"] == (20.0, 25.0)
+    assert "* stuck at eps 0.5" in markdown_table(summary)

@@ -51,6 +51,7 @@ Results are never lost
                                                        /summary.json   RunResult.summary
                                                        /ledger.json    the privacy ledger
                                                        /config.json    config, env as built, algorithm options, tags
+                                                       /regret.svg     its regret curve (shown by the UI)
         summary/summary.parquet, summary/summary.csv   the combined summary (one row per run), rewritten per run
         sweep.json                                     URIs and MLflow run ids, status, MLflow errors if any
     and on exit plots/*.png and report/ (regret_table.md, report.html). Only then does it call MLflow. When
@@ -65,14 +66,15 @@ What one child run holds
              them), engine.X for the engine's text settings (e.g. engine.mode), code_version (git commit, else
              the package version), code_dirty, mlflow.source.git.commit,
              paper, algorithm, env, ldpfed.sweep, ldpfed.key, mlflow.parentRunId, and the sweep's tags
-    metrics  curves with step = users processed, each down-sampled to at most 2,000 points (first and last
-             kept): cumulative_regret, estimation_error (at its checkpoints), users_per_s / messages_per_s /
-             rejected_messages (if the engine's table has those columns per round, rejected_messages as a
-             running count), total_X (running sum of each algorithm counter X, e.g. clipped users); and scalars
+    metrics  curves with step = users processed, down-sampled with the first and last kept: the results at
+             most MAX_POINTS (200) each, cumulative_regret and estimation_error (at its checkpoints); the
+             bookkeeping at most BOOKKEEPING_POINTS (20) each, users_per_s / messages_per_s / rejected_messages
+             (if the engine's table has those columns per round, rejected_messages as a running count), total_X
+             (running sum of each algorithm counter X, e.g. clipped users); and scalars
              logged once (step 0): final_regret, regret_vs_uniform (on exit), final_estimation_error, elapsed_s
              and every other number of the summary (the Ray engine's messages, fold latencies, peak memory in MB
              as peak_rss_X_mb)
-    artifacts table.parquet, summary.json, ledger.json, config.json (the files above)
+    artifacts table.parquet, summary.json, ledger.json, config.json, regret.svg (the files above)
 
 What the parent run holds
     params: the sweep's params (flattened); tags: the sweep's tags, ldpfed.sweep, ldpfed.sweep_id (its own id,

@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ldpfed.tracking.svg import regret_svg
+
 MAX_POINTS = 200                  # points per metric curve sent to MLflow: a chart's worth (every round: table.parquet)
 BOOKKEEPING_POINTS = 20           # points per curve of a rate or a counter: its shape, not the results' resolution
 MAX_PARAM_CHARS = 6000            # MLflow 3's limit on a param value
@@ -307,6 +309,14 @@ def write_parquet(path: Path, frame: pd.DataFrame) -> Path:
     return _atomic(Path(path), lambda tmp: frame.to_parquet(tmp, index=False))
 
 
+def write_text(path: Path, text: str) -> Path:
+    def write(tmp):
+        with open(tmp, "w") as handle:
+            handle.write(text)
+
+    return _atomic(Path(path), write)
+
+
 def write_csv(path: Path, frame: pd.DataFrame) -> Path:
     return _atomic(Path(path), lambda tmp: frame.to_csv(tmp, index=False))
 
@@ -351,10 +361,16 @@ def run_name(config: dict, final_regret=None, vs_uniform=None) -> str:
 
 def write_run(folder: Path, result, tags: dict | None = None) -> dict[str, Path]:
     """The full record of one run under `folder`: table.parquet (every round), summary.json, ledger.json,
-    config.json (config, env as built, algorithm options, tags)."""
+    config.json (config, env as built, algorithm options, tags), and regret.svg (its regret curve, which the MLflow
+    UI shows among the run's artifacts)."""
     folder = Path(folder)
     config = config_dict(result.config)
+    table = result.table
+    plot = folder / "regret.svg"
+    write_text(plot, regret_svg(table["users"], table["cumulative_regret"],
+                                run_name(config, (result.summary or {}).get("final_regret"))))
     return {
+        "plot": plot,
         "table": write_parquet(folder / "table.parquet", result.table),
         "summary": write_json(folder / "summary.json", result.summary or {}),
         "ledger": write_json(folder / "ledger.json", list(result.ledger or [])),

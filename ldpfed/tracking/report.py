@@ -50,10 +50,11 @@ def relative_to_uniform(summary: pd.DataFrame) -> pd.Series:
 
 
 def grouped_table(summary: pd.DataFrame) -> pd.DataFrame:
-    """One row per (env, algorithm, eps) over the finished seeds, ordered as the module docstring says."""
+    """One row per (env, algorithm, eps) over the finished seeds, ordered as the module docstring says
+    (final_regret_by_seed: the group's final regrets in the order of their seeds)."""
     rows = _finished(summary)
     columns = ["env", "users", "algorithm", "privacy", "eps", "seeds", "median_final_regret", "q25", "q75",
-               "regret_vs_uniform", "median_final_estimation_error", "users_per_s"]
+               "regret_vs_uniform", "median_final_estimation_error", "users_per_s", "final_regret_by_seed"]
     if rows.empty:
         return pd.DataFrame(columns=columns)
     reference = uniform_medians(rows)
@@ -61,6 +62,7 @@ def grouped_table(summary: pd.DataFrame) -> pd.DataFrame:
     keys = ["env", "users", "algorithm", "privacy_model", "eps"]
     for (env, users, algorithm, privacy, eps), group in rows.groupby(keys, dropna=False, sort=False):
         regret = group["final_regret"]
+        by_seed = tuple(group.sort_values("seed")["final_regret"]) if "seed" in group.columns else ()
         base = reference.get((env, int(users)))
         error = pd.to_numeric(group.get("final_estimation_error", pd.Series(dtype=float)), errors="coerce")
         rate = pd.to_numeric(group.get("users_per_s", pd.Series(dtype=float)), errors="coerce")
@@ -70,13 +72,39 @@ def grouped_table(summary: pd.DataFrame) -> pd.DataFrame:
                     "q75": float(regret.quantile(0.75)),
                     "regret_vs_uniform": float(regret.median()) / base if base else np.nan,
                     "median_final_estimation_error": float(error.median()) if error.notna().any() else np.nan,
-                    "users_per_s": float(rate.median()) if rate.notna().any() else np.nan})
+                    "users_per_s": float(rate.median()) if rate.notna().any() else np.nan,
+                    "final_regret_by_seed": by_seed})
     table = pd.DataFrame(out, columns=columns)
     table["_rank"] = [0 if a == "uniform" else (1 if p == "none" else 2)
                       for a, p in zip(table["algorithm"], table["privacy"])]
     table = table.sort_values(["env", "users", "_rank", "eps", "median_final_regret"], na_position="first",
                               kind="stable")
     return table.drop(columns="_rank").reset_index(drop=True)
+
+
+# A private group this close to uniform play's regret, or above it, gets a note saying so
+NEAR_UNIFORM = 0.95
+
+
+def notes(block: pd.DataFrame) -> list[str]:
+    """What a reader of one env's rows (`grouped_table`) should know before comparing them, read off the numbers:
+    private groups no better than uniform play, and algorithms whose runs came out the same, seed for seed, at
+    every eps (their decisions did not change with eps at this number of users)."""
+    out = []
+    private = block[block["eps"].notna()]
+    for algorithm, rows in private.groupby("algorithm", sort=False):
+        close = rows[rows["regret_vs_uniform"] >= NEAR_UNIFORM]
+        if len(close):
+            eps = ", ".join(f"{e:g}" for e in close["eps"])
+            out.append(f"{algorithm} at eps {eps}: regret {', '.join(f'{v:.3f}' for v in close['regret_vs_uniform'])}"
+                       f" of uniform play's. At {int(rows['users'].iloc[0]):,} users the privacy noise outweighs "
+                       f"what it learned; more users or a larger eps separate it from guessing.")
+        seeds = rows["final_regret_by_seed"].tolist()
+        if len(rows) > 1 and seeds[0] and all(s == seeds[0] for s in seeds[1:]):
+            out.append(f"{algorithm}: the same final regret, seed for seed, at every eps "
+                       f"({', '.join(f'{e:g}' for e in rows['eps'])}): at this number of users and rounds its "
+                       f"decisions did not change with eps.")
+    return out
 
 
 def _num(value, digits: int = 1) -> str:
@@ -111,6 +139,8 @@ def markdown_table(summary: pd.DataFrame) -> str:
         parts.append("|" + "---|" * len(HEADER))
         parts += ["| " + " | ".join(row) + " |" for row in _rows(block)]
         parts.append("")
+        parts += [f"* {note}" for note in notes(block)]
+        parts += [""] if notes(block) else []
     parts.append("Median and 25%-75% quantiles over seeds of the final cumulative regret; regret / uniform: the "
                  "median divided by uniform play's median on the same env (below 1: better than guessing); eps "
                  "\"-\": not private, run once per seed.")
@@ -129,6 +159,8 @@ def html_report(title: str, description: str, summary: pd.DataFrame, plots: list
             style = ' class="ref"' if algorithm == "uniform" else ""
             body.append(f"<tr{style}>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>")
         body.append("</table>")
+        if notes(block):
+            body.append("<ul>" + "".join(f"<li>{html.escape(note)}</li>" for note in notes(block)) + "</ul>")
     if table.empty:
         body.append("<p>(no run finished)</p>")
     for path in plots:

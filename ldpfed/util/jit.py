@@ -179,7 +179,10 @@ def _function_print(py_func, options, stack) -> tuple[tuple, bool]:
         digest, cycle = _print(value, stack)
         parts.append(("default", digest))
         cyclic |= cycle
-    return ("function", _code_print(py_func.__code__), repr(sorted(options.items())), tuple(parts)), cyclic
+    # its module too: numba's cached code names the modules of the functions it calls and imports them when it
+    # loads, so the same code moved to another module is another entry (an old one would name a module now gone)
+    return ("function", py_func.__module__, _code_print(py_func.__code__), repr(sorted(options.items())),
+            tuple(parts)), cyclic
 
 
 def _print(value, stack) -> tuple[str, bool]:
