@@ -20,7 +20,8 @@ OPTION_OF_FIELD = {"algorithm": "ALGORITHM", "env": "--env", "users": "--users",
                    "profile": "--profile", "trust": "--trust", "shufflers": "--shufflers",
                    "small_groups": "--small-groups", "mode": "--mode",
                    "out": "--out", "resume": "--resume", "group_size": "--group-size", "actors": "--actors",
-                   "shards": "--shards", "transport": "--transport"}
+                   "shards": "--shards", "transport": "--transport", "actor_cpus": "--actor-cpus",
+                   "shard_cpus": "--shard-cpus", "placement": "--placement"}
 
 
 def _key_value(text: str):
@@ -136,6 +137,13 @@ def build_parser() -> argparse.ArgumentParser:
                      help="ray engine: the rounds' messages over authenticated sockets between the actors "
                           "(direct: faster per round; flat rounds, not with --trust shuffle) or as Ray calls; "
                           "default: direct where it can run (not for --group-size above 1 or --trust shuffle)")
+    run.add_argument("--actor-cpus", type=_float, default=None,
+                     help="ray engine: CPUs each population actor asks Ray for (fractions allowed; default: the "
+                          "largest equal share, at most 1, with which the run's actors fit in the CPUs available)")
+    run.add_argument("--shard-cpus", type=_float, default=None,
+                     help="ray engine: CPUs each shard (and shuffler) asks for (default: as --actor-cpus)")
+    run.add_argument("--placement", choices=["spread", "pack"], default=None,
+                     help="ray engine: how the run's placement group lays its actors on the nodes (default: spread)")
     run.add_argument("--out", type=Path, default=None,
                      help="write the results table (Parquet) and summary here; checkpoints go to OUT/checkpoint")
     run.add_argument("--resume", type=Path, default=None, metavar="DIR",
@@ -417,6 +425,9 @@ def cmd_run(args) -> int:
         options["group_size"] = args.group_size
     if args.engine == "ray" and args.transport is not None:
         options["transport"] = args.transport
+    if args.engine == "ray":
+        options.update({name: getattr(args, name) for name in ("actor_cpus", "shard_cpus", "placement")
+                        if getattr(args, name) is not None})
     try:
         with interruptible():
             result = run(config, engine=args.engine, progress=progress, checkpointer=checkpointer, fast=fast,

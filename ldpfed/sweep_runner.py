@@ -362,6 +362,9 @@ def run_tasks(configs, workers, checkpoint_dir, every_s, bar, finish) -> None:
     on."""
     import ray
 
+    from ldpfed.engine.ray_engine import IDLE_ACTORS
+
+    IDLE_ACTORS.clear_groups()      # a Ray-engine run's held placement group would keep the tasks' CPUs
     task = ray.remote(num_cpus=1, max_retries=MAX_RETRIES, retry_exceptions=False)(_run_task)
     driver_ip = ray.util.get_node_ip_address()
     pending, out = deque(configs), {}          # out: ref -> config, in submission order

@@ -33,6 +33,20 @@ def test_the_share_that_fits_and_the_cpu_options_are_checked():
         assert error.value.field == name
 
 
+def test_the_command_line_takes_the_cpu_options_and_names_a_bad_one_before_any_work(capsys):
+    from ldpfed import cli
+
+    for flag, value in (("--actor-cpus", "0.00001"), ("--shard-cpus", "-1")):
+        with pytest.raises(SystemExit) as stopped:
+            cli.main(["run", "uniform", "--users", "100", "--engine", "ray", flag, value, "--quiet"])
+        assert stopped.value.code == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"python -m ldpfed: error: {flag}: "), err
+    with pytest.raises(SystemExit):
+        cli.main(["run", "uniform", "--engine", "ray", "--placement", "strict"])
+    assert "invalid choice: 'strict'" in capsys.readouterr().err
+
+
 def _placed_cpus(group_id: str) -> float:
     from ray.util.placement_group import placement_group_table
 
@@ -127,6 +141,32 @@ def test_the_next_run_of_the_same_shape_takes_the_held_group_and_its_warm_actors
         run_ray(small("uniform"), **{**shape, "actors": 1},
                 progress=lambda done, regret: (_ for _ in ()).throw(RuntimeError("stop")) if done else None)
     assert not IDLE_ACTORS.groups
+
+
+def test_a_held_group_gives_its_cpus_back_to_tasks_and_after_a_while(ray_session, monkeypatch, tmp_path):
+    """A held group does not starve other work: a sweep's Ray tasks end it before they ask for CPUs, and a group
+    nobody takes ends after HOLD_S seconds."""
+    import ray
+
+    import ldpfed
+    from ldpfed.engine import ray_placement
+    from ldpfed.engine.ray_engine import IDLE_ACTORS, run_ray
+
+    total = ray.cluster_resources()["CPU"]
+    shape = dict(actors=1, shards=1, actor_cpus=0.5, shard_cpus=0.5, spares=1)      # holds all 2 CPUs
+    run_ray(small("uniform"), **shape)
+    assert IDLE_ACTORS.groups and ray.available_resources().get("CPU", 0.0) == pytest.approx(0.0)
+    result = ldpfed.sweep(algorithms="uniform", envs="linear", seeds=[0, 1], users=300, round_size=100,
+                          engine="local", workers=2, tracking=False, out=str(tmp_path), progress=False,
+                          verbose=False)
+    assert len(result.table) == 2 and not result.failures and not IDLE_ACTORS.groups
+    monkeypatch.setattr(ray_placement, "HOLD_S", 1.0)
+    run_ray(small("uniform"), **shape)
+    assert IDLE_ACTORS.groups
+    waited = time.perf_counter()
+    while ray.available_resources().get("CPU", 0.0) < total and time.perf_counter() - waited < 30:
+        time.sleep(0.1)
+    assert not IDLE_ACTORS.groups and ray.available_resources().get("CPU", 0.0) == pytest.approx(total)
 
 
 def test_by_default_a_run_takes_the_share_of_the_cpus_that_fits(ray_session):

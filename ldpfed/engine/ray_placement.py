@@ -8,6 +8,7 @@ import collections
 import dataclasses
 import math
 import os
+import threading
 import time
 import warnings
 
@@ -52,16 +53,20 @@ class IdleActors:
     of their own (ldpfed.stress; not ray.util.ActorPool, which spreads calls over busy actors), and the placement
     groups of finished runs with their actors still in their bundles (`Reservation`), for the next run of the same
     shape to take whole: its actors are warm processes (imports done, compiled code loaded), which is most of what a
-    short run costs. A held group keeps its CPUs reserved for this driver until a run of another shape needs them
-    (`reserve` releases them first), `clear` is called, or the driver's Ray job ends (Ray removes its groups)."""
+    short run costs. A held group keeps its CPUs reserved for this driver until the next run takes it, HOLD_S
+    seconds pass, something of this driver needs CPUs (a run of another shape, a sweep's Ray tasks: they call
+    `clear_groups` first), `clear` is called, or the driver's Ray job ends (Ray removes its groups)."""
 
     def __init__(self):
         self.session, self.idle, self.groups = None, {}, {}
+        self.lock = threading.Lock()      # the expiry timer ends a held group from its own thread
+        self.timer = None
 
     def _check_session(self):
         session = ray.get_runtime_context().get_job_id()
         if session != self.session:
-            self.session, self.idle, self.groups = session, {}, {}
+            self.reset()
+            self.session = session
 
     def take(self, cls, node: str):
         self._check_session()
@@ -81,24 +86,43 @@ class IdleActors:
     def take_group(self, shape) -> "Reservation | None":
         """A held reservation of this shape (see `Crew.shape`), or None."""
         self._check_session()
-        return self.groups.pop((shape, plugins()), None)
+        with self.lock:
+            return self.groups.pop((shape, plugins()), None)
 
     def give_back_group(self, shape, reservation: "Reservation") -> None:
+        """Hold `reservation` for the next run of its shape, for HOLD_S seconds at most: a group nobody takes then
+        gives its CPUs back (to other drivers' runs and tasks, which would otherwise wait for this one to end)."""
         self._check_session()
         self.clear_groups()          # one held group at a time: the CPUs of the last shape run, no more
-        self.groups[(shape, plugins())] = reservation
+        with self.lock:
+            self.groups[(shape, plugins())] = reservation
+            self.timer = threading.Timer(HOLD_S, self._expire, args=(reservation,))
+            self.timer.daemon = True
+            self.timer.start()
+
+    def _expire(self, reservation: "Reservation") -> None:
+        with self.lock:
+            held = [key for key, value in self.groups.items() if value is reservation]
+            for key in held:
+                del self.groups[key]
+        if held:
+            reservation.end()
 
     def clear_groups(self) -> None:
         """End the held reservations' actors and remove their groups, and wait (a few seconds at most) until Ray
         counts their CPUs as available again: it frees a removed group's asynchronously, and a run that measures
-        what fits right after would find less."""
-        if not self.groups:
+        what fits right after would find less. Anything of this driver that needs CPUs (a run of another shape, a
+        sweep's Ray tasks) calls it first."""
+        with self.lock:
+            groups, self.groups = list(self.groups.values()), {}
+            if self.timer is not None:
+                self.timer.cancel()
+        if not groups:
             return
-        freed = sum(sum(r.cpus[kind] for kind in r.kinds) for r in self.groups.values())
+        freed = sum(sum(r.cpus[kind] for kind in r.kinds) for r in groups)
         before = ray.available_resources().get("CPU", 0.0)
-        for reservation in self.groups.values():
+        for reservation in groups:
             reservation.end()
-        self.groups = {}
         deadline = time.monotonic() + FREE_WAIT_S
         while ray.available_resources().get("CPU", 0.0) < before + freed - 1e-6 and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -113,7 +137,10 @@ class IdleActors:
 
     def reset(self) -> None:
         """Forget the idle processes and reservations (their Ray session has ended: they are gone with it)."""
-        self.idle, self.groups = {}, {}
+        with self.lock:
+            self.idle, self.groups = {}, {}
+            if self.timer is not None:
+                self.timer.cancel()
 
 
 @dataclasses.dataclass
@@ -134,6 +161,9 @@ class Reservation:
             pass
 
 
+# How long a finished run's placement group is held for the next run of its shape (a sweep's runs follow each other
+# within a second or two)
+HOLD_S = 30.0
 # How long ending held reservations waits for Ray to count their CPUs as available again
 FREE_WAIT_S = 5.0
 
