@@ -566,14 +566,18 @@ def test_the_report_says_why_a_row_looks_odd():
         return [{"env": "bernoulli", "users": 1000, "algorithm": algorithm, "privacy_model": privacy, "eps": eps,
                  "seed": seed, "final_regret": regret, "status": "FINISHED"} for seed, regret in enumerate(regrets)]
 
-    summary = pd.DataFrame(rows("uniform", "none", None, [100.0, 102.0])
+    summary = pd.DataFrame(rows("uniform", "none", None, [100.0, 102.0]) + rows("oracle", "none", None, [10.0, 12.0])
                            + rows("learner", "ldp", 0.5, [60.0, 70.0]) + rows("learner", "ldp", 2.0, [30.0, 40.0])
                            + rows("stuck", "ldp", 0.5, [99.0, 103.0]) + rows("stuck", "ldp", 2.0, [50.0, 52.0])
                            + rows("frozen", "ldp", 0.5, [20.0, 25.0]) + rows("frozen", "ldp", 2.0, [20.0, 25.0]))
     table = grouped_table(summary)
     said = notes(table)
     assert len(said) == 2
-    assert any(note.startswith("stuck at eps 0.5: regret 1.000 of uniform play's") for note in said)
+    assert any(note.startswith("stuck at eps 0.5: regret 1.000 of uniform play's. The best non-private algorithm "
+                               "here reaches 0.109 (oracle)") for note in said)
+    # where the non-private algorithms do no better, the note says the world, not the privacy, is the reason
+    hard = summary.assign(final_regret=summary["final_regret"].where(summary["algorithm"] != "oracle", 99.0))
+    assert any("So is the best non-private algorithm here (oracle, 0.980)" in note for note in notes(grouped_table(hard)))
     assert any(note.startswith("frozen: the same final regret, seed for seed, at every eps (0.5, 2)") for note in said)
     assert table.set_index(["algorithm", "eps"]).loc[("frozen", 2.0), "final_regret_by_seed"] == (20.0, 25.0)
     assert "* stuck at eps 0.5" in markdown_table(summary)

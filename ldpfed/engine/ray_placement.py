@@ -152,8 +152,19 @@ class Reservation:
     actors: dict                 # bundle index -> idle actor handle in that bundle
 
     def end(self) -> None:
-        for handle in self.actors.values():       # the actors first: a removed group's actors die noisily
-            kill(handle)
+        # The idle actors leave first, the way an actor ends itself (no SIGTERM traceback in the driver's output),
+        # then the group goes, with anything still in it.
+        leaving = []
+        for handle in self.actors.values():
+            try:
+                leaving.append(handle.__ray_terminate__.remote())
+            except Exception:       # Ray is gone, or the actor is
+                pass
+        if leaving:
+            try:
+                ray.wait(leaving, num_returns=len(leaving), timeout=LEAVE_S)
+            except Exception:
+                pass
         self.actors = {}
         try:
             remove_placement_group(self.group)
@@ -164,6 +175,8 @@ class Reservation:
 # How long a finished run's placement group is held for the next run of its shape (a sweep's runs follow each other
 # within a second or two)
 HOLD_S = 30.0
+# How long ending a held reservation waits for its idle actors to end themselves before removing the group
+LEAVE_S = 5.0
 # How long ending held reservations waits for Ray to count their CPUs as available again
 FREE_WAIT_S = 5.0
 

@@ -92,13 +92,26 @@ def notes(block: pd.DataFrame) -> list[str]:
     every eps (their decisions did not change with eps at this number of users)."""
     out = []
     private = block[block["eps"].notna()]
+    references = block[block["eps"].isna() & (block["algorithm"] != "uniform")]
+    best = references.loc[references["regret_vs_uniform"].idxmin()] if references["regret_vs_uniform"].notna().any() \
+        else None
     for algorithm, rows in private.groupby("algorithm", sort=False):
         close = rows[rows["regret_vs_uniform"] >= NEAR_UNIFORM]
         if len(close):
-            eps = ", ".join(f"{e:g}" for e in close["eps"])
-            out.append(f"{algorithm} at eps {eps}: regret {', '.join(f'{v:.3f}' for v in close['regret_vs_uniform'])}"
-                       f" of uniform play's. At {int(rows['users'].iloc[0]):,} users the privacy noise outweighs "
-                       f"what it learned; more users or a larger eps separate it from guessing.")
+            users = int(rows["users"].iloc[0])
+            said = (f"{algorithm} at eps {', '.join(f'{e:g}' for e in close['eps'])}: regret "
+                    f"{', '.join(f'{v:.3f}' for v in close['regret_vs_uniform'])} of uniform play's.")
+            if best is not None and best["regret_vs_uniform"] >= NEAR_UNIFORM:
+                said += (f" So is the best non-private algorithm here ({best['algorithm']}, "
+                         f"{best['regret_vs_uniform']:.3f}): at {users:,} users no algorithm separates from "
+                         f"guessing on this world.")
+            elif best is not None:
+                said += (f" The best non-private algorithm here reaches {best['regret_vs_uniform']:.3f} "
+                         f"({best['algorithm']}): at {users:,} users the privacy noise outweighs what it learned; "
+                         f"more users or a larger eps separate it from guessing.")
+            else:
+                said += f" At {users:,} users it does not separate from guessing."
+            out.append(said)
         seeds = rows["final_regret_by_seed"].tolist()
         if len(rows) > 1 and seeds[0] and all(s == seeds[0] for s in seeds[1:]):
             out.append(f"{algorithm}: the same final regret, seed for seed, at every eps "
