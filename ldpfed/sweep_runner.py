@@ -208,7 +208,7 @@ def execute(plan: Plan) -> SweepResult:
         if engine == "ray":      # the last run's held placement group gives its CPUs back to the cluster
             from ldpfed.engine.ray_engine import IDLE_ACTORS
 
-            IDLE_ACTORS.clear()
+            IDLE_ACTORS.clear_groups()
         if ray_started:          # no orphans: the Ray this sweep started stops with it
             import ray
 

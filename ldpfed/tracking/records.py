@@ -291,13 +291,16 @@ def _atomic(path: Path, write) -> Path:
     return path
 
 
-def write_json(path: Path, data) -> Path:
+def write_text(path: Path, text: str) -> Path:
     def write(tmp):
         with open(tmp, "w") as handle:
-            json.dump(to_jsonable(data), handle, indent=2, sort_keys=False)
-            handle.write("\n")
+            handle.write(text)
 
     return _atomic(Path(path), write)
+
+
+def write_json(path: Path, data) -> Path:
+    return write_text(path, json.dumps(to_jsonable(data), indent=2, sort_keys=False) + "\n")
 
 
 def read_json(path: Path):
@@ -307,14 +310,6 @@ def read_json(path: Path):
 
 def write_parquet(path: Path, frame: pd.DataFrame) -> Path:
     return _atomic(Path(path), lambda tmp: frame.to_parquet(tmp, index=False))
-
-
-def write_text(path: Path, text: str) -> Path:
-    def write(tmp):
-        with open(tmp, "w") as handle:
-            handle.write(text)
-
-    return _atomic(Path(path), write)
 
 
 def write_csv(path: Path, frame: pd.DataFrame) -> Path:
@@ -365,7 +360,7 @@ def write_run(folder: Path, result, tags: dict | None = None) -> dict[str, Path]
     UI shows among the run's artifacts)."""
     folder = Path(folder)
     config = config_dict(result.config)
-    table = result.table
+    table = result.table.iloc[downsample_index(len(result.table))]     # the plot's line: MAX_POINTS at most
     plot = folder / "regret.svg"
     write_text(plot, regret_svg(table["users"], table["cumulative_regret"],
                                 run_name(config, (result.summary or {}).get("final_regret"))))

@@ -152,8 +152,8 @@ def markdown_table(summary: pd.DataFrame) -> str:
         parts.append("|" + "---|" * len(HEADER))
         parts += ["| " + " | ".join(row) + " |" for row in _rows(block)]
         parts.append("")
-        parts += [f"* {note}" for note in notes(block)]
-        parts += [""] if notes(block) else []
+        said = notes(block)
+        parts += [f"* {note}" for note in said] + ([""] if said else [])
     parts.append("Median and 25%-75% quantiles over seeds of the final cumulative regret; regret / uniform: the "
                  "median divided by uniform play's median on the same env (below 1: better than guessing); eps "
                  "\"-\": not private, run once per seed.")
@@ -172,8 +172,9 @@ def html_report(title: str, description: str, summary: pd.DataFrame, plots: list
             style = ' class="ref"' if algorithm == "uniform" else ""
             body.append(f"<tr{style}>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>")
         body.append("</table>")
-        if notes(block):
-            body.append("<ul>" + "".join(f"<li>{html.escape(note)}</li>" for note in notes(block)) + "</ul>")
+        said = notes(block)
+        if said:
+            body.append("<ul>" + "".join(f"<li>{html.escape(note)}</li>" for note in said) + "</ul>")
     if table.empty:
         body.append("<p>(no run finished)</p>")
     for path in plots:

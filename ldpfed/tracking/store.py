@@ -96,8 +96,9 @@ _WAL_FILES: set[str] = set()
 
 def write_ahead_log(path: Path) -> None:
     """Make MLflow's connections to the SQLite file `path` use the write-ahead log with synchronous=NORMAL, not
-    SQLite's default rollback journal with a sync at every commit: a sweep logs a run in a few transactions, and
-    the syncs were half of each run's logging time (jobs/bench_tracking.py). A crash of the process loses nothing
+    SQLite's default rollback journal with a sync at every commit: a sweep logs a run in a few transactions, whose
+    syncs cost ~8% of each run's logging time on an idle machine and about half on a busy one
+    (jobs/bench_tracking.py, docs/scaling.md). A crash of the process loses nothing
     committed and cannot corrupt the file; a power cut may lose the last commits. The UI's server may read while
     a sweep writes. Applied as connections open (a SQLAlchemy listener: MLflow makes the engine)."""
     from sqlalchemy import event

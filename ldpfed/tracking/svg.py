@@ -13,7 +13,6 @@ import numpy as np
 
 WIDTH, HEIGHT = 480, 300
 LEFT, RIGHT, TOP, BOTTOM = 64, 16, 40, 40        # the plot area's margins, in pixels
-POINTS = 200                                      # at most this many points on the line
 
 
 def nice_ticks(high: float, count: int = 4) -> list[float]:
@@ -35,13 +34,11 @@ def label(value: float) -> str:
 
 
 def regret_svg(users, regret, title: str) -> str:
-    """The SVG text of a cumulative-regret curve (`users` and `regret`: equal-length arrays, users increasing)."""
+    """The SVG text of a cumulative-regret curve (`users` and `regret`: equal-length arrays, users increasing, as
+    many points as the line is to have)."""
     users, regret = np.asarray(users, dtype=float), np.asarray(regret, dtype=float)
     keep = np.isfinite(users) & np.isfinite(regret)
     users, regret = users[keep], regret[keep]
-    if len(users) > POINTS:
-        index = np.unique(np.round(np.linspace(0, len(users) - 1, POINTS)).astype(int))
-        users, regret = users[index], regret[index]
     xs = nice_ticks(float(users.max()) if len(users) else 1.0)
     ys = nice_ticks(float(regret.max()) if len(regret) else 1.0)
     width, height = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
