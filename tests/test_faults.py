@@ -125,6 +125,29 @@ def test_checkpoint_file_is_written_atomically_with_the_umask(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.npz"]   # no temporary left
 
 
+@pytest.mark.parametrize("signum, raised", [(signal.SIGTERM, "Terminated"), (signal.SIGINT, "KeyboardInterrupt")])
+def test_a_signal_during_a_checkpoint_write_waits_until_the_file_is_whole(tmp_path, monkeypatch, signum, raised):
+    # A signal inside numpy's savez left its zip with an open member; the ValueError on closing it hid the
+    # interrupt (the run exited 1, not 143). Now the write finishes, then the signal is delivered.
+    import ldpfed.engine.checkpoint as checkpoint_module
+    from ldpfed.util.signals import interruptible
+
+    write = checkpoint_module.write_atomic
+
+    def signalled_mid_write(path, data):
+        os.kill(os.getpid(), signum)
+        time.sleep(0.05)   # the handler runs between bytecodes: give it the chance to
+        write(path, data)
+
+    monkeypatch.setattr(checkpoint_module, "write_atomic", signalled_mid_write)
+    config = small()
+    checkpointer = Checkpointer(tmp_path, every_rounds=3, every_s=None)
+    with pytest.raises(KeyboardInterrupt) as caught, interruptible():
+        run_local(config, checkpointer=checkpointer)
+    assert type(caught.value).__name__ == raised
+    assert load(checkpointer.path, config)["next_round"] == 3 and checkpointer.written == 1
+
+
 # ---- the driver killed (a subprocess) ----------------------------------------------------------------------
 
 DRIVER = """

@@ -30,6 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ldpfed.util.signals import deferred
+
 FORMAT = "ldpfed-checkpoint/1"
 FILENAME = "checkpoint.npz"
 DEFAULT_EVERY_S = 20.0      # a few checkpoints per minute: cheap (one small file) and at most ~20 s of work lost
@@ -210,7 +212,8 @@ class Checkpointer:
 
     def save(self, config, next_round: int, state, recorder) -> None:
         started = time.perf_counter()
-        save(self.path, config, next_round, state, recorder.snapshot())
-        self.last_round, self.last_time = next_round, time.monotonic()
-        self.written += 1
-        self.write_s += time.perf_counter() - started
+        with deferred():   # a checkpoint is written whole, and counted, whatever signal comes
+            save(self.path, config, next_round, state, recorder.snapshot())
+            self.last_round, self.last_time = next_round, time.monotonic()
+            self.written += 1
+            self.write_s += time.perf_counter() - started

@@ -32,6 +32,29 @@ def interruptible():
         signal.signal(signal.SIGTERM, previous)
 
 
+@contextlib.contextmanager
+def deferred():
+    """Ctrl-C and SIGTERM wait until the block ends (main thread only; elsewhere a no-op).
+
+    For writes that must not stop half way: an exception raised inside numpy's savez leaves its zip file with an
+    open member, and closing it then raises a ValueError that hides the interrupt. A signal that arrives inside is
+    delivered again to the handler in force before, as the block ends."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    arrived: list[int] = []
+    # a handler set outside Python (getsignal gives None) could not be put back: such a signal is left alone
+    previous = {signum: signal.signal(signum, lambda number, frame: arrived.append(number))
+                for signum in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(signum) is not None}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for signum in dict.fromkeys(arrived):
+            signal.raise_signal(signum)
+
+
 def install() -> None:
     """For worker processes (e.g. a process pool's initializer): SIGTERM raises Terminated from now on."""
     signal.signal(signal.SIGTERM, _raise_terminated)
