@@ -142,8 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "largest equal share, at most 1, with which the run's actors fit in the CPUs available)")
     run.add_argument("--shard-cpus", type=_float, default=None,
                      help="ray engine: CPUs each shard (and shuffler) asks for (default: as --actor-cpus)")
-    run.add_argument("--placement", choices=["spread", "pack"], default=None,
-                     help="ray engine: how the run's placement group lays its actors on the nodes (default: spread)")
+    run.add_argument("--placement", choices=["spread", "pack", "none"], default=None,
+                     help="ray engine: how the run's placement group lays its actors on the nodes (default: spread); "
+                          "none: no group, actors ask for no CPUs and are reused by any later run")
     run.add_argument("--out", type=Path, default=None,
                      help="write the results table (Parquet) and summary here; checkpoints go to OUT/checkpoint")
     run.add_argument("--resume", type=Path, default=None, metavar="DIR",

@@ -160,9 +160,9 @@ def test_cli_runs_central_and_prints_the_guarantee(capsys, tmp_path):
 @pytest.mark.parametrize("algorithm, mode", [("ldp-sgd", "per-user"), ("ldp-mab-ucb", "pre-aggregated"),
                                              ("klucb-cf", "per-user")])
 def test_the_ray_engine_gives_the_same_central_run(ray_session, algorithm, mode):
-    from ldpfed.engine.ray_engine import run_ray
+    from test_ray_engine import run_ray_unreserved
 
     config = central(algorithm, users=3000, round_size=1000, populations=2)
-    local, ray = run_local(config), run_ray(config, actors=2, shards=2, mode=mode)
+    local, ray = run_local(config), run_ray_unreserved(config, actors=2, shards=2, mode=mode)
     assert local.table.equals(ray.table)
     assert not ray.summary.get("rejected_messages")       # the shards accept honest means (their twins' domains)

@@ -228,13 +228,13 @@ def test_a_resumed_shard_rejects_until_the_saved_rounds_model_is_published(tmp_p
 
 @pytest.mark.parametrize("transport", ["ray", "direct"])
 def test_a_run_resumed_on_ray_equals_the_uninterrupted_one(ray_session, tmp_path, transport):
-    from ldpfed.engine.ray_engine import run_ray
+    from test_ray_engine import run_ray_unreserved
 
     config = mab()
     whole = run_local(config)
     with pytest.raises(Interrupt):
         run_local(config, progress=interrupt_at(210), checkpointer=Checkpointer(tmp_path, every_s=None))
-    resumed = run_ray(config, actors=2, shards=2, mode="per-user", transport=transport,
+    resumed = run_ray_unreserved(config, actors=2, shards=2, mode="per-user", transport=transport,
                       checkpointer=Checkpointer(tmp_path, every_s=None))
     assert resumed.summary["resumed_from_round"] == 7 and resumed.summary["rejected_messages"] == 0
     assert_same(whole, resumed)

@@ -22,6 +22,16 @@ def small(algorithm, **changes):
     return RunConfig(algorithm, **{**base, **changes})
 
 
+def run_ray_unreserved(config, **options):
+    """The Ray engine without a placement group (placement "none"). These tests are about what the rounds compute:
+    such runs reuse any idle actor process of their kind whatever their shape, where a placement group's processes
+    serve only runs of its own shape (tests/test_ray_placement.py tests the groups; tests/test_faults.py recovers
+    through them)."""
+    from ldpfed.engine.ray_engine import run_ray
+
+    return run_ray(config, **{"placement": "none", **options})
+
+
 def assert_same(local, remote):
     pd.testing.assert_frame_equal(local.table, remote.table, check_exact=True)
     assert local.summary["final_regret"] == remote.summary["final_regret"]
@@ -31,14 +41,12 @@ def assert_same(local, remote):
 
 @pytest.mark.parametrize("algorithm", LDP)
 def test_equals_single_process_for_any_shards_actors_and_mode(ray_session, algorithm):
-    from ldpfed.engine.ray_engine import run_ray
-
     config = small(algorithm)
     local = run_local(config)
     for actors, shards, mode, layout in [(2, 1, "pre-aggregated", None), (2, 4, "pre-aggregated", None),
                                          (3, 4, "per-user", None), (1, 1, "per-user", None),
                                          (2, 3, "per-user", "block")]:
-        remote = run_ray(config, actors=actors, shards=shards, mode=mode, layout=layout)
+        remote = run_ray_unreserved(config, actors=actors, shards=shards, mode=mode, layout=layout)
         assert_same(local, remote)
         s = remote.summary
         assert (s["engine"], s["actors"], s["shards"], s["mode"]) == ("ray", actors, shards, mode)
@@ -59,21 +67,19 @@ def test_equals_single_process_for_any_shards_actors_and_mode(ray_session, algor
 @pytest.mark.parametrize("algorithm", LDP)
 def test_tree_shape_equals_single_process_in_both_modes(ray_session, algorithm):
     # groups that do not divide the actors (3 + 3 + 1, 2 + 2 + 1): the shards fold the same objects in the same order
-    from ldpfed.engine.ray_engine import run_ray
-
     config = small(algorithm, populations=7)
     local = run_local(config)
     shapes = [(7, 3, 1, "pre-aggregated"), (5, 2, 2, "pre-aggregated"), (7, 3, 2, "per-user"), (5, 2, 1, "per-user")]
     if algorithm != "ldp-sgd":      # both modes once more, on 5 actors: 7 more processes loading its kernels cost ~25 s
         shapes = shapes[1::2]
     for actors, group_size, shards, mode in shapes:
-        remote = run_ray(config, actors=actors, shards=shards, mode=mode, group_size=group_size)
+        remote = run_ray_unreserved(config, actors=actors, shards=shards, mode=mode, group_size=group_size)
         assert_same(local, remote)
         assert remote.summary["groups"] == -(-actors // group_size)
         for key in local.state:
             np.testing.assert_array_equal(local.state[key], remote.state[key])
     # max_in_flight bounds the driver's calls: the groups'
-    assert_same(local, run_ray(config, actors=7, shards=2, group_size=3, max_in_flight=1))
+    assert_same(local, run_ray_unreserved(config, actors=7, shards=2, group_size=3, max_in_flight=1))
 
 
 def test_auto_group_size():
@@ -85,12 +91,10 @@ def test_auto_group_size():
 
 @pytest.mark.parametrize("algorithm", sorted(REGISTRY))
 def test_every_registered_algorithm_equals_single_process_in_both_modes(ray_session, algorithm):
-    from ldpfed.engine.ray_engine import run_ray
-
     config = RunConfig(algorithm, users=150, round_size=30, populations=3, seed=2, delta=0.05)
     local = run_local(config)
     for mode in ("pre-aggregated", "per-user"):
-        assert_same(local, run_ray(config, actors=2, shards=2, mode=mode))
+        assert_same(local, run_ray_unreserved(config, actors=2, shards=2, mode=mode))
 
 
 def test_model_by_value_or_through_the_object_store_same_result(ray_session, monkeypatch):
@@ -98,7 +102,7 @@ def test_model_by_value_or_through_the_object_store_same_result(ray_session, mon
     import ray
 
     from ldpfed.engine import ray_engine, ray_rounds
-    from ldpfed.engine.ray_engine import _model_bytes, run_ray
+    from ldpfed.engine.ray_engine import _model_bytes
 
     assert _model_bytes({"theta": np.zeros(10), "beta": 1.5, "name": "ab"}) == (5 + 80) + (4 + 8) + (4 + 2)    # keys and values
     assert _model_bytes({"x": np.array([None], dtype=object)}) == float("inf")     # what an object array holds
@@ -108,30 +112,26 @@ def test_model_by_value_or_through_the_object_store_same_result(ray_session, mon
     puts = []
     real_put = ray.put
     monkeypatch.setattr(ray_engine.ray, "put", lambda value, **kw: puts.append(1) or real_put(value, **kw))
-    assert_same(local, run_ray(config, actors=2, transport="ray"))    # the Ray transport's calls carry the model
+    assert_same(local, run_ray_unreserved(config, actors=2, transport="ray"))    # the Ray transport's calls carry the model
     assert puts == []                                     # d = 3: by value
     monkeypatch.setattr(ray_rounds, "INLINE_MODEL_BYTES", 0)     # where the rounds read it
-    assert_same(local, run_ray(config, actors=2, transport="ray"))
+    assert_same(local, run_ray_unreserved(config, actors=2, transport="ray"))
     assert len(puts) == config.rounds                     # one put per round
-    assert_same(local, run_ray(config, actors=3, group_size=2))      # the leaders pass the ref on to their members
+    assert_same(local, run_ray_unreserved(config, actors=3, group_size=2))      # the leaders pass the ref on to their members
     assert len(puts) == 2 * config.rounds
 
 
 def test_last_round_smaller_than_populations_and_no_message_algorithm(ray_session):
-    from ldpfed.engine.ray_engine import run_ray
-
     # T=103, B=25, P=4: the last round has 3 users, so one population is empty there
     for algorithm in LDP[:1] + ["uniform"]:
         config = small(algorithm, users=103, round_size=25, populations=4)
-        assert_same(run_local(config), run_ray(config, actors=3, shards=2))
+        assert_same(run_local(config), run_ray_unreserved(config, actors=3, shards=2))
 
 
 def test_fewer_populations_than_actors_warns_and_uses_one_actor_per_population(ray_session):
-    from ldpfed.engine.ray_engine import run_ray
-
     config = small(LDP[0], populations=2)
     with pytest.warns(RuntimeWarning, match="populations=2 < actors=3: the run uses 2 population actors"):
-        remote = run_ray(config, actors=3)
+        remote = run_ray_unreserved(config, actors=3)
     assert remote.summary["actors"] == 2
     assert_same(run_local(config), remote)
 
@@ -154,12 +154,10 @@ def test_which_population_actors_move_onto_joined_nodes():
 
 
 def test_progress_and_bad_options(ray_session):
-    from ldpfed.engine.ray_engine import run_ray
-
     seen = []
     config = small("uniform", users=120, round_size=40, populations=2)
     # rebalance_every=0: a look for joined nodes before every round; on one node none joins, nothing moves
-    remote = run_ray(config, actors=2, progress=lambda done, regret: seen.append(done), rebalance_every=0)
+    remote = run_ray_unreserved(config, actors=2, progress=lambda done, regret: seen.append(done), rebalance_every=0)
     assert seen == [0, 40, 80, 120]        # 0: the engine starts the clock of its rate
     assert remote.summary["rebalances"] == []
     for options, field in [({"actors": 0}, "actors"), ({"shards": -1}, "shards"), ({"mode": "batch"}, "mode"),
@@ -168,15 +166,13 @@ def test_progress_and_bad_options(ray_session):
                            ({"rebalance_every": -1}, "rebalance_every"),
                            ({"rebalance_every": "30"}, "rebalance_every")]:
         with pytest.raises(ConfigError) as error:
-            run_ray(config, **options)
+            run_ray_unreserved(config, **options)
         assert error.value.field == field
 
 
 def test_max_in_flight_bounds_calls_and_keeps_the_result(ray_session):
-    from ldpfed.engine.ray_engine import run_ray
-
     config = small(LDP[0] if LDP else "uniform", populations=4)
-    assert_same(run_local(config), run_ray(config, actors=4, shards=2, max_in_flight=1, transport="ray"))
+    assert_same(run_local(config), run_ray_unreserved(config, actors=4, shards=2, max_in_flight=1, transport="ray"))
 
 
 # ---- malformed and duplicate messages ---------------------------------------------------------------------

@@ -143,6 +143,30 @@ def test_the_next_run_of_the_same_shape_takes_the_held_group_and_its_warm_actors
     assert not IDLE_ACTORS.groups
 
 
+def test_without_a_group_runs_ask_for_no_cpus_and_reuse_processes_across_shapes(ray_session):
+    """placement "none": no group, nothing reserved; a run of another shape takes the idle processes of its kinds
+    that the last run left, and the results stay run_local's."""
+    import ray
+
+    from ldpfed.engine import run_local
+    from ldpfed.engine.ray_engine import IDLE_ACTORS, run_ray
+
+    IDLE_ACTORS.clear()
+    first = run_ray(small("uniform"), actors=2, shards=2, placement="none")
+    assert first.summary["placement_group"] is None and first.summary["cpus_held"] == 0
+    assert first.summary["actors_in_group"] == 0
+    assert ray.available_resources().get("CPU", 0.0) == ray.cluster_resources()["CPU"]
+    config = small(LDP[0] if LDP else "uniform", seed=8)
+    second = run_ray(config, actors=1, shards=2, placement="none")          # another shape
+    assert_same(run_local(config), second)
+    pids = second.summary["actor_pids"]
+    assert set(pids["population"]) < set(first.summary["actor_pids"]["population"])
+    assert sorted(pids["shard"]) == sorted(first.summary["actor_pids"]["shard"])
+    with pytest.raises(ConfigError) as error:
+        run_ray(config, placement="none", actor_cpus=0.5)
+    assert error.value.field == "placement"
+
+
 def test_a_held_group_gives_its_cpus_back_to_tasks_and_after_a_while(ray_session, monkeypatch, tmp_path):
     """A held group does not starve other work: a sweep's Ray tasks end it before they ask for CPUs, and a group
     nobody takes ends after HOLD_S seconds."""

@@ -82,11 +82,11 @@ def test_the_batch_is_a_shufflers_share_and_too_small_a_share_is_refused():
     # amplified, with warm-up groups of 100 users per share: the shuffler actors check the groups' public counts
     ("ldp-sgd-multi", 2, 2, {"users": 30_000, "round_size": 15_000, "small_groups": "refuse"})])
 def test_ray_with_shufflers_is_bit_identical_to_run_local(ray_session, algorithm, shufflers, shards, changes):
-    from ldpfed.engine.ray_engine import run_ray
+    from test_ray_engine import run_ray_unreserved
 
     config = shuffled(algorithm, shufflers=shufflers, **changes)
     local = run_local(config)
-    ray_result = run_ray(config, actors=2, shards=shards, mode="per-user", group_size=2)
+    ray_result = run_ray_unreserved(config, actors=2, shards=shards, mode="per-user", group_size=2)
     assert_same(local, ray_result)
     s = ray_result.summary
     assert s["groups"] == 2         # the shuffle trust model keeps the flat shape, whatever group_size says
@@ -97,10 +97,10 @@ def test_ray_with_shufflers_is_bit_identical_to_run_local(ray_session, algorithm
 
 
 def test_pre_aggregated_mode_is_refused_under_shuffle(ray_session):
-    from ldpfed.engine.ray_engine import run_ray
+    from test_ray_engine import run_ray_unreserved
 
     with pytest.raises(ConfigError, match="mode.*per-user"):
-        run_ray(shuffled(), actors=1, shards=1, mode="pre-aggregated")
+        run_ray_unreserved(shuffled(), actors=1, shards=1, mode="pre-aggregated")
 
 
 def test_a_killed_shuffler_is_recreated_and_the_result_is_undisturbed(ray_session):
@@ -108,7 +108,8 @@ def test_a_killed_shuffler_is_recreated_and_the_result_is_undisturbed(ray_sessio
     from ldpfed.engine.ray_engine import RayBackend
 
     config = shuffled(shufflers=2, users=9000)
-    backend, killed = RayBackend(actors=2, shards=2, mode="per-user"), []
+    # recovery without a placement group (placement "none"; tests/test_faults.py recovers through groups)
+    backend, killed = RayBackend(actors=2, shards=2, mode="per-user", placement="none"), []
 
     def kill_after_the_first_round(done, regret):
         if done == 3000 and not killed:

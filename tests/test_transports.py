@@ -17,18 +17,16 @@ from ldpfed.engine import run_local
 from ldpfed.engine.channels import ChannelBroken, RemoteError, Serving, as_ready, connect, new_key, receive
 from ldpfed.envs import make_env
 from ldpfed.util.errors import ConfigError
-from test_ray_engine import LDP, assert_same, small
+from test_ray_engine import LDP, assert_same, run_ray_unreserved, small
 
 
 @pytest.mark.parametrize("algorithm", LDP[:1])
 def test_ray_calls_transport_equals_single_process_for_any_shards_actors_and_mode(ray_session, algorithm):
-    from ldpfed.engine.ray_engine import run_ray
-
     config = small(algorithm)
     local = run_local(config)
     spec = make_algorithm(make_env(config), config).message_spec()
     for actors, shards, mode, layout in [(3, 4, "pre-aggregated", None), (2, 3, "per-user", "block")]:
-        remote = run_ray(config, actors=actors, shards=shards, mode=mode, layout=layout, transport="ray")
+        remote = run_ray_unreserved(config, actors=actors, shards=shards, mode=mode, layout=layout, transport="ray")
         assert_same(local, remote)
         s = remote.summary
         assert (s["transport"], s["actors"], s["shards"], s["mode"], s["groups"]) == (
@@ -50,49 +48,45 @@ SAMPLE = ["ldp-mab-ucb", "sw-klucb-cf"]
 
 def test_sample_of_algorithms_over_ray_calls(ray_session):
     # per-user mode: the shards check every user's message
-    from ldpfed.engine.ray_engine import run_ray
-
     for algorithm in [name for name in SAMPLE if name in REGISTRY]:
         config = RunConfig(algorithm, users=150, round_size=30, populations=3, seed=2, delta=0.05)
-        remote = run_ray(config, actors=2, shards=2, mode="per-user", transport="ray")
+        remote = run_ray_unreserved(config, actors=2, shards=2, mode="per-user", transport="ray")
         assert remote.summary["transport"] == "ray"
         assert_same(run_local(config), remote)
         assert remote.summary["rejected_messages"] == 0, algorithm
 
 
 def test_direct_transport_bad_options(ray_session):
-    from ldpfed.engine.ray_engine import run_ray
-
     config = small("uniform", users=120, round_size=40, populations=2)
     for options, field in [({"transport": "tcp"}, "transport"), ({"transport": "direct", "group_size": 2},
                                                                  "group_size")]:
         with pytest.raises(ConfigError) as error:
-            run_ray(config, **options)
+            run_ray_unreserved(config, **options)
         assert error.value.field == field
     shuffled = small(LDP[0] if LDP else "uniform", trust="shuffle", shufflers=2)
     with pytest.raises(ConfigError, match="shuffler actors") as error:
-        run_ray(shuffled, mode="per-user", transport="direct")
+        run_ray_unreserved(shuffled, mode="per-user", transport="direct")
     assert error.value.field == "transport"
 
 
 def test_which_transport_a_run_uses(ray_session, monkeypatch):
-    from ldpfed.engine import ray_engine, ray_rounds
+    from ldpfed.engine import ray_rounds
 
     config = small("uniform", users=120, round_size=40, populations=3)
     monkeypatch.setattr(ray_rounds, "TREE_FROM_ACTORS", 2)    # the automatic size would make groups of 2
     # the default is direct, and flat: the coordinator writes to each actor's channel, no tree
-    assert [ray_engine.run_ray(config, actors=3).summary[key] for key in ("transport", "groups")] == ["direct", 3]
+    assert [run_ray_unreserved(config, actors=3).summary[key] for key in ("transport", "groups")] == ["direct", 3]
     # over Ray calls, the automatic tree; a tree asked for is over Ray calls; so is the shuffle trust model
-    assert ray_engine.run_ray(config, actors=3, transport="ray").summary["groups"] == 2
-    assert ray_engine.run_ray(config, actors=3, group_size=2).summary["transport"] == "ray"
+    assert run_ray_unreserved(config, actors=3, transport="ray").summary["groups"] == 2
+    assert run_ray_unreserved(config, actors=3, group_size=2).summary["transport"] == "ray"
     if LDP:
         shuffled = small(LDP[0], users=120, round_size=40, trust="shuffle", shufflers=2)
-        assert ray_engine.run_ray(shuffled, actors=2, mode="per-user").summary["transport"] == "ray"
+        assert run_ray_unreserved(shuffled, actors=2, mode="per-user").summary["transport"] == "ray"
 
 
 def test_the_default_transport_falls_back_to_ray_calls_when_its_channels_cannot_open(ray_session, monkeypatch):
     # e.g. a firewall between the nodes' processes: the coordinator cannot connect
-    from ldpfed.engine import ray_engine, ray_rounds
+    from ldpfed.engine import ray_rounds
     from ldpfed.engine.ray_engine import RunFault
 
     def refused(address, key):
@@ -101,13 +95,13 @@ def test_the_default_transport_falls_back_to_ray_calls_when_its_channels_cannot_
     monkeypatch.setattr(ray_rounds, "connect", refused)      # where the direct transport connects
     config = small(LDP[0] if LDP else "uniform", users=120, round_size=40, populations=2)
     with pytest.warns(RuntimeWarning, match="goes on with Ray calls"):
-        remote = ray_engine.run_ray(config, actors=2)
+        remote = run_ray_unreserved(config, actors=2)
     assert_same(run_local(config), remote)
     assert remote.summary["transport"] == "ray" and "refused" in remote.summary["transport_fallback"]
     assert remote.summary["recoveries"] == 0
     # asked for by name, it does not fall back: a fault, recovered up to max_recoveries, then the run fails
     with pytest.raises(RunFault, match="refused"):
-        ray_engine.run_ray(config, actors=2, transport="direct", max_recoveries=1)
+        run_ray_unreserved(config, actors=2, transport="direct", max_recoveries=1)
 
 
 def _serve_one(serving, handler):

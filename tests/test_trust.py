@@ -126,10 +126,10 @@ def test_a_sweep_file_shuffles_its_ldp_algorithms(tmp_path):
 
 
 def test_the_ray_engine_builds_the_same_shuffled_algorithm(ray_session):
-    from ldpfed.engine.ray_engine import run_ray
+    from test_ray_engine import run_ray_unreserved
 
     config = shuffled("ldp-ols", users=3000, round_size=1000, populations=2)
-    local, ray = run_local(config), run_ray(config, actors=2, shards=2, mode="per-user")
+    local, ray = run_local(config), run_ray_unreserved(config, actors=2, shards=2, mode="per-user")
     assert local.table.equals(ray.table) and local.summary["privacy_eps0"] == ray.summary["privacy_eps0"]
     assert not ray.summary.get("rejected_messages")       # the shards check the eps0 mechanisms' domains
 

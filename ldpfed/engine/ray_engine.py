@@ -111,7 +111,11 @@ class RayBackend(Backend):
     recovered actor goes back into its bundle; on a lost node, outside the group (see `ray_placement.Crew`). When a
     run ends well, its group is held with its actors idle in their bundles, and the next run of the same shape (the
     actors, shards, spares and CPU options) in this process takes them whole: a sweep's runs pay for starting actor
-    processes once (`ray_placement.IdleActors`).
+    processes once (`ray_placement.IdleActors`). `placement` "none" reserves nothing: the actors ask for no CPUs
+    and go round robin onto the nodes, and when a run ends well its processes wait, by kind and node, for any later
+    run of this process, whatever its shape. For many short runs of varied shapes on a cluster the study has to
+    itself (the test suite, a stress test); Ray's accounting and an autoscaler do not see such runs, and two of
+    them at once share CPUs.
 
     Options: `RayOptions` (the arguments here, or options=RayOptions(...)), checked when the backend is made.
     """
@@ -176,7 +180,7 @@ class RayBackend(Backend):
         self.crew.open(config, self.plan, populations, self.shufflers)
         keys = self.crew.keys()
         self.crew.reserve()       # the run's placement group: one bundle per actor and spare
-        self.crew.place(keys, first_round, lambda key, avoid: None)      # each actor in its bundle
+        self.crew.place(keys, first_round, self.crew.home)      # each actor in its bundle (or on its node)
         self.crew.add_spares(wait=True)
         self.known_nodes = set(cluster_nodes())
         self.next_look = time.monotonic() + (opts.rebalance_every or 0.0)
@@ -234,7 +238,8 @@ class RayBackend(Backend):
         moves = moves_onto(joined, {key: self.crew.where[key][0] for key in self.crew.handles})
         # a moved actor asks for its CPUs on the joined node: only as many as that node has free move there
         free = ray._private.state.available_resources_per_node()     # a developer API: Ray's per-node view
-        room = {node: math.floor(free.get(node, {}).get("CPU", 0.0) / self.crew.cpus["population"] + 1e-9)
+        asks = self.crew.cpus["population"]
+        room = {node: math.floor(free.get(node, {}).get("CPU", 0.0) / asks + 1e-9) if asks else len(moves)
                 for node in joined}
         kept = {}
         for key, node in moves.items():
@@ -308,7 +313,8 @@ class RayBackend(Backend):
             "cpu_s_driver": time.process_time() - self.driver_cpu_at_open,
             "cpu_s_populations": cpu(pop_stats), "cpu_s_shards": cpu(shard_stats),
             # what Ray gave the actors: how many run in the run's placement group, and the CPUs they hold
-            "actors_in_group": sum(st["placement_group"] == extra["placement_group"] for st in everyone),
+            "actors_in_group": sum(st["placement_group"] == extra["placement_group"] for st in everyone
+                                   if extra["placement_group"] is not None),
             "cpus_held": round(sum(st["cpus"] for st in everyone), 4),
             **shuffled,
         }

@@ -12,8 +12,9 @@ from ldpfed.util.errors import ConfigError, integer
 
 # How a round's messages travel (see RayBackend's transport).
 TRANSPORTS = ("ray", "direct")
-# How a run's placement group lays its bundles (one per actor) on the nodes: Ray's strategies of those names
-PLACEMENTS = {"spread": "SPREAD", "pack": "PACK"}
+# How a run's placement group lays its bundles (one per actor) on the nodes: Ray's strategies of those names; "none":
+# no group, the actors ask for no CPUs (see RayBackend)
+PLACEMENTS = {"spread": "SPREAD", "pack": "PACK", "none": None}
 # Ray counts fractional resources in steps of 1/10,000
 CPU_STEP = 1e-4
 
@@ -91,6 +92,8 @@ class RayOptions:
         put("shard_cpus", _check_cpus("shard_cpus", self.shard_cpus))
         if self.placement not in PLACEMENTS:
             raise ConfigError("placement", self.placement, f"choose from {list(PLACEMENTS)}")
+        if self.placement == "none" and (self.actor_cpus is not None or self.shard_cpus is not None):
+            raise ConfigError("placement", self.placement, "reserves no CPUs: leave actor_cpus and shard_cpus unset")
         _check_seconds("placement_timeout", self.placement_timeout)       # None: as long as it takes
 
     @property

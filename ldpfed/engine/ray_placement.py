@@ -265,7 +265,8 @@ class Crew:
     that node; a replacement for a lost node's actor asks for none (the surviving nodes' CPUs are the group's: the
     run goes on, on fewer CPUs than it asked for, until it ends). `release` hands the group, with its actors idle
     in their bundles, to the pool for the next run of the same shape (`IdleActors`), or ends the actors and removes
-    the group."""
+    the group. With `placement` "none" there is no group: every actor is placed on a node (round robin) asking for
+    no CPUs, taken from the pool's idle processes of its kind on that node, and given back to them at the end."""
 
     CLASSES = {"population": RemotePopulation, "shuffler": RemoteShuffler, "shard": RemoteShard}
     # the order a recovery probes them in: a shard's call waits for the shufflers', which wait for the populations'
@@ -299,10 +300,21 @@ class Crew:
         return {kind: [self.where[(kind, i)][1] for i in range(n)] for kind, n in self.counts.items()}
 
     # ---- the placement group ----------------------------------------------------------------------
+    @property
+    def reserving(self) -> bool:
+        return self.options.placement != "none"
+
+    def home(self, key, avoid: set) -> str | None:
+        """Where the actor `key` starts: its bundle (None), or without a group a node, round robin by index."""
+        return node_for(key[1], cluster_nodes(), avoid) if not self.reserving else None
+
     def reserve(self) -> None:
         """Create the run's placement group and wait until Ray has placed it (`placement_timeout`; None: as long
-        as it takes, with a warning after WAIT_WARNING_S saying what it waits for)."""
+        as it takes, with a warning after WAIT_WARNING_S saying what it waits for). Without one ("none"), nothing."""
         opts = self.options
+        if not self.reserving:
+            self.cpus = {kind: 0.0 for kind in self.KINDS}
+            return
         spares = {kind: opts.spares if n else 0 for kind, n in self.counts.items()}
         wanted = {kind: n + spares[kind] for kind, n in self.counts.items()}
         at = 0
@@ -368,6 +380,8 @@ class Crew:
         if bundle is not None:
             strategy = PlacementGroupSchedulingStrategy(self.group, placement_group_bundle_index=bundle)
             cpus = self.cpus[kind]
+        elif cpus == 0:           # asks for nothing: any idle process of its kind on that node will do
+            return self.pool.take(self.CLASSES[kind], node)
         else:
             strategy = NodeAffinitySchedulingStrategy(node_id=node, soft=False)
         options = {"num_cpus": cpus, "scheduling_strategy": strategy}
@@ -499,6 +513,12 @@ class Crew:
         if reuse and whole:
             self.pool.give_back_group(self.shape(), Reservation(self.group, self.cpus, self.kinds, in_bundles))
             self.group = None
+        elif reuse and not self.reserving:     # no group: the processes wait by kind and node for any run
+            for kind in self.spare:
+                for node, handle, _ in self.spare[kind]:
+                    self.pool.give_back(self.CLASSES[kind], node, handle)
+            for key, handle in self.handles.items():
+                self.pool.give_back(self.CLASSES[key[0]], self.where[key][0], handle)
         else:
             for kind in self.spare:
                 for _, handle, _ in self.spare[kind]:
