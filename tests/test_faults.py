@@ -149,8 +149,13 @@ def test_a_signal_during_a_checkpoint_write_waits_until_the_file_is_whole(tmp_pa
     monkeypatch.setattr(checkpoint_module, "write_atomic", signalled_mid_write)
     config = small()
     checkpointer = Checkpointer(tmp_path, every_rounds=3, every_s=None)
-    with pytest.raises(KeyboardInterrupt) as caught, interruptible():
-        run_local(config, checkpointer=checkpointer)
+    # Python's own Ctrl-C handler (a pytest-xdist worker ignores SIGINT; then so does the deferred write, rightly)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt) as caught, interruptible():
+            run_local(config, checkpointer=checkpointer)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert type(caught.value).__name__ == raised
     assert load(checkpointer.path, config)["next_round"] == 3 and checkpointer.written == 1
 
