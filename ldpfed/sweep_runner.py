@@ -120,7 +120,7 @@ class Plan:
 
 def sweep(spec=None, *, name=None, algorithms=None, envs=None, eps=None, seeds=None, users=None, round_size=None,
           populations=None, delta=None, engine=None, profile=None, trust=None, params=None, env_params=None,
-          actors=None, shards=None, workers=None, address=None, tracking=True, tracking_uri=None,
+          actors=None, shards=None, placement=None, workers=None, address=None, tracking=True, tracking_uri=None,
           experiment=sweeps.EXPERIMENT, out=sweeps.OUT, resume=None, checkpoint_every_s=20.0, progress=True,
           verbose=True, job: Job = API) -> SweepResult:
     """Run a sweep and return its SweepResult.
@@ -128,7 +128,8 @@ def sweep(spec=None, *, name=None, algorithms=None, envs=None, eps=None, seeds=N
     spec: a sweep file (TOML), a preset's name ("quick", "paper", "example"), a mapping of sweep keys, or None (the
     keyword arguments alone). algorithms ... env_params: sweep keys over the spec's (see ldpfed/sweep_spec.py; lists or
     comma-separated text; seeds also a range or "0-9"); with any of them a file's sweep is named "custom" unless
-    `name` is given. actors, shards: the ray engine's actors and shards per run.
+    `name` is given. actors, shards, placement: the ray engine's actors and shards per run and their placement
+    ("spread", "pack" or "none": see ldpfed.engine.ray_engine.RayBackend).
     workers: runs at once. 1 (the default without `address`): in this process, one after another; an integer or
     "auto" (the cluster's CPUs; the default with `address`): Ray tasks, one CPU each, on a local Ray started for
     the sweep (stopped after it) or on the cluster at `address` ("auto": the running cluster).
@@ -140,7 +141,8 @@ def sweep(spec=None, *, name=None, algorithms=None, envs=None, eps=None, seeds=N
     plan = prepare(spec, name=name, overrides={
         "algorithms": algorithms, "envs": envs, "eps": eps, "seeds": seeds, "users": users, "round_size": round_size,
         "populations": populations, "delta": delta, "engine": engine, "profile": profile, "trust": trust,
-        "params": params, "env_params": env_params}, ray={"actors": actors, "shards": shards}, workers=workers,
+        "params": params, "env_params": env_params}, ray={"actors": actors, "shards": shards, "placement": placement},
+        workers=workers,
         address=address, tracking=tracking, tracking_uri=tracking_uri, experiment=experiment, out=out, resume=resume,
         checkpoint_every_s=checkpoint_every_s, progress=progress, verbose=verbose, job=job)
     return execute(plan)
@@ -463,7 +465,7 @@ def main(parser, args, spec, job: Job) -> int:
 def _cli_options(args) -> dict:
     options = sweeps.api_options(args)
     overrides = {key: options.pop(key) for _, key, _ in sweeps.OVERRIDES if key in options}
-    ray = {"actors": options.pop("actors"), "shards": options.pop("shards")}
+    ray = {key: options.pop(key) for key in ("actors", "shards", "placement")}
     return {**options, "overrides": overrides, "ray": ray}
 
 

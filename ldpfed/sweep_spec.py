@@ -19,6 +19,7 @@
     [ray]                               # Ray engine options
     actors = 2
     shards = 2
+    placement = "spread"                # or "pack"; "none": no placement group (RayBackend's doc)
     [params.ldp-sgd]                    # algorithm options, per algorithm
     step = 0.5
     [env_params.linear]                 # env options, per env (over the paper setting's)
@@ -37,9 +38,12 @@ from importlib import resources
 from pathlib import Path
 
 from ldpfed.config import DEFAULT_TRUST
+from ldpfed.engine.ray_options import PLACEMENTS, RayOptions
 from ldpfed.util.errors import ConfigError, integer
 
 ENGINES = ("local", "ray")
+# What a sweep's [ray] table may set for each of its Ray-engine runs (checked by RayOptions)
+RAY_KEYS = ("actors", "shards", "mode", "placement")
 EXPERIMENT, OUT = "run_all", "results/run_all"     # where sweeps go unless told (`ldpfed sync` assumes the same)
 
 
@@ -180,9 +184,13 @@ def build(data: dict, source: str = "sweep") -> Sweep:
     for env, options in sweep.env_params.items():
         if env not in ENVS or not isinstance(options, dict):
             raise ConfigError(f"{source}: env_params.{env}", options, "a table per known env")
-    unknown_ray = set(sweep.ray) - {"actors", "shards", "mode"}
+    unknown_ray = set(sweep.ray) - set(RAY_KEYS)
     if unknown_ray:
-        raise ConfigError(f"{source}: ray", sorted(unknown_ray), "known: actors, shards, mode")
+        raise ConfigError(f"{source}: ray", sorted(unknown_ray), f"known: {', '.join(RAY_KEYS)}")
+    try:          # the Ray engine's own checks, before any run
+        RayOptions(**sweep.ray)
+    except ConfigError as error:
+        raise ConfigError(f"{source}: ray.{error.field}", error.value, error.reason) from None
     return sweep
 
 
@@ -338,6 +346,9 @@ def add_arguments(parser) -> None:
                       help="paper: the papers' text; authors-code: the public reference code's choices")
     parser.add_argument("--actors", type=int, default=None, help="population actors per run (ray; file: [ray])")
     parser.add_argument("--shards", type=int, default=None, help="server shard actors per run (ray; file: [ray])")
+    parser.add_argument("--placement", choices=list(PLACEMENTS), default=None,
+                        help="each run's placement group (ray; file: [ray]; default spread); none: no group, the "
+                             "actors ask for no CPUs and every run reuses the processes, whatever its shape")
     parser.add_argument("--address", default=None,
                         help="Ray cluster address, e.g. auto: the runs go to that cluster (default: without "
                              "--workers, this process; with it, a local Ray started for the sweep)")
@@ -387,6 +398,7 @@ def api_options(args) -> dict:
     """The keyword arguments of `ldpfed.sweep` that a parsed command line (`add_arguments`) gives, besides the
     sweep file: the overrides, the name, where the runs run, tracking, resume."""
     return {**overrides_from_args(args), "name": args.name, "actors": args.actors, "shards": args.shards,
+            "placement": args.placement,
             "workers": parse_workers(args.workers, "--workers"), "address": args.address,
             "tracking": not args.no_tracking, "tracking_uri": args.tracking_uri, "experiment": args.experiment,
             "out": args.out, "resume": None if args.resume is None else (args.resume or True),
@@ -411,7 +423,7 @@ def load(spec=None, overrides: dict | None = None, name: str | None = None, resu
 
     spec: a sweep file, a preset's name, a mapping of sweep keys, or None (the overrides alone). overrides: sweep
     keys over the spec's (None values are left out); with any, a file's sweep is named after the file and them
-    (`overridden_name`) unless `name` is given. ray: entries over the [ray] table (actors, shards). resume: a sweep folder to continue, or True for
+    (`overridden_name`) unless `name` is given. ray: entries over the [ray] table (RAY_KEYS). resume: a sweep folder to continue, or True for
     out/<name>; the sweep is then that folder's sweep.toml."""
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
     ray = {k: v for k, v in (ray or {}).items() if v is not None}

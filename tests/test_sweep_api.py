@@ -58,6 +58,8 @@ def test_keyword_arguments_give_the_results_table(tmp_path):
     ({"checkpoint_every_s": -1}, ValueError, "checkpoint_every_s"),
     ({"algorithms": ["ldp-sgd"], "envs": ["bernoulli"]}, ValueError, "no run"),
     ({"resume": "nowhere"}, ValueError, "not the folder of a sweep"),
+    ({"engine": "ray", "placement": "strict"}, ConfigError, "ray.placement"),      # the Ray engine's own checks
+    ({"engine": "ray", "shards": 0}, ConfigError, "ray.shards"),
 ])
 def test_bad_input_raises_one_line_before_any_work(tmp_path, monkeypatch, options, error, message):
     monkeypatch.setattr(sweep_runner, "run", lambda *a, **k: pytest.fail("a run started"))
@@ -74,6 +76,11 @@ def test_a_preset_or_a_file_with_keyword_overrides(tmp_path):
     assert plan.sweep.name == "quick+users500+algorithmsols"         # the preset's, and what overrides it
     assert plan.sweep.users == 500 and plan.sweep.algorithms == ("ols",)
     assert plan.source == "quick.toml" and {c.algorithm for c in plan.configs} == {"ols"}
+    plan = sweep_runner.prepare({"engine": "ray", "algorithms": "ols", "ray": {"placement": "pack"}},
+                                ray={"placement": "none", "actors": None}, tracking=False, out=tmp_path)
+    assert plan.sweep.ray == {"placement": "none"}                   # the keyword over the [ray] table
+    with pytest.raises(ConfigError, match="known: actors, shards, mode, placement"):
+        sweep_runner.prepare({"ray": {"spares": 1}}, tracking=False, out=tmp_path)
 
 
 def test_ray_tasks_give_the_same_sweep_as_one_process(ray_session, tmp_path):
