@@ -10,6 +10,8 @@ from pathlib import Path
 from ldpfed import sweep_spec as sweeps
 from ldpfed.algorithms.trust import TRUST_MODELS, trust_model
 from ldpfed.config import DEFAULT_TRUST, PROFILES, SMALL_GROUPS
+from ldpfed.engine.ray_options import PLACEMENTS, TRANSPORTS
+from ldpfed.engine.ray_shard import MODES
 from ldpfed.plugins import PluginError
 from ldpfed.tracking.store import TrackingUnavailable
 from ldpfed.util.errors import ConfigError, integer
@@ -128,12 +130,12 @@ def build_parser() -> argparse.ArgumentParser:
                           "engine's bits, ~30x slower) or auto (sequential where it runs, else rounds)")
     run.add_argument("--actors", type=_positive_int, default=2, help="population actors (ray engine)")
     run.add_argument("--shards", type=_positive_int, default=1, help="server shard actors (ray engine)")
-    run.add_argument("--mode", choices=["pre-aggregated", "per-user"], default="pre-aggregated",
+    run.add_argument("--mode", choices=MODES, default="pre-aggregated",
                      help="ray engine: populations send their sums, or every user's message")
     run.add_argument("--group-size", type=int, default=None,
                      help="ray engine: population actors per group of a tree-shaped round (the driver calls one "
                           "leader per group; 0 or 1: flat; default: flat below 32 actors, ~sqrt(actors) above)")
-    run.add_argument("--transport", choices=["ray", "direct"], default=None,
+    run.add_argument("--transport", choices=TRANSPORTS, default=None,
                      help="ray engine: the rounds' messages over authenticated sockets between the actors "
                           "(direct: faster per round; flat rounds, not with --trust shuffle) or as Ray calls; "
                           "default: direct where it can run (not for --group-size above 1 or --trust shuffle)")
@@ -142,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "largest equal share, at most 1, with which the run's actors fit in the CPUs available)")
     run.add_argument("--shard-cpus", type=_float, default=None,
                      help="ray engine: CPUs each shard (and shuffler) asks for (default: as --actor-cpus)")
-    run.add_argument("--placement", choices=["spread", "pack", "none"], default=None,
+    run.add_argument("--placement", choices=list(PLACEMENTS), default=None,
                      help="ray engine: how the run's placement group lays its actors on the nodes (default: spread); "
                           "none: no group, actors ask for no CPUs and are reused by any later run")
     run.add_argument("--out", type=Path, default=None,

@@ -286,6 +286,7 @@ class Crew:
         self.suspect: set = set()    # nodes a recovery takes for lost: their bundles go to no spare
         self.warm: dict = {}         # bundle -> an idle actor already in it (a held reservation's), while opening
         self.kinds: list = []        # the kind of each bundle of the group
+        self.nodes: list = []        # without a group: the nodes the actors go to, round robin (`home`)
 
     def open(self, config, plan, populations: list, shufflers: int) -> None:
         """What the actors are configured with: the run's config and shard plan, population actor a's populations
@@ -305,8 +306,9 @@ class Crew:
         return self.options.placement != "none"
 
     def home(self, key, avoid: set) -> str | None:
-        """Where the actor `key` starts: its bundle (None), or without a group a node, round robin by index."""
-        return node_for(key[1], cluster_nodes(), avoid) if not self.reserving else None
+        """Where the actor `key` starts: its bundle (None), or without a group a node of those `reserve` saw,
+        round robin by index."""
+        return node_for(key[1], self.nodes, avoid) if not self.reserving else None
 
     def reserve(self) -> None:
         """Create the run's placement group and wait until Ray has placed it (`placement_timeout`; None: as long
@@ -314,6 +316,7 @@ class Crew:
         opts = self.options
         if not self.reserving:
             self.cpus = {kind: 0.0 for kind in self.KINDS}
+            self.nodes = cluster_nodes()     # once for the run's actors, not once for each
             return
         spares = {kind: opts.spares if n else 0 for kind, n in self.counts.items()}
         wanted = {kind: n + spares[kind] for kind, n in self.counts.items()}
