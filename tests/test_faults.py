@@ -34,9 +34,8 @@ class CpuHog:
         self.count = per_core * (os.cpu_count() or 1)
         self.procs = []
 
-    def start(self, like: int | None = None):
-        niceness = _niceness(like) if like is not None else os.nice(0)
-        code = f"import os\nos.nice(max(0, {niceness} - os.nice(0)))\nwhile True: pass"
+    def start(self, like: int):
+        code = f"import os\nos.nice(max(0, {_niceness(like)} - os.nice(0)))\nwhile True: pass"
         self.procs += [subprocess.Popen([sys.executable, "-c", code]) for _ in range(self.count)]
 
     def __enter__(self):
