@@ -471,6 +471,8 @@ def cmd_run(args) -> int:
     print(f"final cumulative regret: {s['final_regret']:.2f}  ({s['final_regret'] / config.users:.4f} per user)")
     if error is not None:
         print(f"final estimation error: {error:.4f}")
+    if s.get("round_size_caveat"):
+        print(f"note: {config.algorithm}: {s['round_size_caveat']}")
     described = trust_model(config).describe(s, config)
     if described:
         print(described)

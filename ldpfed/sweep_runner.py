@@ -120,13 +120,13 @@ class Plan:
 
 def sweep(spec=None, *, name=None, algorithms=None, envs=None, eps=None, seeds=None, users=None, round_size=None,
           populations=None, delta=None, engine=None, profile=None, trust=None, params=None, env_params=None,
-          actors=None, shards=None, placement=None, workers=None, address=None, tracking=True, tracking_uri=None,
+          env_round_size=None, actors=None, shards=None, placement=None, workers=None, address=None, tracking=True, tracking_uri=None,
           experiment=sweeps.EXPERIMENT, out=sweeps.OUT, resume=None, checkpoint_every_s=20.0, progress=True,
           verbose=True, job: Job = API) -> SweepResult:
     """Run a sweep and return its SweepResult.
 
     spec: a sweep file (TOML), a preset's name ("quick", "paper", "example"), a mapping of sweep keys, or None (the
-    keyword arguments alone). algorithms ... env_params: sweep keys over the spec's (see ldpfed/sweep_spec.py; lists or
+    keyword arguments alone). algorithms ... env_round_size: sweep keys over the spec's (see ldpfed/sweep_spec.py; lists or
     comma-separated text; seeds also a range or "0-9"); with any of them a file's sweep is named "custom" unless
     `name` is given. actors, shards, placement: the ray engine's actors and shards per run and their placement
     ("spread", "pack" or "none": see ldpfed.engine.ray_engine.RayBackend).
@@ -141,7 +141,7 @@ def sweep(spec=None, *, name=None, algorithms=None, envs=None, eps=None, seeds=N
     plan = prepare(spec, name=name, overrides={
         "algorithms": algorithms, "envs": envs, "eps": eps, "seeds": seeds, "users": users, "round_size": round_size,
         "populations": populations, "delta": delta, "engine": engine, "profile": profile, "trust": trust,
-        "params": params, "env_params": env_params}, ray={"actors": actors, "shards": shards, "placement": placement},
+        "params": params, "env_params": env_params, "env_round_size": env_round_size}, ray={"actors": actors, "shards": shards, "placement": placement},
         workers=workers,
         address=address, tracking=tracking, tracking_uri=tracking_uri, experiment=experiment, out=out, resume=resume,
         checkpoint_every_s=checkpoint_every_s, progress=progress, verbose=verbose, job=job)

@@ -24,6 +24,8 @@
     step = 0.5
     [env_params.linear]                 # env options, per env (over the paper setting's)
     d = 10
+    [env_round_size]                    # users per round of every run on that env, over round_size (e.g. a
+    piecewise-bernoulli = 10            # sliding window's world: rounds well under the window)
 
 Non-private algorithms (privacy model "none") run once per seed, not once per eps: eps plays no part in them.
 Uniform play, when listed, runs on every distinct world (env, its options, users) of the other runs that has arms.
@@ -67,6 +69,7 @@ class Sweep:
     ray: dict = field(default_factory=dict)
     params: dict = field(default_factory=dict)
     env_params: dict = field(default_factory=dict)
+    env_round_size: dict = field(default_factory=dict)     # env -> users per round on it (over round_size)
 
     def to_dict(self) -> dict:
         return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v) for f in fields(self)}
@@ -173,7 +176,7 @@ def build(data: dict, source: str = "sweep") -> Sweep:
         populations=integer(f"{source}: populations", data.get("populations", 1)),
         delta=None if delta is None else float(delta), engine=engine, profile=profile, trust=trust,
         shufflers=integer(f"{source}: shufflers", data.get("shufflers", 1)), small_groups=small_groups)
-    for key in ("ray", "params", "env_params"):
+    for key in ("ray", "params", "env_params", "env_round_size"):
         value = data.get(key, {})
         if not isinstance(value, dict):
             raise ConfigError(f"{source}: {key}", value, "must be a table")
@@ -184,6 +187,10 @@ def build(data: dict, source: str = "sweep") -> Sweep:
     for env, options in sweep.env_params.items():
         if env not in ENVS or not isinstance(options, dict):
             raise ConfigError(f"{source}: env_params.{env}", options, "a table per known env")
+    for env, size in sweep.env_round_size.items():
+        if env not in ENVS:
+            raise ConfigError(f"{source}: env_round_size.{env}", size, f"unknown env; choose from {sorted(ENVS)}")
+        sweep.env_round_size[env] = integer(f"{source}: env_round_size.{env}", size)
     unknown_ray = set(sweep.ray) - set(RAY_KEYS)
     if unknown_ray:
         raise ConfigError(f"{source}: ray", sorted(unknown_ray), f"known: {', '.join(RAY_KEYS)}")
@@ -271,6 +278,7 @@ def configs(sweep: Sweep) -> list:
                    for env, env_params, users in seen.values()]
     out = []
     for name, env, env_params, users, delta, params in worlds:
+        round_size = min(sweep.env_round_size.get(env, sweep.round_size), users)
         private = REGISTRY[name].privacy_model != "none"
         # eps is a required field of a RunConfig; a non-private algorithm ignores it: one run per seed at eps 1
         trust = sweep.trust if trust_model(sweep.trust).applies_to(REGISTRY[name]) else DEFAULT_TRUST
@@ -278,8 +286,8 @@ def configs(sweep: Sweep) -> list:
         taken = {option: getattr(sweep, option) for option in trust_model(trust).options}
         for eps in (sweep.eps if private else (1.0,)):
             for seed in sweep.seeds:
-                out.append(RunConfig(algorithm=name, env=env, users=users, round_size=min(sweep.round_size, users),
-                                     populations=min(sweep.populations, sweep.round_size, users), eps=eps,
+                out.append(RunConfig(algorithm=name, env=env, users=users, round_size=round_size,
+                                     populations=min(sweep.populations, round_size), eps=eps,
                                      delta=delta, seed=seed, env_params=env_params, params=params,
                                      profile=sweep.profile, trust=trust, **taken))
     return out
@@ -303,13 +311,15 @@ def to_toml(sweep: Sweep) -> str:
     data = sweep.to_dict()
     lines = []
     for key, value in data.items():
-        if key in ("ray", "params", "env_params") or value is None:
+        if key in ("ray", "params", "env_params", "env_round_size") or value is None:
             continue
         if key in ("algorithms", "envs") and not value:
             value = "all" if key == "algorithms" else "paper"
         lines.append(f"{key} = {_toml_value(value)}")
     if data["ray"]:
         lines += ["", "[ray]"] + [f"{k} = {_toml_value(v)}" for k, v in data["ray"].items()]
+    if data["env_round_size"]:
+        lines += ["", "[env_round_size]"] + [f'"{k}" = {_toml_value(v)}' for k, v in data["env_round_size"].items()]
     for table in ("params", "env_params"):
         for owner, options in data[table].items():
             lines += ["", f'[{table}."{owner}"]'] + [f'"{k}" = {_toml_value(v)}' for k, v in options.items()]
@@ -338,7 +348,8 @@ def add_arguments(parser) -> None:
     over.add_argument("--eps", default=None, help="comma-separated eps values (private algorithms)")
     over.add_argument("--seeds", default=None, help="comma-separated seeds, or an inclusive range such as 0-9")
     over.add_argument("--users", default=None, help="users per run (default of the file: the paper setting)")
-    over.add_argument("--round-size", default=None, help="users per round")
+    over.add_argument("--round-size", default=None,
+                      help="users per round of every run (over the file's round_size and [env_round_size])")
     over.add_argument("--populations", default=None, help="populations per run")
     over.add_argument("--delta", default=None, help="delta of every run (default of the file: the paper setting)")
     over.add_argument("--engine", choices=ENGINES, default=None, help="engine")
@@ -445,6 +456,8 @@ def load(spec=None, overrides: dict | None = None, name: str | None = None, resu
         data = read(path)
     if overrides and path is not None and resume_dir is None:
         data["name"] = overridden_name(data.get("name") or path.stem, overrides)
+    if "round_size" in overrides and "env_round_size" not in overrides:
+        data.pop("env_round_size", None)        # --round-size means every run's round size
     data.update(overrides)
     if ray:
         data["ray"] = {**data.get("ray", {}), **ray}

@@ -131,6 +131,28 @@ def test_exploration_function_and_window():
     assert make_algorithm(make_env(config), config).w == 77
 
 
+def test_rounds_long_against_the_window_carry_a_caveat_in_the_summary():
+    """At T = 1e5 the paper's window is 348 users: rounds of 34 (a tenth of it) keep the paper's behaviour and say
+    nothing; rounds of 35 to 347 carry the partial caveat; rounds of 348 or more, the one saying the window holds
+    only the last round. Without a window (klucb-cf) there is nothing to say at any round size. The run's summary
+    carries the sentence the report shows."""
+    config = RunConfig("sw-klucb-cf", users=10**5, env_params={"K": 5, "breakpoints": 4})
+
+    def caveat(cfg):
+        return make_algorithm(make_env(cfg), cfg).round_size_caveat()
+
+    assert caveat(config.replace(round_size=34)) is None
+    assert "more than a tenth of its window of 348 users" in caveat(config.replace(round_size=35))
+    assert "more than a tenth" in caveat(config.replace(round_size=347))
+    for B in (348, 5000):
+        assert caveat(config.replace(round_size=B)).startswith(
+            f"rounds of {B:,} users are no shorter than its window of 348 users")
+    assert caveat(config.replace(algorithm="klucb-cf", round_size=5000)) is None
+    small = RunConfig("sw-klucb", users=2000, round_size=500, env_params={"K": 5, "breakpoints": 4})
+    assert "no shorter than its window" in run_local(small).summary["round_size_caveat"]
+    assert "round_size_caveat" not in run_local(small.replace(round_size=1)).summary
+
+
 def test_eps_aware_window():
     """window_rule="eps-aware": Theorem 1's window divided by tanh(eps/2), the factor randomized response shrinks
     every feedback gap by (see klucb.py); the paper's window stays the default, the non-private sw-klucb ignores

@@ -83,6 +83,29 @@ def test_a_preset_or_a_file_with_keyword_overrides(tmp_path):
         sweep_runner.prepare({"ray": {"spares": 1}}, tracking=False, out=tmp_path)
 
 
+def test_a_round_size_per_env_sets_every_run_on_that_env_and_the_command_line_round_size_sets_all(tmp_path):
+    """[env_round_size]: every run on a listed env (uniform play's too) at its size, the others at round_size; the
+    report's section says the size; `--round-size` (round_size among the overrides) means every run; the table
+    survives the sweep.toml written with the results; a bad entry is refused naming it."""
+    from ldpfed.sweep_spec import build, to_toml
+    from ldpfed.tracking.report import markdown_table
+    import tomllib
+
+    plan = sweep_runner.prepare("quick", tracking=False, out=tmp_path)
+    sizes = {(c.env, c.round_size) for c in plan.configs}
+    assert ("piecewise-bernoulli", 10) in sizes and ("linear", 500) in sizes
+    assert {b for env, b in sizes if env == "piecewise-bernoulli"} == {10}
+    assert build(tomllib.loads(to_toml(plan.sweep))) == plan.sweep
+    plan = sweep_runner.prepare("quick", overrides={"round_size": 100}, tracking=False, out=tmp_path)
+    assert {c.round_size for c in plan.configs} == {100} and plan.sweep.env_round_size == {}
+    result = ldpfed.sweep(name="per-env", out=tmp_path, **{**SWEEP, "env_round_size": {"linear": 40}})
+    assert set(result.table["round_size"]) == {40}
+    assert "### linear (T = 400 users, rounds of 40)" in markdown_table(result.table)
+    for table, message in (({"nowhere": 3}, "env_round_size.nowhere"), ({"linear": 0}, "env_round_size.linear")):
+        with pytest.raises(ConfigError, match=message):
+            sweep_runner.prepare({"env_round_size": table}, tracking=False, out=tmp_path)
+
+
 def test_ray_tasks_give_the_same_sweep_as_one_process(ray_session, tmp_path):
     """Two runs at once as Ray tasks on the session's local Ray (2 CPUs): run for run, the in-process sweep."""
     alone = ldpfed.sweep(name="alone", out=tmp_path, workers=1, **SWEEP)

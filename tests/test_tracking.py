@@ -367,12 +367,12 @@ def test_sweep_logged_to_a_real_server_reads_back(mlflow_server, tmp_path):
     # the results table grouped by env, the report (Markdown, HTML with the plots) is an artifact
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
     note = parent.data.tags["mlflow.note.content"]
-    assert "### linear (T = 400 users)" in note and "| uniform | none | - | 2 |" in note
+    assert "### linear (T = 400 users, rounds of 10)" in note and "| uniform | none | - | 2 |" in note
     assert parent.data.tags["ldpfed.sweep_id"] == sweep.parent_run_id
     report_files = {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
     assert {"report/regret_table.md", "report/report.html"} <= report_files
     page = Path(client.download_artifacts(parent.info.run_id, "report/report.html", str(tmp_path / "dl"))).read_text()
-    assert page.count("data:image/png;base64,") >= 2 and "<h2>linear (T = 400 users)</h2>" in page
+    assert page.count("data:image/png;base64,") >= 2 and "<h2>linear (T = 400 users, rounds of 10)</h2>" in page
     learner = algorithms[1]      # the LDP one: a sortable aggregate per (env, algorithm, eps) on the parent
     env = REGISTRY[learner].default_env
     assert f"regret_vs_uniform/{env}/{learner}/eps_{EPS[0]:g}" in parent.data.metrics
@@ -581,3 +581,28 @@ def test_the_report_says_why_a_row_looks_odd():
     assert any(note.startswith("frozen: the same final regret, seed for seed, at every eps (0.5, 2)") for note in said)
     assert table.set_index(["algorithm", "eps"]).loc[("frozen", 2.0), "final_regret_by_seed"] == (20.0, 25.0)
     assert "* stuck at eps 0.5" in markdown_table(summary)
+
+
+def test_a_round_size_caveat_explains_its_rows_instead_of_the_notes_read_off_the_numbers():
+    """An algorithm that says its round size changes what it does (Algorithm.round_size_caveat, carried in the
+    run's summary) gets that sentence as its note, once, and not the guesses read off its numbers (near uniform
+    play, the same regret at every eps); other rows keep theirs."""
+    from ldpfed.tracking.report import grouped_table, markdown_table, notes
+
+    def rows(algorithm, privacy, eps, regrets, caveat=None):
+        return [{"env": "bernoulli", "users": 1000, "algorithm": algorithm, "privacy_model": privacy, "eps": eps,
+                 "seed": seed, "final_regret": regret, "status": "FINISHED", "round_size_caveat": caveat}
+                for seed, regret in enumerate(regrets)]
+
+    said_of = "rounds of 500 users are no shorter than its window"
+    summary = pd.DataFrame(rows("uniform", "none", None, [100.0, 102.0]) + rows("oracle", "none", None, [10.0, 12.0])
+                           + rows("windowed", "ldp", 0.5, [99.0, 103.0], said_of)
+                           + rows("windowed", "ldp", 2.0, [99.0, 103.0], said_of)
+                           + rows("stuck", "ldp", 0.5, [99.0, 103.0]) + rows("stuck", "ldp", 2.0, [50.0, 52.0]))
+    said = notes(grouped_table(summary))
+    assert said[0] == f"windowed: {said_of}."
+    assert not any(note.startswith("windowed") for note in said[1:])
+    assert any(note.startswith("stuck at eps 0.5: regret 1.000 of uniform play's") for note in said)
+    assert f"* windowed: {said_of}." in markdown_table(summary)
+    # a summary without the column (runs from before it, or no algorithm with a caveat) is read as no caveat
+    assert notes(grouped_table(summary.drop(columns="round_size_caveat")))[0].startswith("windowed at eps 0.5")

@@ -158,6 +158,13 @@ class Algorithm:
         """The parameter estimate compared with the env's truth, or None."""
         return None
 
+    def round_size_caveat(self) -> str | None:
+        """Called after setup(): what this run's round size does to the algorithm, in one sentence that reads after
+        the algorithm's name, when it stops doing what its paper's algorithm does (e.g. rounds longer than a sliding
+        window); None (the default): nothing to say. It goes into the run's summary (`round_size_caveat`) and the
+        sweep report's notes beside the algorithm's rows."""
+        return None
+
     # ---- client half -------------------------------------------------------------------------
     def act(self, model, contexts, users: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         raise NotImplementedError

@@ -359,6 +359,22 @@ class SWKLUCBCF(CompiledAlgorithm):
         _refresh_index(0, state["n"], state["s"], state["index"], state["solved"], self.consts())
         return state
 
+    # Rounds of at most this share of the window keep the paper's behaviour (measured: REPRODUCTION.md, price of batching)
+    ROUND_SHARE_OF_WINDOW = 0.1
+
+    def round_size_caveat(self) -> str | None:
+        B = int(self.config.round_size)
+        if not self.windowed or B <= self.ROUND_SHARE_OF_WINDOW * self.w:
+            return None
+        if B >= self.w:
+            return (f"rounds of {B:,} users are no shorter than its window of {self.w:,} users, so the window holds "
+                    f"only the last round: every arm that round did not play has the highest index, and its play "
+                    f"hardly depends on the feedback (nor on eps); its paper's algorithm needs rounds of at most "
+                    f"{max(1, int(self.ROUND_SHARE_OF_WINDOW * self.w)):,} users here (a tenth of the window)")
+        return (f"rounds of {B:,} users are more than a tenth of its window of {self.w:,} users: every user of a "
+                f"round sees an index up to {B:,} users old, and its regret grows with the round size "
+                f"(REPRODUCTION.md, price of batching)")
+
     def threshold(self, t: int) -> float:
         """f(min(t, w)) (f(t) without a window)."""
         return exploration(min(t, self.w) if self.windowed else t)

@@ -234,6 +234,9 @@ def make_result(config, algo, env, table: pd.DataFrame, state, *, engine: str, e
     }
     if "messages_per_s" in summary:
         summary["messages_per_s"] = rate(messages)
+    caveat = algo.round_size_caveat()
+    if caveat:
+        summary["round_size_caveat"] = str(caveat)
     ledger = [{**row, "users_sending": messages} for row in algo.ledger()] + \
         (algo.trust or trust_model(config)).ledger_rows(algo)
     return RunResult(config, table, ledger, summary, env.describe(), state)

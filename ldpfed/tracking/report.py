@@ -54,7 +54,8 @@ def grouped_table(summary: pd.DataFrame) -> pd.DataFrame:
     (final_regret_by_seed: the group's final regrets in the order of their seeds)."""
     rows = _finished(summary)
     columns = ["env", "users", "algorithm", "privacy", "eps", "seeds", "median_final_regret", "q25", "q75",
-               "regret_vs_uniform", "median_final_estimation_error", "users_per_s", "final_regret_by_seed"]
+               "regret_vs_uniform", "median_final_estimation_error", "users_per_s", "final_regret_by_seed",
+               "round_size", "round_size_caveat"]
     if rows.empty:
         return pd.DataFrame(columns=columns)
     reference = uniform_medians(rows)
@@ -73,7 +74,8 @@ def grouped_table(summary: pd.DataFrame) -> pd.DataFrame:
                     "regret_vs_uniform": float(regret.median()) / base if base else np.nan,
                     "median_final_estimation_error": float(error.median()) if error.notna().any() else np.nan,
                     "users_per_s": float(rate.median()) if rate.notna().any() else np.nan,
-                    "final_regret_by_seed": by_seed})
+                    "final_regret_by_seed": by_seed, "round_size": _round_size(group),
+                    "round_size_caveat": _first_text(group, "round_size_caveat")})
     table = pd.DataFrame(out, columns=columns)
     table["_rank"] = [0 if a == "uniform" else (1 if p == "none" else 2)
                       for a, p in zip(table["algorithm"], table["privacy"])]
@@ -82,16 +84,40 @@ def grouped_table(summary: pd.DataFrame) -> pd.DataFrame:
     return table.drop(columns="_rank").reset_index(drop=True)
 
 
+def _round_size(group: pd.DataFrame) -> int | None:
+    sizes = pd.to_numeric(group.get("round_size", pd.Series(dtype=float)), errors="coerce").dropna()
+    return int(sizes.max()) if len(sizes) else None
+
+
+def section_title(env, users: int, block: pd.DataFrame) -> str:
+    """An env's section: "linear (T = 10,000 users, rounds of 500)" (the round sizes its rows ran at)."""
+    sizes = sorted({int(b) for b in block.get("round_size", pd.Series(dtype=float)).dropna()})
+    rounds = "" if not sizes else f", rounds of {' and '.join(f'{b:,}' for b in sizes)}"
+    return f"{env} (T = {users:,} users{rounds})"
+
+
+def _first_text(group: pd.DataFrame, column: str) -> str | None:
+    values = [v for v in group.get(column, pd.Series(dtype=object)) if isinstance(v, str) and v]
+    return values[0] if values else None
+
+
 # A private group this close to uniform play's regret, or above it, gets a note saying so
 NEAR_UNIFORM = 0.95
 
 
 def notes(block: pd.DataFrame) -> list[str]:
-    """What a reader of one env's rows (`grouped_table`) should know before comparing them, read off the numbers:
-    private groups no better than uniform play, and algorithms whose runs came out the same, seed for seed, at
-    every eps (their decisions did not change with eps at this number of users)."""
+    """What a reader of one env's rows (`grouped_table`) should know before comparing them: first what the round
+    size does to an algorithm that says so (`Algorithm.round_size_caveat`, which then explains its rows), then,
+    read off the numbers, private groups no better than uniform play and algorithms whose runs came out the same,
+    seed for seed, at every eps (their decisions did not change with eps at this number of users)."""
     out = []
-    private = block[block["eps"].notna()]
+    caveats = block.get("round_size_caveat", pd.Series(None, index=block.index, dtype=object))
+    caveated = set()
+    for algorithm, caveat in zip(block["algorithm"], caveats):
+        if isinstance(caveat, str) and caveat and algorithm not in caveated:
+            caveated.add(algorithm)
+            out.append(f"{algorithm}: {caveat}.")
+    private = block[block["eps"].notna() & ~block["algorithm"].isin(caveated)]
     references = block[block["eps"].isna() & (block["algorithm"] != "uniform")]
     best = references.loc[references["regret_vs_uniform"].idxmin()] if references["regret_vs_uniform"].notna().any() \
         else None
@@ -147,7 +173,7 @@ def markdown_table(summary: pd.DataFrame) -> str:
         return "(no run finished)"
     parts = []
     for (env, users), block in table.groupby(["env", "users"], sort=False):
-        parts.append(f"### {env} (T = {users:,} users)\n")
+        parts.append(f"### {section_title(env, users, block)}\n")
         parts.append("| " + " | ".join(HEADER) + " |")
         parts.append("|" + "---|" * len(HEADER))
         parts += ["| " + " | ".join(row) + " |" for row in _rows(block)]
@@ -166,7 +192,7 @@ def html_report(title: str, description: str, summary: pd.DataFrame, plots: list
     table = grouped_table(summary)
     body = [f"<h1>{html.escape(title)}</h1>", f"<p>{html.escape(description)}</p>"]
     for (env, users), block in table.groupby(["env", "users"], sort=False):
-        body.append(f"<h2>{html.escape(str(env))} (T = {users:,} users)</h2><table><tr>"
+        body.append(f"<h2>{html.escape(section_title(env, users, block))}</h2><table><tr>"
                     + "".join(f"<th>{html.escape(h)}</th>" for h in HEADER) + "</tr>")
         for row, algorithm in zip(_rows(block), block["algorithm"]):
             style = ' class="ref"' if algorithm == "uniform" else ""
