@@ -6,6 +6,7 @@ over the machine's cores. Target: the wall time within 2x of that.
     python jobs/bench_study.py                                  # the quick preset as shipped (Ray engine), no MLflow
     python jobs/bench_study.py --engine local --workers auto    # its runs as Ray tasks on the local engine
     python jobs/bench_study.py --tracking                       # with MLflow's embedded store
+    python jobs/bench_study.py --users 50000                    # the same runs with more users each
 
 Each way runs `python -m ldpfed sweep` in a fresh process, so the wall time includes what a user waits for: the
 imports, Ray's start, loading compiled code, the driver's logging, the plots and the report. The compile cache is
@@ -32,6 +33,8 @@ def sweep(args, out: Path, name: str) -> float:
         command += ["--engine", args.engine]
     if args.workers:
         command += ["--workers", args.workers]
+    if args.users:
+        command += ["--users", str(args.users)]
     if not args.tracking:
         command += ["--no-tracking"]
     else:
@@ -47,6 +50,7 @@ def main(argv=None) -> int:
     parser.add_argument("--engine", default=None, help="override the preset's engine (ray, local)")
     parser.add_argument("--workers", default=None, help="runs at once (an integer or auto: Ray tasks)")
     parser.add_argument("--tracking", action="store_true", help="log to MLflow's embedded store (default: off)")
+    parser.add_argument("--users", type=int, default=None, help="users per run (default: the preset's)")
     args = parser.parse_args(argv)
     cores = os.cpu_count() or 1
     with tempfile.TemporaryDirectory() as tmp:
@@ -58,7 +62,7 @@ def main(argv=None) -> int:
     compile_s = float(table["compile_s"].fillna(0.0).sum())
     floor = simulation / cores
     ways = f"engine {args.engine or 'as the preset says'}, workers {args.workers or 1}, " \
-           f"{'MLflow (SQLite)' if args.tracking else 'no MLflow'}"
+           f"{'MLflow (SQLite)' if args.tracking else 'no MLflow'}{f', {args.users:,} users a run' if args.users else ''}"
     print(f"sweep {args.preset} ({ways}): {len(table)} runs on {cores} cores")
     print(f"  wall time                             {wall:8.1f} s")
     print(f"  runs' simulation (elapsed - compile)  {simulation:8.1f} s   over {cores} cores: {floor:.1f} s")

@@ -106,6 +106,28 @@ def test_a_round_size_per_env_sets_every_run_on_that_env_and_the_command_line_ro
             sweep_runner.prepare({"env_round_size": table}, tracking=False, out=tmp_path)
 
 
+def test_the_runs_go_one_algorithm_after_another_in_turn_so_the_first_to_finish_sample_them_all():
+    """The order runs go in (the progress bar's ETA is the finished runs' average): one run of each algorithm in
+    turn, each algorithm's runs in the sweep's order; every run exactly once."""
+    from ldpfed.sweep_runner import in_turn
+
+    plan = sweep_runner.prepare("quick", tracking=False, out="unused")
+    order = in_turn(plan.configs)
+    assert sorted(map(repr, order)) == sorted(map(repr, plan.configs))
+    algorithms = sorted({c.algorithm for c in plan.configs})
+    assert sorted(c.algorithm for c in order[:len(algorithms)]) == algorithms
+    for name in algorithms:
+        assert [c for c in order if c.algorithm == name] == [c for c in plan.configs if c.algorithm == name]
+    assert [c.algorithm for c in in_turn([_C("a"), _C("a"), _C("a"), _C("b"), _C("c"), _C("c")])] == \
+        ["a", "b", "c", "a", "c", "a"]
+    assert in_turn([]) == []
+
+
+class _C:
+    def __init__(self, algorithm):
+        self.algorithm = algorithm
+
+
 def test_ray_tasks_give_the_same_sweep_as_one_process(ray_session, tmp_path):
     """Two runs at once as Ray tasks on the session's local Ray (2 CPUs): run for run, the in-process sweep."""
     alone = ldpfed.sweep(name="alone", out=tmp_path, workers=1, **SWEEP)
