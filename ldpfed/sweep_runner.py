@@ -34,6 +34,7 @@ from ldpfed import sweep_spec as sweeps
 from ldpfed.algorithms import REGISTRY
 from ldpfed.engine import run
 from ldpfed.engine.checkpoint import Checkpointer
+from ldpfed.engine.ray_options import ray_address
 from ldpfed.tracking import Tracker, TrackingUnavailable, records
 from ldpfed.tracking.report import grouped_table, markdown_table
 from ldpfed.util.errors import ConfigError, describe_error
@@ -166,12 +167,14 @@ def prepare(spec=None, *, name=None, overrides=None, ray=None, workers=None, add
     if not (isinstance(checkpoint_every_s, (int, float)) and not isinstance(checkpoint_every_s, bool)
             and checkpoint_every_s >= 0):
         raise ValueError(f"checkpoint_every_s={checkpoint_every_s!r}: a number of seconds >= 0")
-    if address is not None and not (isinstance(address, str) and address.strip()):
-        raise ValueError(f"address={address!r}: a Ray address such as 'auto' or 'ray://host:10001'")
+    if address is not None:
+        address = ray_address(address)      # a dashboard's HTTP address is refused here, before any work
     the_sweep, path, resume_dir = sweeps.load(spec, _python_values(overrides or {}), name, resume, out, ray)
     configs = sweeps.configs(the_sweep)
     if not configs:
         raise ValueError("the sweep has no run (no algorithm supports the listed envs)")
+    if address is None and uses_ray(the_sweep.engine, address, workers):
+        ray_address(None)                   # RAY_ADDRESS, which ray.init reads: checked the same way, now
     if resume_dir is not None:
         try:
             experiment = records.read_json(resume_dir / "sweep.json").get("experiment") or experiment
@@ -185,10 +188,15 @@ def prepare(spec=None, *, name=None, overrides=None, ray=None, workers=None, add
                 bool(progress), bool(verbose), job, tracking_uri is not None)
 
 
+def uses_ray(engine: str, address, workers) -> bool:
+    """Whether a sweep needs Ray: Ray-engine runs, a cluster's address, or runs sent as tasks."""
+    return engine == "ray" or address is not None or workers not in (None, 1)
+
+
 def execute(plan: Plan) -> SweepResult:
     """Run a prepared sweep (see `sweep`): start or join Ray if its runs need it, and stop the Ray it started."""
     engine = plan.sweep.engine
-    in_ray = engine == "ray" or plan.address is not None or plan.workers not in (None, 1)
+    in_ray = uses_ray(engine, plan.address, plan.workers)
     ray_started = False
     if in_ray:
         from ldpfed.engine.ray_engine import ensure_ray

@@ -3,6 +3,9 @@ work; a parallel sweep as Ray tasks on a local Ray (the session's, 2 CPUs) equal
 for run and bit for bit; Ctrl-C during a parallel sweep keeps the finished runs and `resume` completes it to the
 same results."""
 import json
+import os
+import subprocess
+import sys
 
 import pandas as pd
 import pytest
@@ -60,6 +63,8 @@ def test_keyword_arguments_give_the_results_table(tmp_path):
     ({"resume": "nowhere"}, ValueError, "not the folder of a sweep"),
     ({"engine": "ray", "placement": "strict"}, ConfigError, "ray.placement"),      # the Ray engine's own checks
     ({"engine": "ray", "shards": 0}, ConfigError, "ray.shards"),
+    ({"address": "http://127.0.0.1:8265"}, ConfigError, "address=.*HTTP address.*GCS address"),  # a dashboard's
+    ({"address": " "}, ConfigError, "address"),
 ])
 def test_bad_input_raises_one_line_before_any_work(tmp_path, monkeypatch, options, error, message):
     monkeypatch.setattr(sweep_runner, "run", lambda *a, **k: pytest.fail("a run started"))
@@ -67,6 +72,31 @@ def test_bad_input_raises_one_line_before_any_work(tmp_path, monkeypatch, option
         ldpfed.sweep(**{**SWEEP, "out": tmp_path / "out", **options})
     assert "\n" not in str(raised.value)
     assert not (tmp_path / "out").exists()           # no folder, no MLflow run, no Ray
+
+
+def test_a_ray_address_in_the_environment_is_checked_when_the_sweep_needs_ray(tmp_path, monkeypatch):
+    """RAY_ADDRESS set to a dashboard's HTTP address (the env.sh of cluster/local_cluster.py sets one for `ray job
+    submit`), which ray.init rejects with a traceback: refused in one line before any work when the sweep would
+    start or join Ray; a sweep in this process without Ray does not read it. The engines' own entry to Ray
+    (ensure_ray) refuses it the same way."""
+    monkeypatch.setenv("RAY_ADDRESS", "http://127.0.0.1:8265")
+    monkeypatch.setattr(sweep_runner, "run", lambda *a, **k: pytest.fail("a run started"))
+    for keys, workers in (({**SWEEP_KEYS, "engine": "ray"}, None), (SWEEP_KEYS, 2)):
+        with pytest.raises(ConfigError, match="RAY_ADDRESS=.*HTTP address") as raised:
+            sweep_runner.prepare(keys, workers=workers, tracking=False, out=tmp_path / "out")
+        assert "\n" not in str(raised.value)
+    sweep_runner.prepare(SWEEP_KEYS, tracking=False, out=tmp_path / "out")      # in this process: no Ray
+    assert not (tmp_path / "out").exists()
+    # a single run on the Ray engine meets the same check where it joins Ray: one line, exit status 2
+    done = subprocess.run([sys.executable, "-m", "ldpfed", "run", "ols", "--users", "100", "--round-size", "10",
+                           "--engine", "ray"], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "RAY_ADDRESS": "http://127.0.0.1:8265"})
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "RAY_ADDRESS: 'http://127.0.0.1:8265': an HTTP address" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+SWEEP_KEYS = {"algorithms": ["ols"], "users": 100, "round_size": 10, "engine": "local"}
 
 
 def test_a_preset_or_a_file_with_keyword_overrides(tmp_path):

@@ -2,6 +2,7 @@
 config (`check_mode`, `check_transport`: before Ray starts, and again when a backend opens)."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,6 +18,25 @@ TRANSPORTS = ("ray", "direct")
 PLACEMENTS = {"spread": "SPREAD", "pack": "PACK", "none": None}
 # Ray counts fractional resources in steps of 1/10,000
 CPU_STEP = 1e-4
+
+
+def ray_address(value, where: str = "address") -> str | None:
+    """The Ray cluster a driver joins: None (RAY_ADDRESS if set, checked the same way; else a new local Ray),
+    "auto", "local", host:port (the cluster's GCS) or ray://host:port (Ray Client). An HTTP address is the dashboard's
+    or the jobs API's, which `ray job submit` takes and ray.init does not (it would fail with a traceback): a
+    ConfigError naming `where` (or RAY_ADDRESS) says which address to give instead."""
+    if value is None:
+        value, where = os.environ.get("RAY_ADDRESS") or None, "RAY_ADDRESS"
+        if value is None:
+            return None
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(where, value, "a Ray address such as auto, 127.0.0.2:6379 or ray://host:10001")
+    if value.strip().lower().startswith(("http://", "https://")):
+        raise ConfigError(where, value, "an HTTP address (the dashboard's or the jobs API's, as in the env.sh of "
+                                        "cluster/local_cluster.py, for `ray job submit`); a driver joins the "
+                                        "cluster's GCS address: auto, or host:port as `python "
+                                        "cluster/local_cluster.py status` prints it")
+    return value.strip()
 
 
 def _check_seconds(name, value, zero: bool = False) -> None:

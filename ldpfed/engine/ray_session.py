@@ -7,6 +7,7 @@ import threading
 
 import ray
 
+from ldpfed.engine.ray_options import ray_address
 from ldpfed.engine.ray_security import disable_metrics_export, enable_token_auth
 
 LOOPBACK_NODE_IP = "127.0.0.2"
@@ -16,6 +17,8 @@ def ensure_ray(address=None, **init_kwargs) -> bool:
     """Connect to `address` (or RAY_ADDRESS), or start a local Ray; True if this call started it."""
     if ray.is_initialized():
         return False
+    address = ray_address(address) if address is not None else address
+    ray_address(None)                   # RAY_ADDRESS, which ray.init reads when address is None or "auto"
     kwargs = {"include_dashboard": False, "logging_level": "WARNING", "log_to_driver": True, **init_kwargs}
     if address is not None or os.environ.get("RAY_ADDRESS"):
         kwargs.pop("include_dashboard", None)
