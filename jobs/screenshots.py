@@ -67,8 +67,8 @@ def main(argv=None) -> int:
                         help="a finished sweep's folder (its sweep.json names its MLflow store and runs)")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "screenshots")
     parser.add_argument("--size", default="1500,900", help="window size W,H")
-    # The report page (1.4 MB of embedded plots, loaded into the artifact viewer's frame) was still blank at
-    # 20 s and 45 s of virtual time on the 2-core machine; 90 s rendered it
+    # The report page (1.4 MB of embedded plots, loaded into the artifact viewer's frame) is sometimes still blank
+    # when the picture is taken, at 20 s as at 180 s of virtual time: look at mlflow_report.png and run again if so
     parser.add_argument("--budget-ms", type=int, default=90_000, help="virtual time the page gets to render")
     args = parser.parse_args(argv)
     browser = next((shutil.which(name) for name in BROWSERS if shutil.which(name)), None)
