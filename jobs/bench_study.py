@@ -62,7 +62,8 @@ def main(argv=None) -> int:
     compile_s = float(table["compile_s"].fillna(0.0).sum())
     floor = simulation / cores
     ways = f"engine {args.engine or 'as the preset says'}, workers {args.workers or 1}, " \
-           f"{'MLflow (SQLite)' if args.tracking else 'no MLflow'}{f', {args.users:,} users a run' if args.users else ''}"
+           f"{'MLflow (SQLite)' if args.tracking else 'no MLflow'}" \
+           + (f", {args.users:,} users a run" if args.users else "")
     print(f"sweep {args.preset} ({ways}): {len(table)} runs on {cores} cores")
     print(f"  wall time                             {wall:8.1f} s")
     print(f"  runs' simulation (elapsed - compile)  {simulation:8.1f} s   over {cores} cores: {floor:.1f} s")

@@ -121,15 +121,15 @@ class Plan:
 
 def sweep(spec=None, *, name=None, algorithms=None, envs=None, eps=None, seeds=None, users=None, round_size=None,
           populations=None, delta=None, engine=None, profile=None, trust=None, params=None, env_params=None,
-          env_round_size=None, actors=None, shards=None, placement=None, workers=None, address=None, tracking=True, tracking_uri=None,
-          experiment=sweeps.EXPERIMENT, out=sweeps.OUT, resume=None, checkpoint_every_s=20.0, progress=True,
-          verbose=True, job: Job = API) -> SweepResult:
+          env_round_size=None, actors=None, shards=None, placement=None, workers=None, address=None, tracking=True,
+          tracking_uri=None, experiment=sweeps.EXPERIMENT, out=sweeps.OUT, resume=None, checkpoint_every_s=20.0,
+          progress=True, verbose=True, job: Job = API) -> SweepResult:
     """Run a sweep and return its SweepResult.
 
     spec: a sweep file (TOML), a preset's name ("quick", "paper", "example"), a mapping of sweep keys, or None (the
-    keyword arguments alone). algorithms ... env_round_size: sweep keys over the spec's (see ldpfed/sweep_spec.py; lists or
-    comma-separated text; seeds also a range or "0-9"); with any of them a file's sweep is named "custom" unless
-    `name` is given. actors, shards, placement: the ray engine's actors and shards per run and their placement
+    keyword arguments alone). algorithms ... env_round_size: sweep keys over the spec's (see ldpfed/sweep_spec.py;
+    lists or comma-separated text; seeds also a range or "0-9"); with any of them a file's sweep is named "custom"
+    unless `name` is given. actors, shards, placement: the ray engine's actors and shards per run and their placement
     ("spread", "pack" or "none": see ldpfed.engine.ray_engine.RayBackend).
     workers: runs at once. 1 (the default without `address`): in this process, one after another; an integer or
     "auto" (the cluster's CPUs; the default with `address`): Ray tasks, one CPU each, on a local Ray started for
@@ -142,9 +142,9 @@ def sweep(spec=None, *, name=None, algorithms=None, envs=None, eps=None, seeds=N
     plan = prepare(spec, name=name, overrides={
         "algorithms": algorithms, "envs": envs, "eps": eps, "seeds": seeds, "users": users, "round_size": round_size,
         "populations": populations, "delta": delta, "engine": engine, "profile": profile, "trust": trust,
-        "params": params, "env_params": env_params, "env_round_size": env_round_size}, ray={"actors": actors, "shards": shards, "placement": placement},
-        workers=workers,
-        address=address, tracking=tracking, tracking_uri=tracking_uri, experiment=experiment, out=out, resume=resume,
+        "params": params, "env_params": env_params, "env_round_size": env_round_size},
+        ray={"actors": actors, "shards": shards, "placement": placement}, workers=workers, address=address,
+        tracking=tracking, tracking_uri=tracking_uri, experiment=experiment, out=out, resume=resume,
         checkpoint_every_s=checkpoint_every_s, progress=progress, verbose=verbose, job=job)
     return execute(plan)
 
@@ -167,14 +167,12 @@ def prepare(spec=None, *, name=None, overrides=None, ray=None, workers=None, add
     if not (isinstance(checkpoint_every_s, (int, float)) and not isinstance(checkpoint_every_s, bool)
             and checkpoint_every_s >= 0):
         raise ValueError(f"checkpoint_every_s={checkpoint_every_s!r}: a number of seconds >= 0")
-    if address is not None:
-        address = ray_address(address)      # a dashboard's HTTP address is refused here, before any work
     the_sweep, path, resume_dir = sweeps.load(spec, _python_values(overrides or {}), name, resume, out, ray)
     configs = sweeps.configs(the_sweep)
     if not configs:
         raise ValueError("the sweep has no run (no algorithm supports the listed envs)")
-    if address is None and uses_ray(the_sweep.engine, address, workers):
-        ray_address(None)                   # RAY_ADDRESS, which ray.init reads: checked the same way, now
+    if uses_ray(the_sweep.engine, address, workers):
+        address = ray_address(address)      # and RAY_ADDRESS: a dashboard's HTTP address is refused before any work
     if resume_dir is not None:
         try:
             experiment = records.read_json(resume_dir / "sweep.json").get("experiment") or experiment

@@ -258,6 +258,25 @@ def test_a_killed_member_or_leader_of_a_group_is_recreated_and_the_result_is_und
     assert pid not in s["actor_pids"]["population"]
 
 
+def _freezer(victim: int, hog: CpuHog, like, thaw_after: float):
+    """A fault for `_run_with_fault`: start `hog` at the niceness of process like(pids), SIGSTOP population actor
+    `victim`, and SIGCONT it `thaw_after` seconds later (a partition that heals; only if it is still our process).
+    Returns the frozen pid."""
+    def freeze(pids):
+        pid = pids["population"][victim]
+        hog.start(like=like(pids))
+        os.kill(pid, signal.SIGSTOP)
+
+        def thaw():
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        threading.Timer(thaw_after, thaw).start()
+        return pid
+    return freeze
+
+
 # flat; a member of a tree's group, whose leader (blocked on it) must not be replaced with it; flat over the direct
 # transport, where the coordinator's channel to it falls silent
 # hog: busy processes per core from the fault on, as the actors' peers (at their niceness): 1, a machine half as
@@ -274,19 +293,9 @@ def test_a_frozen_actor_times_out_is_replaced_and_the_result_is_undisturbed(ray_
     timeout = 2.0
 
     hog = CpuHog(hog)
-
-    def freeze(pids):
-        pid = pids["population"][victim]
-        hog.start(like=pids["shard"][0])   # loaded from the fault on, as the actors' peers: the replacement's
-        os.kill(pid, signal.SIGSTOP)       # first round is slow, and must not be taken for a frozen actor
-
-        def thaw():   # SIGCONT after the timeout, as a partition that heals; only if it is still our process
-            try:
-                os.kill(pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
-        threading.Timer(3 * timeout, thaw).start()
-        return pid
+    # loaded from the fault on, as the actors' peers: the replacement's first round is slow, and must not be taken
+    # for a frozen actor
+    freeze = _freezer(victim, hog, like=lambda pids: pids["shard"][0], thaw_after=3 * timeout)
 
     actors = 2 if group_size is None else populations
     # the actors' first round (new processes loading the compiled code) may take longer than the timeout: done
@@ -323,19 +332,8 @@ def test_under_other_users_load_a_spare_replaces_a_frozen_actor_in_time(ray_sess
     local = run_local(config)
     timeout = 2.0
     hog = CpuHog(3)
-
-    def freeze(pids):
-        pid = pids["population"][0]
-        hog.start(like=os.getpid())        # this process's niceness, 0 under pytest: not the actors' peers
-        os.kill(pid, signal.SIGSTOP)
-
-        def thaw():
-            try:
-                os.kill(pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
-        threading.Timer(3 * timeout, thaw).start()
-        return pid
+    # at this process's niceness, 0 under pytest: not the actors' peers
+    freeze = _freezer(0, hog, like=lambda pids: os.getpid(), thaw_after=3 * timeout)
 
     from ldpfed.engine.ray_engine import run_ray
 

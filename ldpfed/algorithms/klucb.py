@@ -359,7 +359,7 @@ class SWKLUCBCF(CompiledAlgorithm):
         _refresh_index(0, state["n"], state["s"], state["index"], state["solved"], self.consts())
         return state
 
-    # Rounds of at most this share of the window keep the paper's behaviour (measured: REPRODUCTION.md, price of batching)
+    # Rounds of at most this share of the window keep the paper's behaviour (REPRODUCTION.md, price of batching)
     ROUND_SHARE_OF_WINDOW = 0.1
 
     def round_size_caveat(self) -> str | None:

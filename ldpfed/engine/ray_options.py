@@ -21,14 +21,19 @@ CPU_STEP = 1e-4
 
 
 def ray_address(value, where: str = "address") -> str | None:
-    """The Ray cluster a driver joins: None (RAY_ADDRESS if set, checked the same way; else a new local Ray),
-    "auto", "local", host:port (the cluster's GCS) or ray://host:port (Ray Client). An HTTP address is the dashboard's
-    or the jobs API's, which `ray job submit` takes and ray.init does not (it would fail with a traceback): a
-    ConfigError naming `where` (or RAY_ADDRESS) says which address to give instead."""
-    if value is None:
-        value, where = os.environ.get("RAY_ADDRESS") or None, "RAY_ADDRESS"
-        if value is None:
-            return None
+    """The Ray cluster a driver joins, checked: None (RAY_ADDRESS if set, else a new local Ray), "auto", "local",
+    host:port (the cluster's GCS) or ray://host:port (Ray Client); returned as given (stripped). With None or "auto"
+    ray.init reads RAY_ADDRESS, which is checked the same way. An HTTP address is the dashboard's or the jobs API's,
+    which `ray job submit` takes and ray.init does not (it would fail with a traceback): a ConfigError naming `where`
+    (or RAY_ADDRESS) says which address to give instead."""
+    if value is not None:
+        value = _checked_address(value, where)
+    if value in (None, "auto") and os.environ.get("RAY_ADDRESS"):
+        _checked_address(os.environ["RAY_ADDRESS"], "RAY_ADDRESS")
+    return value
+
+
+def _checked_address(value, where: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ConfigError(where, value, "a Ray address such as auto, 127.0.0.2:6379 or ray://host:10001")
     if value.strip().lower().startswith(("http://", "https://")):

@@ -17,8 +17,7 @@ def ensure_ray(address=None, **init_kwargs) -> bool:
     """Connect to `address` (or RAY_ADDRESS), or start a local Ray; True if this call started it."""
     if ray.is_initialized():
         return False
-    address = ray_address(address) if address is not None else address
-    ray_address(None)                   # RAY_ADDRESS, which ray.init reads when address is None or "auto"
+    address = ray_address(address)      # and RAY_ADDRESS, which ray.init reads for None or "auto"
     kwargs = {"include_dashboard": False, "logging_level": "WARNING", "log_to_driver": True, **init_kwargs}
     if address is not None or os.environ.get("RAY_ADDRESS"):
         kwargs.pop("include_dashboard", None)
