@@ -67,7 +67,7 @@ def log_run(tracker, result, config: dict, run_tags: dict, curves: dict, folder:
         run_id = run.info.run_id
         try:
             client.log_batch(run_id, metrics=metrics, params=params(records.run_params(result)))
-            client.log_artifacts(run_id, str(folder))
+            artifact_repository(tracker, run.info.artifact_uri).log_artifacts(str(folder))
             client.set_terminated(run_id, status="FINISHED", end_time=now_ms())
         except Exception:
             try:
@@ -77,6 +77,14 @@ def log_run(tracker, result, config: dict, run_tags: dict, curves: dict, folder:
                 pass
             raise
     return run_id
+
+
+def artifact_repository(tracker, artifact_uri: str):
+    """The artifact store of a run whose artifact URI is known (from create_run). `client.log_artifacts(run_id)`
+    would first read the whole run back from the tracking store to learn that URI: a query per run."""
+    from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+
+    return get_artifact_repository(artifact_uri, tracking_uri=tracker.tracking_uri)
 
 
 def log_failed_run(tracker, config: dict, run_tags: dict, error: str, parent_run_id: str) -> str:
