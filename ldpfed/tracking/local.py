@@ -20,7 +20,7 @@ from ldpfed.tracking.store import first_line
 
 log = logging.getLogger("ldpfed.tracking")
 
-COMBINED_EVERY_S = 5.0       # the combined summary's rewrites while runs go on (see write_combined_soon)
+COMBINED_EVERY_S = 5.0       # the combined summary's rewrites while runs go on (see write_soon)
 SUMMARY_FIRST = ["key", "algorithm", "env", "eps", "delta", "seed", "status", "users", "round_size", "engine",
                  "final_regret", "regret_vs_uniform", "final_estimation_error", "elapsed_s", "users_per_s"]
 
@@ -136,12 +136,12 @@ class LocalSweep:
             n += 1
         return f"{key}-{n}"
 
-    def add_result(self, key: str, result, config: dict, tags: dict) -> dict:
+    def add_result(self, key: str, result, config: dict, tags: dict, curves: dict) -> dict:
         """A finished run: its files under runs/<key>/ (an OSError, e.g. disk full, is raised before anything is
-        recorded), its cumulative-regret curve and its summary row, which is returned."""
+        recorded), its cumulative-regret curve (of `curves`, `records.metric_curves(result, self.max_points)`) and
+        its summary row, which is returned."""
         folder = self.local_dir / "runs" / key
         records.write_run(folder, result, tags)
-        curves = records.metric_curves(result, self.max_points)
         if "cumulative_regret" in curves:
             self.curves[key] = curves["cumulative_regret"]
         row = records.summary_row(key, config, "FINISHED", **(result.summary or {}),
@@ -160,14 +160,15 @@ class LocalSweep:
     def _add(self, key: str, row: dict) -> None:
         self.run_ids[key] = None
         self.rows.append(row)
-        self.write_combined_soon()
 
-    def write_combined_soon(self) -> None:
-        """The combined summary while runs go on, at most every COMBINED_EVERY_S: rewriting the whole table after
-        each run made logging quadratic in the runs. The sweep's end writes it whatever happened, and a resume
-        after a hard kill finds the runs it had not listed yet by their folders (`_load_previous`)."""
+    def write_soon(self, index) -> None:
+        """The combined summary and sweep.json (`index()` gives its content) while runs go on, at most every
+        COMBINED_EVERY_S: rewriting both after each run made logging quadratic in the runs. The sweep's end writes
+        them whatever happened; a resume after a hard kill finds the runs they had not listed yet by their folders
+        (`_load_previous`), and `ldpfed sync` finds the MLflow runs by their `ldpfed.key` tags."""
         if time.monotonic() - self._combined_at >= COMBINED_EVERY_S:
             self.guarded("the combined summary", self.write_combined)
+            self.guarded("sweep.json", lambda: self.write_index(index()))
 
     def guarded(self, what: str, write) -> None:
         """A write of the sweep's own files while runs go on: a failure (disk full) is reported, not raised, so

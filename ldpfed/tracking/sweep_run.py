@@ -166,13 +166,14 @@ class SweepRun(DriverOnly):
         config = records.config_dict(result.config)
         key = self.local.unique(records.run_key(config))
         tags = {**self.tags, **records.run_tags(result), **self._child_tags(key)}
+        curves = records.metric_curves(result, self.tracker.max_points)     # the local table's and MLflow's
         try:
-            row = self.local.add_result(key, result, config, tags)          # 1. never lost
+            row = self.local.add_result(key, result, config, tags, curves)  # 1. never lost
         except OSError as exc:    # disk full, unwritable: this run fails, the sweep goes on
             folder = self.local_dir / "runs" / key
             return self.log_failure(config, f"{type(exc).__name__}: writing the results to {folder} failed: {exc}")
         self._mirror(row, f"logging run {key}", lambda: mirror.log_run(
-            self.tracker, result, config, tags, records.metric_curves(result, self.tracker.max_points),
+            self.tracker, result, config, tags, curves,
             self.local_dir / row["local_dir"], self.parent_run_id))
         return dict(row)
 
@@ -197,16 +198,15 @@ class SweepRun(DriverOnly):
                 **({"ldpfed.sweep_id": self.parent_run_id} if self.parent_run_id else {})}
 
     def _mirror(self, row: dict, what: str, upload) -> None:
-        """After the local record of a run: its MLflow child run (`upload` returns its id), then the combined
-        summary and sweep.json again with that id."""
+        """After the local record of a run: its MLflow child run (`upload` returns its id), then (at most every
+        few seconds) the combined summary and sweep.json with that id."""
         if self._mlflow:
             try:
                 self._check_alive()
                 row["run_id"] = self.local.run_ids[row["key"]] = upload()
             except Exception as exc:  # noqa: BLE001
                 self._mlflow_failed(what, exc)
-            self.local.write_combined_soon()
-        self.local.guarded("sweep.json", lambda: self.local.write_index(self._index()))
+        self.local.write_soon(self._index)
 
     # ------------------------------------------------------------------ helpers
     def _check_alive(self) -> None:
@@ -228,5 +228,6 @@ class SweepRun(DriverOnly):
         message = f"{what}: {type(exc).__name__}: {first_line(exc)}"
         self.errors.append(message)
         self._mlflow = False
+        self.local.guarded("sweep.json", lambda: self.local.write_index(self._index()))   # says so at once
         warnings.warn(f"ldpfed.tracking: MLflow at {self.tracker.display_uri} failed while {message}. The sweep "
                       f"goes on with local results only, under {self.local_dir}", RuntimeWarning, stacklevel=3)
