@@ -45,6 +45,7 @@ from ldpfed.util.signals import Terminated, exit_status, interruptible
 # not retried (its error is the run's result). A run's bits depend on its config alone, so a retry changes nothing.
 MAX_RETRIES = 3
 NICENESS = "RAY_worker_niceness"     # read by a local Ray's raylet when it starts
+QUEUED_PER_RUN = 1     # runs queued at Ray beside each one running: a CPU that frees starts the next at once
 WAIT_S = 1.0           # ray.wait's timeout: how soon Ctrl-C and SIGTERM are heard while runs are out
 
 
@@ -376,8 +377,10 @@ def _run_task(config, checkpoint_dir: str, driver_ip: str, every_s: float):
 def run_tasks(configs, workers, checkpoint_dir, every_s, bar, finish) -> None:
     """The local engine's runs as Ray tasks (one CPU each), `workers` at once (None or "auto": as many as the
     cluster has CPUs, counted again as nodes come and go), results handed to `finish` as they arrive (ray.wait).
-    Only that many task refs are out at a time, however many runs the sweep has; Ray queues them while the
-    cluster's CPUs are busy. On Ctrl-C or SIGTERM the outstanding tasks are cancelled (each running one gets a
+    Only that many task refs are out at a time, however many runs the sweep has, or with `workers` auto (1 +
+    QUEUED_PER_RUN) times the CPUs: Ray queues those beyond its CPUs, so a CPU that frees starts the next run
+    without waiting for the driver to log the last one (with one run out per CPU, the CPUs idled through every
+    run's logging). The bar shows the oldest runs out, as many as run at once, as running. On Ctrl-C or SIGTERM the outstanding tasks are cancelled (each running one gets a
     KeyboardInterrupt and writes its checkpoint), the runs that finished meanwhile are kept, and the interrupt goes
     on."""
     import ray
@@ -388,6 +391,7 @@ def run_tasks(configs, workers, checkpoint_dir, every_s, bar, finish) -> None:
     task = ray.remote(num_cpus=1, max_retries=MAX_RETRIES, retry_exceptions=False)(_run_task)
     driver_ip = ray.util.get_node_ip_address()
     pending, out = deque(configs), {}          # out: ref -> config, in submission order
+    queued: set = set()                        # refs out but not yet shown as running
     counted = [0.0, 1]                         # when the cluster's CPUs were last counted, and how many
 
     def capacity() -> int:
@@ -399,6 +403,7 @@ def run_tasks(configs, workers, checkpoint_dir, every_s, bar, finish) -> None:
 
     def collect(ref) -> None:
         config = out.pop(ref)
+        queued.discard(ref)
         try:
             result, node, node_id = ray.get(ref)
         except ray.exceptions.TaskCancelledError:
@@ -422,10 +427,16 @@ def run_tasks(configs, workers, checkpoint_dir, every_s, bar, finish) -> None:
         previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:
         while pending or out:
-            while pending and len(out) < capacity():
+            # a given number of workers is runs at once: nothing more goes out, or Ray would run it on a free CPU
+            depth = capacity() if isinstance(workers, int) else (1 + QUEUED_PER_RUN) * capacity()
+            while pending and len(out) < depth:
                 config = pending.popleft()
-                out[task.remote(config, str(checkpoint_dir(config)), driver_ip, every_s)] = config
-                bar.started(run_label(config))
+                ref = task.remote(config, str(checkpoint_dir(config)), driver_ip, every_s)
+                out[ref] = config
+                queued.add(ref)
+            for ref in [r for r in out if r in queued][:max(0, capacity() - (len(out) - len(queued)))]:
+                queued.discard(ref)
+                bar.started(run_label(out[ref]))
             ready, _ = ray.wait(list(out), num_returns=1, timeout=WAIT_S)
             for ref in ready:
                 collect(ref)
