@@ -230,7 +230,7 @@ class _Quiet:
     def started(self, name):
         pass
 
-    def finished(self, name, failed=False):
+    def finished(self, name, failed=False, algorithm=None):
         pass
 
     def close(self):
@@ -272,7 +272,8 @@ def _run_sweep(plan: Plan, in_ray: bool) -> SweepResult:
     def checkpoint_dir(config) -> Path:
         return logged.checkpoint_dir(config)
 
-    bar = SweepProgress(len(configs), label=f"sweep {sweep.name}") if plan.progress else _Quiet()
+    bar = (SweepProgress(len(configs), label=f"sweep {sweep.name}", algorithms=[c.algorithm for c in todo])
+           if plan.progress else _Quiet())
     for _ in range(len(configs) - len(todo)):
         bar.finished("(earlier)", failed=False)
     mlflow_lost = None
@@ -292,7 +293,7 @@ def _run_sweep(plan: Plan, in_ray: bool) -> SweepResult:
                     failures.append((config, error))
                     logged.log_failure(config, error)
                     bar.write(f"FAILED {label}: {error}")
-                bar.finished(label, failed=error is not None)
+                bar.finished(label, failed=error is not None, algorithm=config.algorithm)
 
             if engine == "local" and in_ray:
                 run_tasks(todo, plan.workers, checkpoint_dir, plan.checkpoint_every_s, bar, finish)

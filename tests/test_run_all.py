@@ -168,6 +168,39 @@ def test_sweep_bar_names_the_running_run_and_counts_failures():
     bar.close()
 
 
+def test_sweep_eta_counts_each_algorithms_first_run_apart(monkeypatch):
+    """A first run of an algorithm pays its compile: the ETA prices the algorithms not yet seen at the first runs'
+    average time and the other runs at the others', and shows nothing before one of the others has finished."""
+    import re
+
+    from ldpfed.util import progress
+
+    clock = [100.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: clock[0])
+    screen = _Terminal()
+    bar = progress.SweepProgress(6, label="sweep t", stream=screen, algorithms=["a", "b", "c", "a", "b", "c"])
+
+    def finish(algorithm, after_s):
+        clock[0] += after_s
+        bar.finished(f"{algorithm} run", algorithm=algorithm)
+
+    finish("a", 10.0)
+    finish("b", 14.0)                       # two first runs: nothing known of the others yet
+    assert bar._rate() is None
+    bar.bar.refresh()
+    assert "<?" in screen.text.split("\r")[-1]
+    assert "ETA after each algorithm's first run (2/3)" in screen.text.split("\r")[-1]
+    finish("a", 1.0)                        # 3 left: c's first (12 s, the firsts' average), b and c (1 s each)
+    assert bar._rate() == pytest.approx(3 / (12.0 + 2 * 1.0))
+    bar.bar.refresh()
+    assert re.search(r"<00:14", screen.text.split("\r")[-1])
+    assert "ETA after" not in screen.text.split("\r")[-1]
+    finish("c", 8.0)
+    finish("b", 3.0)                        # 1 left, no algorithm unseen: the others' average, 2 s
+    assert bar._rate() == pytest.approx(1 / 2.0)
+    bar.close()
+
+
 def test_run_bar_ends_on_the_summary_rate():
     """The bar's clock starts when the engine calls progress(0) (as the recorder's) and its rate is an average,
     so its final users/s is the summary's (the two clocks differ by microseconds: 10% is ample)."""
@@ -259,7 +292,7 @@ def test_a_runs_bar_leaves_its_first_round_out_of_the_rate_and_eta():
     bar(0, 0.0)
     time.sleep(1.0)                          # a slow first round
     bar(100, 1.0)
-    assert bar.bar.format_dict["rate"] is None
+    assert "<?, ?users/s" in bar.bar.format_meter(**bar.bar.format_dict)   # no rate, no ETA (not the average)
     for k in (2, 3, 4):                      # then fast ones
         time.sleep(0.01)
         bar(100 * k, 1.0)

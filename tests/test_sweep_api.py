@@ -174,7 +174,7 @@ def test_ctrl_c_during_ray_tasks_keeps_finished_runs_and_resume_completes(ray_se
     class StopAfterTwo(sweep_runner._Quiet):
         seen = 0
 
-        def finished(self, name, failed=False):
+        def finished(self, name, failed=False, algorithm=None):
             StopAfterTwo.seen += 1
             if StopAfterTwo.seen == 2:
                 raise KeyboardInterrupt

@@ -42,21 +42,26 @@ class _Lines:
 class _Bar(tqdm):
     """tqdm whose rate (and so its ETA) can leave out a warm-up while it runs: `warm` = (time, n) at the warm-up's
     end, None while the warm-up lasts (no rate yet), or False (the default: tqdm's own average since the start).
-    The last line gives the average since the start."""
+    `projected`, when set, gives the rate instead (None: no rate yet). The last line gives the average since the
+    start."""
 
     warm = False
+    projected = None
 
     @property
     def format_dict(self):
         values = super().format_dict
         if self.total and self.n >= self.total:      # the last line: the whole run's average, as in the summary
             return values
-        if self.warm is None:
-            values["rate"] = None
+        # a rate of 0 is tqdm's "?" (no rate, no ETA); None would be its average since the start
+        if self.projected is not None:
+            values["rate"] = self.projected() or 0.0
+        elif self.warm is None:
+            values["rate"] = 0.0
         elif self.warm:
             since, before = self.warm
             spent = self._time() - since
-            values["rate"] = (self.n - before) / spent if spent > 0 and self.n > before else None
+            values["rate"] = (self.n - before) / spent if spent > 0 and self.n > before else 0.0
         return values
 
 
@@ -106,10 +111,18 @@ class Progress:
 
 
 class SweepProgress:
-    """A sweep's bar: runs done out of all, the run(s) in progress, the failures so far, an ETA from the average
-    time of the finished runs."""
+    """A sweep's bar: runs done out of all, the run(s) in progress, the failures so far, and an ETA.
 
-    def __init__(self, total_runs: int, label: str = "sweep", stream=None):
+    Given `algorithms` (the algorithm of each run to do), the ETA tells an algorithm's first run from the others:
+    a first run pays what the algorithm costs once (compiling its loops on a new machine, loading them in each
+    new process), which made a cold first pass's ETA several times the sweep. The time between one finished run
+    and the next is counted as the finishing run's (with several at once, that is the sweep's rate, not one
+    run's time); the ETA is the runs left that are not first runs at the average time of those finished so far,
+    plus the algorithms not yet seen at the average time of first runs. Until a run that is not an algorithm's
+    first has finished the bar shows no ETA. (A sweep run in turn, one algorithm after another, finishes every
+    algorithm's first run early.) Without `algorithms`: the average time of the finished runs."""
+
+    def __init__(self, total_runs: int, label: str = "sweep", stream=None, algorithms=None):
         stream = stream or sys.stderr
         self.failures = 0
         self.running: list[str] = []
@@ -117,12 +130,32 @@ class SweepProgress:
         # in a log file this class decides when to print (when a run starts, so the line names it)
         self.bar = _bar(total_runs, label, "runs", stream, log_interval=1e9)
         self._printed = time.monotonic()
+        if algorithms is not None:
+            self.unseen = set(algorithms)
+            self.algorithms = len(self.unseen)
+            self.times = {"first": [], "other": []}    # seconds from the previous finish, by kind of run
+            self._last = time.monotonic()
+            self.bar.projected = self._rate
         self._show()
+
+    def _rate(self) -> float | None:
+        """Runs per second such that the runs left take the ETA of the class docstring; None before it is known."""
+        left = self.bar.total - self.bar.n
+        others = self.times["other"]
+        if left <= 0 or not others:
+            return None
+        first = self.times["first"]
+        per_first = sum(first) / len(first) if first else sum(others) / len(others)
+        eta = (left - len(self.unseen)) * sum(others) / len(others) + len(self.unseen) * per_first
+        return left / eta if eta > 0 else None
 
     def _show(self) -> None:
         running = ", ".join(self.running[-2:]) + (f" +{len(self.running) - 2}" if len(self.running) > 2 else "")
+        # why the ETA is "?" yet, and how far the first runs are
+        waiting = (f" | ETA after each algorithm's first run ({self.algorithms - len(self.unseen)}/"
+                   f"{self.algorithms})" if self.bar.projected is not None and not self.times["other"] else "")
         # no redraw of its own: the next update draws it (a log file gets a line per LOG_INTERVAL, not per run)
-        self.bar.set_postfix_str(f"failed {self.failures}" + (f" | running {running}" if running else ""),
+        self.bar.set_postfix_str(f"failed {self.failures}{waiting}" + (f" | running {running}" if running else ""),
                                  refresh=False)
 
     def started(self, name: str) -> None:
@@ -132,9 +165,15 @@ class SweepProgress:
             self._printed = time.monotonic()
             self.bar.refresh()
 
-    def finished(self, name: str, failed: bool = False) -> None:
+    def finished(self, name: str, failed: bool = False, algorithm: str | None = None) -> None:
+        """A run is over (`algorithm`: its algorithm, for the ETA; None for a run finished before a resume)."""
         if name in self.running:
             self.running.remove(name)
+        if self.bar.projected is not None and algorithm is not None:
+            now = time.monotonic()
+            self.times["first" if algorithm in self.unseen else "other"].append(now - self._last)
+            self.unseen.discard(algorithm)
+            self._last = now
         self.failures += bool(failed)
         self._show()
         self.bar.update(1)
