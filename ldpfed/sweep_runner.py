@@ -12,7 +12,9 @@ Where the runs run: with one worker and no Ray address, in this process one afte
 tasks, one CPU each (`run_tasks`), on a local Ray started for the sweep or on the cluster at `address`, as many at
 once as `workers` says (default: the cluster's CPUs); Ray places them on the nodes, retries those of a lost node
 elsewhere, and their results stream back to this process (the driver), which alone writes the local folder and
-MLflow. Runs on the ray engine (engine "ray") go one at a time from the driver, their actors spread by Ray.
+MLflow. Runs on the ray engine (engine "ray") go one at a time from the driver, their actors spread by Ray and
+reused by the next run of the same shape; with `workers` set, several at once, each a Ray task driving actors of
+its own, in its own placement group (`ray_cpus`: the CPUs it asks for must be set).
 """
 from __future__ import annotations
 
@@ -122,7 +124,8 @@ class Plan:
 
 def sweep(spec=None, *, name=None, algorithms=None, envs=None, eps=None, seeds=None, users=None, round_size=None,
           populations=None, delta=None, engine=None, profile=None, trust=None, params=None, env_params=None,
-          env_round_size=None, actors=None, shards=None, placement=None, workers=None, address=None, tracking=True,
+          env_round_size=None, actors=None, shards=None, placement=None, actor_cpus=None, shard_cpus=None,
+          workers=None, address=None, tracking=True,
           tracking_uri=None, experiment=sweeps.EXPERIMENT, out=sweeps.OUT, resume=None, checkpoint_every_s=20.0,
           progress=True, verbose=True, job: Job = API) -> SweepResult:
     """Run a sweep and return its SweepResult.
@@ -130,11 +133,16 @@ def sweep(spec=None, *, name=None, algorithms=None, envs=None, eps=None, seeds=N
     spec: a sweep file (TOML), a preset's name ("quick", "paper", "example"), a mapping of sweep keys, or None (the
     keyword arguments alone). algorithms ... env_round_size: sweep keys over the spec's (see ldpfed/sweep_spec.py;
     lists or comma-separated text; seeds also a range or "0-9"); with any of them a file's sweep is named "custom"
-    unless `name` is given. actors, shards, placement: the ray engine's actors and shards per run and their placement
-    ("spread", "pack" or "none": see ldpfed.engine.ray_engine.RayBackend).
+    unless `name` is given. actors, shards, placement, actor_cpus, shard_cpus: the ray engine's actors and shards
+    per run, their placement ("spread", "pack" or "none") and the CPUs each asks for (see
+    ldpfed.engine.ray_engine.RayBackend).
     workers: runs at once. 1 (the default without `address`): in this process, one after another; an integer or
     "auto" (the cluster's CPUs; the default with `address`): Ray tasks, one CPU each, on a local Ray started for
-    the sweep (stopped after it) or on the cluster at `address` ("auto": the running cluster).
+    the sweep (stopped after it) or on the cluster at `address` ("auto": the running cluster). On the ray engine
+    (default: one run at a time, from this process, its actors reused by the next run of the same shape) an
+    integer or "auto" (as many runs as the cluster's CPUs hold) runs that many at once, each a Ray task driving
+    actors of its own in its own placement group; actor_cpus and shard_cpus must then be set (or placement
+    "none"), since a run otherwise takes every free CPU.
     tracking: log to MLflow (tracking_uri, experiment) besides the local folder `out`/<name>. resume: a sweep folder
     to continue (or True for `out`/<name>): its finished runs are kept, the others run. progress: the sweep's bar;
     verbose: the lines the command line prints (the sweep, the results table, links).
@@ -144,7 +152,8 @@ def sweep(spec=None, *, name=None, algorithms=None, envs=None, eps=None, seeds=N
         "algorithms": algorithms, "envs": envs, "eps": eps, "seeds": seeds, "users": users, "round_size": round_size,
         "populations": populations, "delta": delta, "engine": engine, "profile": profile, "trust": trust,
         "params": params, "env_params": env_params, "env_round_size": env_round_size},
-        ray={"actors": actors, "shards": shards, "placement": placement}, workers=workers, address=address,
+        ray={"actors": actors, "shards": shards, "placement": placement, "actor_cpus": actor_cpus,
+             "shard_cpus": shard_cpus}, workers=workers, address=address,
         tracking=tracking, tracking_uri=tracking_uri, experiment=experiment, out=out, resume=resume,
         checkpoint_every_s=checkpoint_every_s, progress=progress, verbose=verbose, job=job)
     return execute(plan)
@@ -172,6 +181,7 @@ def prepare(spec=None, *, name=None, overrides=None, ray=None, workers=None, add
     configs = sweeps.configs(the_sweep)
     if not configs:
         raise ValueError("the sweep has no run (no algorithm supports the listed envs)")
+    ray_cpus(the_sweep, workers)        # Ray-engine runs at once: their CPUs must be known
     if uses_ray(the_sweep.engine, address, workers):
         address = ray_address(address)      # and RAY_ADDRESS: a dashboard's HTTP address is refused before any work
     if resume_dir is not None:
@@ -185,6 +195,22 @@ def prepare(spec=None, *, name=None, overrides=None, ray=None, workers=None, add
     source = path.name if path is not None else "keyword arguments"
     return Plan(the_sweep, source, configs, tracker, resume_dir, workers, address, float(checkpoint_every_s),
                 bool(progress), bool(verbose), job, tracking_uri is not None)
+
+
+def ray_cpus(the_sweep, workers) -> float | None:
+    """The CPUs one Ray-engine run of the sweep asks for (its actors' and shards'; shufflers beside), when its runs
+    go several at once (`workers` an integer > 1 or "auto"); None otherwise, or with placement "none" (no CPUs
+    asked for). Raises ConfigError when they are not set: a run whose actors take what fits holds every free CPU,
+    and the other runs would only wait for it."""
+    if the_sweep.engine != "ray" or workers in (None, 1):
+        return None
+    options = {"actors": 2, "shards": 2, **the_sweep.ray}
+    if options.get("placement") == "none":
+        return None
+    if options.get("actor_cpus") is None or options.get("shard_cpus") is None:
+        raise ConfigError("workers", workers, "Ray-engine runs at once need the CPUs each actor asks for: set "
+                          "actor_cpus and shard_cpus ([ray], --actor-cpus/--shard-cpus), or placement none")
+    return options["actors"] * options["actor_cpus"] + options["shards"] * options["shard_cpus"]
 
 
 def uses_ray(engine: str, address, workers) -> bool:
@@ -265,9 +291,10 @@ def _run_sweep(plan: Plan, in_ray: bool) -> SweepResult:
             f"{len(todo)} to run", flush=True)
         for problem in logged.unreadable:
             print(f"  unreadable, run again: {problem}", file=sys.stderr)
-    if engine == "ray" and plan.workers not in (None, 1):
-        say("engine ray: the runs go one at a time from this process (their actors spread over the cluster); "
-            "workers apply to the local engine", flush=True)
+    at_once = engine == "ray" and in_ray and plan.workers not in (None, 1)
+    if at_once:
+        say(f"engine ray: {plan.workers} runs at once, each a Ray task driving actors of its own (not reused "
+            f"between runs)", flush=True)
 
     def checkpoint_dir(config) -> Path:
         return logged.checkpoint_dir(config)
@@ -297,6 +324,9 @@ def _run_sweep(plan: Plan, in_ray: bool) -> SweepResult:
 
             if engine == "local" and in_ray:
                 run_tasks(todo, plan.workers, checkpoint_dir, plan.checkpoint_every_s, bar, finish)
+            elif at_once:
+                run_tasks(todo, plan.workers, checkpoint_dir, plan.checkpoint_every_s, bar, finish,
+                          ray_options=options, run_cpus=ray_cpus(sweep, plan.workers))
             else:
                 for config in todo:
                     bar.started(run_label(config))
@@ -364,20 +394,33 @@ def in_turn(configs: list) -> list:
     return [runs[i] for i in range(longest) for runs in groups.values() if i < len(runs)]
 
 
-def _run_task(config, checkpoint_dir: str, driver_ip: str, every_s: float):
-    """One local-engine run as a Ray task; returns the result and where it ran (node IP, Ray node id). A run on the
-    driver's machine writes its checkpoint into the sweep's folder, as in process; on another machine (another
-    disk) it writes none: lost or stopped, it is run again from its start."""
+def _run_task(config, checkpoint_dir: str, driver_ip: str, every_s: float, ray_options: dict | None = None):
+    """One run as a Ray task; returns the result and where it ran (node IP, Ray node id). A run on the driver's
+    machine writes its checkpoint into the sweep's folder, as in process; on another machine (another disk) it
+    writes none: lost or stopped, it is run again from its start. With `ray_options` a Ray-engine run, whose actors
+    this task starts and ends (their processes are not kept for another run: an idle actor would hold its CPUs
+    from the sweep's other runs)."""
     import ray
 
     node = ray.util.get_node_ip_address()
     checkpointer = Checkpointer(checkpoint_dir, every_s=every_s) if node == driver_ip else None
-    return run(config, engine="local", checkpointer=checkpointer), node, ray.get_runtime_context().get_node_id()
+    if ray_options is None:
+        result = run(config, engine="local", checkpointer=checkpointer)
+    else:
+        from ldpfed.engine.ray_engine import IDLE_ACTORS
+
+        try:
+            result = run(config, engine="ray", checkpointer=checkpointer, **ray_options)
+        finally:
+            IDLE_ACTORS.clear()
+    return result, node, ray.get_runtime_context().get_node_id()
 
 
-def run_tasks(configs, workers, checkpoint_dir, every_s, bar, finish) -> None:
+def run_tasks(configs, workers, checkpoint_dir, every_s, bar, finish, ray_options=None, run_cpus=None) -> None:
     """The local engine's runs as Ray tasks (one CPU each), `workers` at once (None or "auto": as many as the
     cluster has CPUs, counted again as nodes come and go), results handed to `finish` as they arrive (ray.wait).
+    With `ray_options`, Ray-engine runs instead: each task (no CPU of its own) drives the run's actors, whose CPUs
+    its placement group holds; "auto" is then as many runs as the cluster's CPUs hold at `run_cpus` each.
     Only that many task refs are out at a time, however many runs the sweep has, or with `workers` auto (1 +
     QUEUED_PER_RUN) times the CPUs: Ray queues those beyond its CPUs, so a CPU that frees starts the next run
     without waiting for the driver to log the last one (with one run out per CPU, the CPUs idled through every
@@ -389,7 +432,9 @@ def run_tasks(configs, workers, checkpoint_dir, every_s, bar, finish) -> None:
     from ldpfed.engine.ray_engine import IDLE_ACTORS
 
     IDLE_ACTORS.clear_groups()      # a Ray-engine run's held placement group would keep the tasks' CPUs
-    task = ray.remote(num_cpus=1, max_retries=MAX_RETRIES, retry_exceptions=False)(_run_task)
+    task = ray.remote(num_cpus=0 if ray_options is not None else 1, max_retries=MAX_RETRIES,
+                      retry_exceptions=False)(_run_task)
+    per_run = 1.0 if ray_options is None else (run_cpus or 1.0)
     driver_ip = ray.util.get_node_ip_address()
     pending, out = deque(configs), {}          # out: ref -> config, in submission order
     queued: set = set()                        # refs out but not yet shown as running
@@ -399,7 +444,7 @@ def run_tasks(configs, workers, checkpoint_dir, every_s, bar, finish) -> None:
         if isinstance(workers, int):
             return workers
         if time.monotonic() - counted[0] > 5.0:
-            counted[:] = [time.monotonic(), max(1, int(ray.cluster_resources().get("CPU", 1)))]
+            counted[:] = [time.monotonic(), max(1, int(ray.cluster_resources().get("CPU", 1) / per_run + 1e-9))]
         return counted[1]
 
     def collect(ref) -> None:
@@ -429,10 +474,11 @@ def run_tasks(configs, workers, checkpoint_dir, every_s, bar, finish) -> None:
     try:
         while pending or out:
             # a given number of workers is runs at once: nothing more goes out, or Ray would run it on a free CPU
-            depth = capacity() if isinstance(workers, int) else (1 + QUEUED_PER_RUN) * capacity()
+            # (a Ray-engine run queued would be a process waiting for its placement group: none is queued)
+            depth = capacity() if isinstance(workers, int) or ray_options else (1 + QUEUED_PER_RUN) * capacity()
             while pending and len(out) < depth:
                 config = pending.popleft()
-                ref = task.remote(config, str(checkpoint_dir(config)), driver_ip, every_s)
+                ref = task.remote(config, str(checkpoint_dir(config)), driver_ip, every_s, ray_options)
                 out[ref] = config
                 queued.add(ref)
             for ref in [r for r in out if r in queued][:max(0, capacity() - (len(out) - len(queued)))]:
@@ -495,7 +541,7 @@ def main(parser, args, spec, job: Job) -> int:
 def _cli_options(args) -> dict:
     options = sweeps.api_options(args)
     overrides = {key: options.pop(key) for _, key, _ in sweeps.OVERRIDES if key in options}
-    ray = {key: options.pop(key) for key in ("actors", "shards", "placement")}
+    ray = {key: options.pop(key) for key in ("actors", "shards", "placement", "actor_cpus", "shard_cpus")}
     return {**options, "overrides": overrides, "ray": ray}
 
 

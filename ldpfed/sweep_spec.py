@@ -45,7 +45,7 @@ from ldpfed.util.errors import ConfigError, integer
 
 ENGINES = ("local", "ray")
 # What a sweep's [ray] table may set for each of its Ray-engine runs (checked by RayOptions)
-RAY_KEYS = ("actors", "shards", "mode", "placement")
+RAY_KEYS = ("actors", "shards", "mode", "placement", "actor_cpus", "shard_cpus")
 EXPERIMENT, OUT = "run_all", "results/run_all"     # where sweeps go unless told (`ldpfed sync` assumes the same)
 
 
@@ -360,13 +360,19 @@ def add_arguments(parser) -> None:
     parser.add_argument("--placement", choices=list(PLACEMENTS), default=None,
                         help="each run's placement group (ray; file: [ray]; default spread); none: no group, the "
                              "actors ask for no CPUs and every run reuses the processes, whatever its shape")
+    parser.add_argument("--actor-cpus", type=float, default=None,
+                        help="CPUs each population actor asks for (ray; file: [ray]; default: what fits)")
+    parser.add_argument("--shard-cpus", type=float, default=None,
+                        help="CPUs each server shard actor asks for (ray; file: [ray]; default: what fits)")
     parser.add_argument("--address", default=None,
                         help="Ray cluster address, e.g. auto: the runs go to that cluster (default: without "
                              "--workers, this process; with it, a local Ray started for the sweep)")
     parser.add_argument("--workers", default=None, metavar="N|auto",
                         help="runs at once: 1 runs them in this process, one after another (the default without "
                              "--address); N or auto (the cluster's CPUs; the default with --address) sends them "
-                             "to Ray as tasks, one CPU each (local engine; the ray engine's runs go one at a time)")
+                             "to Ray as tasks, one CPU each (local engine); on the ray engine N or auto runs at "
+                             "once, each driving its own actors, with --actor-cpus and --shard-cpus set (default: "
+                             "one at a time, reusing the actors)")
     parser.add_argument("--tracking-uri", default=None,
                         help="MLflow store (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here)")
     parser.add_argument("--experiment", default=EXPERIMENT, help="MLflow experiment")
@@ -409,7 +415,7 @@ def api_options(args) -> dict:
     """The keyword arguments of `ldpfed.sweep` that a parsed command line (`add_arguments`) gives, besides the
     sweep file: the overrides, the name, where the runs run, tracking, resume."""
     return {**overrides_from_args(args), "name": args.name, "actors": args.actors, "shards": args.shards,
-            "placement": args.placement,
+            "placement": args.placement, "actor_cpus": args.actor_cpus, "shard_cpus": args.shard_cpus,
             "workers": parse_workers(args.workers, "--workers"), "address": args.address,
             "tracking": not args.no_tracking, "tracking_uri": args.tracking_uri, "experiment": args.experiment,
             "out": args.out, "resume": None if args.resume is None else (args.resume or True),

@@ -170,6 +170,23 @@ def test_ray_tasks_give_the_same_sweep_as_one_process(ray_session, tmp_path):
     assert tasks.runs_per_node().sum() == 9
 
 
+RAY_SWEEP = {**SWEEP, "algorithms": ["ldp-sgd", "ols"], "seeds": range(2), "engine": "ray", "populations": 2, "actors": 2,
+             "shards": 1, "actor_cpus": 0.25, "shard_cpus": 0.5}     # 1 CPU a run: two fit on the session's 2
+
+
+def test_ray_engine_runs_at_once_give_the_same_sweep_as_one_after_another(ray_session, tmp_path):
+    """Ray-engine runs two at once, each a Ray task driving actors of its own in its own placement group: run for
+    run, the sweep of one run after another from this process (whose actors the next run reuses)."""
+    alone = ldpfed.sweep(name="alone", out=tmp_path, **RAY_SWEEP)
+    at_once = ldpfed.sweep(name="at-once", out=tmp_path, workers="auto", **RAY_SWEEP)
+    assert alone.ok and at_once.ok and len(at_once.table) == 4
+    _tables_equal(alone, at_once)
+    assert at_once.table["node_id"].notna().all()        # ran as tasks
+    with pytest.raises(ConfigError, match="actor_cpus and shard_cpus"):     # before any run: a run would take
+        ldpfed.sweep(name="unset", out=tmp_path, workers=2, **{**RAY_SWEEP, "actor_cpus": None})   # every CPU
+    assert not (tmp_path / "unset").exists()
+
+
 def test_ctrl_c_during_ray_tasks_keeps_finished_runs_and_resume_completes(ray_session, tmp_path, monkeypatch, capsys):
     class StopAfterTwo(sweep_runner._Quiet):
         seen = 0
