@@ -291,16 +291,19 @@ def _run_sweep(plan: Plan, in_ray: bool) -> SweepResult:
             f"{len(todo)} to run", flush=True)
         for problem in logged.unreadable:
             print(f"  unreadable, run again: {problem}", file=sys.stderr)
-    at_once = engine == "ray" and in_ray and plan.workers not in (None, 1)
-    if at_once:
+    ray_runs_at_once = engine == "ray" and in_ray and plan.workers not in (None, 1)
+    if ray_runs_at_once:
         say(f"engine ray: {plan.workers} runs at once, each a Ray task driving actors of its own (not reused "
             f"between runs)", flush=True)
 
     def checkpoint_dir(config) -> Path:
         return logged.checkpoint_dir(config)
 
-    bar = (SweepProgress(len(configs), label=f"sweep {sweep.name}", algorithms=[c.algorithm for c in todo])
-           if plan.progress else _Quiet())
+    as_tasks = in_ray and (engine == "local" or ray_runs_at_once)
+    # runs at once, for the ETA (with workers auto the CPUs are counted later: at least two)
+    at_once = (plan.workers if isinstance(plan.workers, int) else 2) if as_tasks else 1
+    bar = (SweepProgress(len(configs), label=f"sweep {sweep.name}", algorithms=[c.algorithm for c in todo],
+                         at_once=at_once) if plan.progress else _Quiet())
     for _ in range(len(configs) - len(todo)):
         bar.finished("(earlier)", failed=False)
     mlflow_lost = None
@@ -324,7 +327,7 @@ def _run_sweep(plan: Plan, in_ray: bool) -> SweepResult:
 
             if engine == "local" and in_ray:
                 run_tasks(todo, plan.workers, checkpoint_dir, plan.checkpoint_every_s, bar, finish)
-            elif at_once:
+            elif ray_runs_at_once:
                 run_tasks(todo, plan.workers, checkpoint_dir, plan.checkpoint_every_s, bar, finish,
                           ray_options=options, run_cpus=ray_cpus(sweep, plan.workers))
             else:

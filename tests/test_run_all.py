@@ -200,6 +200,16 @@ def test_sweep_eta_counts_each_algorithms_first_run_apart(monkeypatch):
     assert bar._rate() == pytest.approx(1 / 2.0)
     bar.close()
 
+    # two at once: two runs finishing together leave a short interval; no ETA until two of the others are in
+    clock[0] = 100.0
+    bar = progress.SweepProgress(6, label="sweep t", stream=_Terminal(), algorithms=["a", "b"] * 3, at_once=2)
+    for algorithm, after_s in (("a", 10.0), ("b", 0.1), ("a", 4.0)):
+        finish(algorithm, after_s)
+    assert bar._rate() is None
+    finish("b", 0.2)                        # 2 left at (4 + 0.2) / 2 s each
+    assert bar._rate() == pytest.approx(2 / 4.2)
+    bar.close()
+
 
 def test_run_bar_ends_on_the_summary_rate():
     """The bar's clock starts when the engine calls progress(0) (as the recorder's) and its rate is an average,

@@ -119,10 +119,12 @@ class SweepProgress:
     and the next is counted as the finishing run's (with several at once, that is the sweep's rate, not one
     run's time); the ETA is the runs left that are not first runs at the average time of those finished so far,
     plus the algorithms not yet seen at the average time of first runs. Until a run that is not an algorithm's
-    first has finished the bar shows no ETA. (A sweep run in turn, one algorithm after another, finishes every
-    algorithm's first run early.) Without `algorithms`: the average time of the finished runs."""
+    first has finished the bar shows no ETA; with several runs at once (`at_once`), until as many have (two runs
+    that finish together leave a short interval between them: only over as many as run at once does the average
+    interval mean the sweep's rate). A sweep run in turn, one algorithm after another, finishes every algorithm's
+    first run early. Without `algorithms`: the average time of the finished runs."""
 
-    def __init__(self, total_runs: int, label: str = "sweep", stream=None, algorithms=None):
+    def __init__(self, total_runs: int, label: str = "sweep", stream=None, algorithms=None, at_once: int = 1):
         stream = stream or sys.stderr
         self.failures = 0
         self.running: list[str] = []
@@ -133,6 +135,7 @@ class SweepProgress:
         if algorithms is not None:
             self.unseen = set(algorithms)
             self.algorithms = len(self.unseen)
+            self.at_once = max(1, int(at_once))
             self.times = {"first": [], "other": []}    # seconds from the previous finish, by kind of run
             self._last = time.monotonic()
             self.bar.projected = self._rate
@@ -142,7 +145,7 @@ class SweepProgress:
         """Runs per second such that the runs left take the ETA of the class docstring; None before it is known."""
         left = self.bar.total - self.bar.n
         others = self.times["other"]
-        if left <= 0 or not others:
+        if left <= 0 or len(others) < self.at_once:
             return None
         first = self.times["first"]
         per_first = sum(first) / len(first) if first else sum(others) / len(others)
@@ -153,7 +156,7 @@ class SweepProgress:
         running = ", ".join(self.running[-2:]) + (f" +{len(self.running) - 2}" if len(self.running) > 2 else "")
         # why the ETA is "?" yet, and how far the first runs are
         waiting = (f" | ETA after each algorithm's first run ({self.algorithms - len(self.unseen)}/"
-                   f"{self.algorithms})" if self.bar.projected is not None and not self.times["other"] else "")
+                   f"{self.algorithms})" if self.bar.projected is not None and len(self.times["other"]) < self.at_once else "")
         # no redraw of its own: the next update draws it (a log file gets a line per LOG_INTERVAL, not per run)
         self.bar.set_postfix_str(f"failed {self.failures}{waiting}" + (f" | running {running}" if running else ""),
                                  refresh=False)
