@@ -213,6 +213,31 @@ def test_ctrl_c_during_ray_tasks_keeps_finished_runs_and_resume_completes(ray_se
     _tables_equal(whole, resumed)
 
 
+@pytest.mark.slow
+def test_ctrl_c_during_ray_engine_runs_at_once_keeps_finished_runs_and_resume_completes(ray_session, tmp_path,
+                                                                                         monkeypatch):
+    """Ray-engine runs two at once, stopped after two have finished: the tasks still out are cancelled (their runs'
+    actors ended with them), the finished runs kept; the resumed sweep equals the one run one at a time."""
+    class StopAfterTwo(sweep_runner._Quiet):
+        seen = 0
+
+        def finished(self, name, failed=False, algorithm=None):
+            StopAfterTwo.seen += 1
+            if StopAfterTwo.seen == 2:
+                raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweep_runner, "SweepProgress", lambda *a, **k: StopAfterTwo())
+    with pytest.raises(KeyboardInterrupt):
+        ldpfed.sweep(name="stopped", out=tmp_path, workers=2, **{**RAY_SWEEP, "progress": True})
+    folder = tmp_path / "stopped"
+    kept = pd.read_parquet(folder / "summary" / "summary.parquet")
+    assert json.loads((folder / "sweep.json").read_text())["status"] == "KILLED"
+    assert 2 <= len(kept) < 4 and (kept["status"] == "FINISHED").all()
+    resumed = ldpfed.sweep(resume=folder, workers=2, **RAY_SWEEP)
+    assert resumed.ok and len(resumed.table) == 4
+    _tables_equal(ldpfed.sweep(name="alone", out=tmp_path, **RAY_SWEEP), resumed)
+
+
 def test_sigterm_during_ray_tasks_stops_as_a_termination(ray_session, tmp_path, monkeypatch, capsys):
     """SIGTERM while the driver waits in ray.wait (which Ray turns into a bare KeyboardInterrupt) still ends the
     sweep as terminated: exit status 143 on the command line, the resume line printed."""
