@@ -18,7 +18,6 @@ its own, in its own placement group (`ray_cpus`: the CPUs it asks for must be se
 """
 from __future__ import annotations
 
-import os
 import platform
 import shlex
 import signal
@@ -46,7 +45,6 @@ from ldpfed.util.signals import Terminated, exit_status, interruptible
 # A task lost with its node (or its worker process) is run again elsewhere this many times; a run that raises is
 # not retried (its error is the run's result). A run's bits depend on its config alone, so a retry changes nothing.
 MAX_RETRIES = 3
-NICENESS = "RAY_worker_niceness"     # read by a local Ray's raylet when it starts
 QUEUED_PER_RUN = 1     # runs queued at Ray beside each one running: a CPU that frees starts the next at once
 WAIT_S = 1.0           # ray.wait's timeout: how soon Ctrl-C and SIGTERM are heard while runs are out
 
@@ -226,16 +224,7 @@ def execute(plan: Plan) -> SweepResult:
     if in_ray:
         from ldpfed.engine.ray_engine import ensure_ray
 
-        # A Ray started here runs its tasks at this process's niceness, as the runs of a one-process sweep: Ray's
-        # default renices its workers by 15, below every other job of a shared machine. A value set by the caller
-        # wins; a cluster's nodes keep their own.
-        previous = os.environ.get(NICENESS)
-        os.environ.setdefault(NICENESS, "0")        # an increment over the raylet, which has ours
-        try:
-            ray_started = ensure_ray(plan.address)
-        finally:
-            if previous is None:
-                os.environ.pop(NICENESS, None)
+        ray_started = ensure_ray(plan.address)      # a Ray it starts runs its tasks at this process's niceness
     try:
         with interruptible():
             return _run_sweep(plan, in_ray)

@@ -346,6 +346,36 @@ def test_under_other_users_load_a_spare_replaces_a_frozen_actor_in_time(ray_sess
     assert [(a["kind"], a["cause"], a["old_pid"]) for a in event["actors"]] == [("population", "unresponsive", pid)]
 
 
+NO_SPARE_AT_OUR_NICENESS = """
+import json, os, sys
+sys.path.insert(0, sys.argv[1])
+import test_faults as tf
+from ldpfed.engine.ray_engine import ensure_ray, run_ray
+assert ensure_ray()                         # a new local Ray, as `ldpfed run --engine ray` starts it
+config = tf.small(populations=4)
+local = tf.run_local(config)
+hog = tf.CpuHog(3)
+freeze = tf._freezer(0, hog, like=lambda pids: os.getpid(), thaw_after=6.0)
+tf.assert_same(local, run_ray(config, actors=2, shards=2))
+with hog:
+    result, pid = tf._run_with_fault(config, 150, freeze, actors=2, shards=2, round_timeout=2.0)
+tf.assert_same(local, result)
+print(json.dumps({"recoveries": result.summary["recoveries"]}))
+"""
+
+
+@pytest.mark.slow
+def test_a_ray_ldpfed_starts_recovers_without_a_spare_under_other_users_load():
+    """The same load as above (busy processes at our niceness, three per core), but on a Ray that ldpfed starts
+    (ensure_ray), whose workers run at the caller's niceness instead of Ray's 15: the replacement started after
+    the fault gets its share of the cores and the run recovers without a spare (measured 21.8 s)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_worker_niceness")}
+    done = subprocess.run([sys.executable, "-c", NO_SPARE_AT_OUR_NICENESS, str(Path(__file__).parent)], env=env,
+                          capture_output=True, text=True, timeout=400)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"recoveries": 1}
+
+
 def _alive(pid):
     try:
         with open(f"/proc/{pid}/stat") as f:

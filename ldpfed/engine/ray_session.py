@@ -11,6 +11,7 @@ from ldpfed.engine.ray_options import ray_address
 from ldpfed.engine.ray_security import disable_metrics_export, enable_token_auth
 
 LOOPBACK_NODE_IP = "127.0.0.2"
+NICENESS = "RAY_worker_niceness"     # read by a local Ray's raylet when it starts: an increment over its own
 
 
 def ensure_ray(address=None, **init_kwargs) -> bool:
@@ -32,7 +33,18 @@ def ensure_ray(address=None, **init_kwargs) -> bool:
         enable_token_auth()
         disable_metrics_export()
     sigterm = signal.getsignal(signal.SIGTERM)
-    ray.init(address=address, **kwargs)
+    # A Ray started here runs its workers at this process's niceness (the raylet has ours). Ray's default renices
+    # them by 15, below every other job of a shared machine: against other users' busy processes a replacement
+    # actor then got a few percent of a core and missed its first round's deadline (docs/figures.md, known
+    # limits). A value the caller set wins; a cluster's nodes keep their own.
+    niceness = os.environ.get(NICENESS)
+    if address == "local":
+        os.environ.setdefault(NICENESS, "0")
+    try:
+        ray.init(address=address, **kwargs)
+    finally:
+        if niceness is None:
+            os.environ.pop(NICENESS, None)
     # Ray's core installs a C-level SIGTERM handler in the driver that aborts (SIGABRT, no `finally`, no
     # checkpoint); a Python handler set before (ldpfed.util.signals.interruptible) is put back so SIGTERM stops cleanly.
     if callable(sigterm) and threading.current_thread() is threading.main_thread():

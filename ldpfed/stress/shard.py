@@ -1,7 +1,6 @@
 """What the stress tests add to the engine's shard actor, and to a local Ray on a shared machine."""
 from __future__ import annotations
 
-import os
 import time
 
 import ray
@@ -56,10 +55,7 @@ RemoteStressShard = ray.remote(StressShard)
 def start_ray(attempts: int = 3) -> bool:
     """ensure_ray, retried: on a loaded machine a new local Ray can miss its fixed 30 s start-up window.
 
-    A Ray this starts runs its workers (shards, senders) at the caller's own niceness: Ray's default renices them
-    to 15, which on a shared machine makes the benchmark compete with other users' background (nice 19) jobs on
-    almost equal terms. RAY_worker_niceness set by the caller wins."""
-    os.environ.setdefault("RAY_worker_niceness", str(os.nice(0)))
+    A Ray this starts runs its workers (shards, senders) at the caller's own niceness (see ensure_ray)."""
     for attempt in range(attempts):
         try:
             return ensure_ray(None, log_to_driver=False)
