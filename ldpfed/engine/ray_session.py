@@ -20,7 +20,8 @@ def ensure_ray(address=None, **init_kwargs) -> bool:
         return False
     address = ray_address(address)      # and RAY_ADDRESS, which ray.init reads for None or "auto"
     kwargs = {"include_dashboard": False, "logging_level": "WARNING", "log_to_driver": True, **init_kwargs}
-    if address is not None or os.environ.get("RAY_ADDRESS"):
+    starts_one = address is None and not os.environ.get("RAY_ADDRESS")
+    if not starts_one:
         kwargs.pop("include_dashboard", None)
         kwargs.pop("num_cpus", None)
     else:
@@ -38,7 +39,7 @@ def ensure_ray(address=None, **init_kwargs) -> bool:
     # actor then got a few percent of a core and missed its first round's deadline (docs/figures.md, known
     # limits). A value the caller set wins; a cluster's nodes keep their own.
     niceness = os.environ.get(NICENESS)
-    if address == "local":
+    if starts_one:
         os.environ.setdefault(NICENESS, "0")
     try:
         ray.init(address=address, **kwargs)
