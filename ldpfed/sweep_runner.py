@@ -200,15 +200,25 @@ def ray_cpus(the_sweep, workers) -> float | None:
     go several at once (`workers` an integer > 1 or "auto"); None otherwise, or with placement "none" (no CPUs
     asked for). Raises ConfigError when they are not set: a run whose actors take what fits holds every free CPU,
     and the other runs would only wait for it."""
-    if the_sweep.engine != "ray" or workers in (None, 1):
+    if not ray_runs_at_once(the_sweep.engine, workers):
         return None
-    options = {"actors": 2, "shards": 2, **the_sweep.ray}
+    options = ray_run_options(the_sweep)
     if options.get("placement") == "none":
         return None
     if options.get("actor_cpus") is None or options.get("shard_cpus") is None:
         raise ConfigError("workers", workers, "Ray-engine runs at once need the CPUs each actor asks for: set "
                           "actor_cpus and shard_cpus ([ray], --actor-cpus/--shard-cpus), or placement none")
     return options["actors"] * options["actor_cpus"] + options["shards"] * options["shard_cpus"]
+
+
+def ray_run_options(the_sweep) -> dict:
+    """The options of the sweep's Ray-engine runs: its [ray] table over 2 population actors and 2 shards."""
+    return {"actors": 2, "shards": 2, **the_sweep.ray}
+
+
+def ray_runs_at_once(engine: str, workers) -> bool:
+    """Whether Ray-engine runs go several at once, each a Ray task (else one at a time from the driver)."""
+    return engine == "ray" and workers not in (None, 1)
 
 
 def uses_ray(engine: str, address, workers) -> bool:
@@ -257,7 +267,7 @@ class _Quiet:
 
 def _run_sweep(plan: Plan, in_ray: bool) -> SweepResult:
     sweep, configs, tracker, job = plan.sweep, plan.configs, plan.tracker, plan.job
-    engine, options = sweep.engine, ({"actors": 2, "shards": 2, **sweep.ray} if sweep.engine == "ray" else {})
+    engine, options = sweep.engine, (ray_run_options(sweep) if sweep.engine == "ray" else {})
     say = print if plan.verbose else (lambda *args, **kwargs: None)
     algorithms = sorted({c.algorithm for c in configs})
     say(f"{job.name}: sweep {sweep.name!r}, {len(algorithms)} algorithms, {len(configs)} runs, "
@@ -280,15 +290,15 @@ def _run_sweep(plan: Plan, in_ray: bool) -> SweepResult:
             f"{len(todo)} to run", flush=True)
         for problem in logged.unreadable:
             print(f"  unreadable, run again: {problem}", file=sys.stderr)
-    ray_runs_at_once = engine == "ray" and in_ray and plan.workers not in (None, 1)
-    if ray_runs_at_once:
+    ray_at_once = ray_runs_at_once(engine, plan.workers)
+    if ray_at_once:
         say(f"engine ray: {plan.workers} runs at once, each a Ray task driving actors of its own (not reused "
             f"between runs)", flush=True)
 
     def checkpoint_dir(config) -> Path:
         return logged.checkpoint_dir(config)
 
-    as_tasks = in_ray and (engine == "local" or ray_runs_at_once)
+    as_tasks = (engine == "local" and in_ray) or ray_at_once
     # runs at once, for the ETA (with workers auto the CPUs are counted later: at least two)
     at_once = (plan.workers if isinstance(plan.workers, int) else 2) if as_tasks else 1
     bar = (SweepProgress(len(configs), label=f"sweep {sweep.name}", algorithms=[c.algorithm for c in todo],
@@ -314,11 +324,9 @@ def _run_sweep(plan: Plan, in_ray: bool) -> SweepResult:
                     bar.write(f"FAILED {label}: {error}")
                 bar.finished(label, failed=error is not None, algorithm=config.algorithm)
 
-            if engine == "local" and in_ray:
-                run_tasks(todo, plan.workers, checkpoint_dir, plan.checkpoint_every_s, bar, finish)
-            elif ray_runs_at_once:
+            if as_tasks:
                 run_tasks(todo, plan.workers, checkpoint_dir, plan.checkpoint_every_s, bar, finish,
-                          ray_options=options, run_cpus=ray_cpus(sweep, plan.workers))
+                          ray_options=options if ray_at_once else None, run_cpus=ray_cpus(sweep, plan.workers))
             else:
                 for config in todo:
                     bar.started(run_label(config))
@@ -416,9 +424,9 @@ def run_tasks(configs, workers, checkpoint_dir, every_s, bar, finish, ray_option
     Only that many task refs are out at a time, however many runs the sweep has, or with `workers` auto (1 +
     QUEUED_PER_RUN) times the CPUs: Ray queues those beyond its CPUs, so a CPU that frees starts the next run
     without waiting for the driver to log the last one (with one run out per CPU, the CPUs idled through every
-    run's logging). The bar shows the oldest runs out, as many as run at once, as running. On Ctrl-C or SIGTERM the outstanding tasks are cancelled (each running one gets a
-    KeyboardInterrupt and writes its checkpoint), the runs that finished meanwhile are kept, and the interrupt goes
-    on."""
+    run's logging). The bar shows the oldest runs out, as many as run at once, as running. On Ctrl-C or SIGTERM
+    the outstanding tasks are cancelled (each running one gets a KeyboardInterrupt and writes its checkpoint), the
+    runs that finished meanwhile are kept, and the interrupt goes on."""
     import ray
 
     from ldpfed.engine.ray_engine import IDLE_ACTORS
@@ -533,7 +541,7 @@ def main(parser, args, spec, job: Job) -> int:
 def _cli_options(args) -> dict:
     options = sweeps.api_options(args)
     overrides = {key: options.pop(key) for _, key, _ in sweeps.OVERRIDES if key in options}
-    ray = {key: options.pop(key) for key in ("actors", "shards", "placement", "actor_cpus", "shard_cpus")}
+    ray = {key: options.pop(key) for key in sweeps.RAY_KEYS if key in options}
     return {**options, "overrides": overrides, "ray": ray}
 
 

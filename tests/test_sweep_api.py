@@ -187,16 +187,20 @@ def test_ray_engine_runs_at_once_give_the_same_sweep_as_one_after_another(ray_se
     assert not (tmp_path / "unset").exists()
 
 
+class _CtrlCAfter(sweep_runner._Quiet):
+    """A sweep bar that stands for Ctrl-C once `runs` runs have finished."""
+
+    def __init__(self, runs: int):
+        self.left = runs
+
+    def finished(self, name, failed=False, algorithm=None):
+        self.left -= 1
+        if self.left == 0:
+            raise KeyboardInterrupt
+
+
 def test_ctrl_c_during_ray_tasks_keeps_finished_runs_and_resume_completes(ray_session, tmp_path, monkeypatch, capsys):
-    class StopAfterTwo(sweep_runner._Quiet):
-        seen = 0
-
-        def finished(self, name, failed=False, algorithm=None):
-            StopAfterTwo.seen += 1
-            if StopAfterTwo.seen == 2:
-                raise KeyboardInterrupt
-
-    monkeypatch.setattr(sweep_runner, "SweepProgress", lambda *a, **k: StopAfterTwo())
+    monkeypatch.setattr(sweep_runner, "SweepProgress", lambda *a, **k: _CtrlCAfter(2))
     options = {**SWEEP, "progress": True, "verbose": True, "out": tmp_path, "workers": "auto"}   # 2 CPUs
     with pytest.raises(KeyboardInterrupt):
         ldpfed.sweep(name="stopped", **options)
@@ -218,15 +222,7 @@ def test_ctrl_c_during_ray_engine_runs_at_once_keeps_finished_runs_and_resume_co
                                                                                          monkeypatch):
     """Ray-engine runs two at once, stopped after two have finished: the tasks still out are cancelled (their runs'
     actors ended with them), the finished runs kept; the resumed sweep equals the one run one at a time."""
-    class StopAfterTwo(sweep_runner._Quiet):
-        seen = 0
-
-        def finished(self, name, failed=False, algorithm=None):
-            StopAfterTwo.seen += 1
-            if StopAfterTwo.seen == 2:
-                raise KeyboardInterrupt
-
-    monkeypatch.setattr(sweep_runner, "SweepProgress", lambda *a, **k: StopAfterTwo())
+    monkeypatch.setattr(sweep_runner, "SweepProgress", lambda *a, **k: _CtrlCAfter(2))
     with pytest.raises(KeyboardInterrupt):
         ldpfed.sweep(name="stopped", out=tmp_path, workers=2, **{**RAY_SWEEP, "progress": True})
     folder = tmp_path / "stopped"
