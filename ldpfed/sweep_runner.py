@@ -404,15 +404,22 @@ def _run_task(config, checkpoint_dir: str, driver_ip: str, every_s: float, ray_o
 
     node = ray.util.get_node_ip_address()
     checkpointer = Checkpointer(checkpoint_dir, every_s=every_s) if node == driver_ip else None
-    if ray_options is None:
-        result = run(config, engine="local", checkpointer=checkpointer)
-    else:
-        from ldpfed.engine.ray_engine import IDLE_ACTORS
+    try:
+        if ray_options is None:
+            result = run(config, engine="local", checkpointer=checkpointer)
+        else:
+            from ldpfed.engine.ray_engine import IDLE_ACTORS
 
-        try:
-            result = run(config, engine="ray", checkpointer=checkpointer, **ray_options)
-        finally:
-            IDLE_ACTORS.clear()
+            try:
+                result = run(config, engine="ray", checkpointer=checkpointer, **ray_options)
+            finally:
+                IDLE_ACTORS.clear()
+    except KeyboardInterrupt:
+        # Cancelled (its checkpoint is written): this worker process ends instead of taking the next task. The
+        # interrupt may have landed inside an import, e.g. numba's first set-up, whose registrations then run
+        # twice on the next import ("duplicate registration for ... UnicodeType"): every later run in the process
+        # would fail. Ray reports the task as cancelled and starts a fresh worker for the next one.
+        raise SystemExit(0) from None
     return result, node, ray.get_runtime_context().get_node_id()
 
 
@@ -425,8 +432,8 @@ def run_tasks(configs, workers, checkpoint_dir, every_s, bar, finish, ray_option
     QUEUED_PER_RUN) times the CPUs: Ray queues those beyond its CPUs, so a CPU that frees starts the next run
     without waiting for the driver to log the last one (with one run out per CPU, the CPUs idled through every
     run's logging). The bar shows the oldest runs out, as many as run at once, as running. On Ctrl-C or SIGTERM
-    the outstanding tasks are cancelled (each running one gets a KeyboardInterrupt and writes its checkpoint), the
-    runs that finished meanwhile are kept, and the interrupt goes on."""
+    the outstanding tasks are cancelled (each running one gets a KeyboardInterrupt, writes its checkpoint and ends
+    its worker process), the runs that finished meanwhile are kept, and the interrupt goes on."""
     import ray
 
     from ldpfed.engine.ray_engine import IDLE_ACTORS
