@@ -45,11 +45,14 @@ def log_all(runs, folder: Path, tracking: bool, profile: bool = False, max_point
     with tracker.sweep("bench", params={"runs": len(runs)}) as sweep:
         if profiler:
             profiler.enable()
+        first = time.perf_counter()
         for result in runs:
             sweep.log_result(result)
+        per_run = (time.perf_counter() - first) / len(runs)
         if profiler:
             profiler.disable()
     elapsed = time.perf_counter() - started
+    print(f"  per run {1000 * per_run:.1f} ms ({1 / per_run:.1f} runs/s); start and end {elapsed - per_run * len(runs):.2f} s")
     text = ""
     if profiler:
         out = io.StringIO()

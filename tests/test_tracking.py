@@ -606,3 +606,27 @@ def test_a_round_size_caveat_explains_its_rows_instead_of_the_notes_read_off_the
     assert f"* windowed: {said_of}." in markdown_table(summary)
     # a summary without the column (runs from before it, or no algorithm with a caveat) is read as no caveat
     assert notes(grouped_table(summary.drop(columns="round_size_caveat")))[0].startswith("windowed at eps 0.5")
+
+
+def test_local_files_are_written_whole_or_not_at_all_with_the_umasks_mode(tmp_path):
+    """A run's local files are written through a temporary file and a rename: a write that fails leaves the old
+    file as it was and no temporary behind; a new file gets the mode any new file would (0666 less the umask)."""
+    from ldpfed.tracking import records
+
+    target = tmp_path / "runs" / "a" / "summary.json"
+    old = os.umask(0o027)
+    try:
+        records.write_json(target, {"final_regret": 1.0})
+    finally:
+        os.umask(old)
+    assert json.loads(target.read_text()) == {"final_regret": 1.0}
+    assert target.stat().st_mode & 0o777 == 0o640
+
+    def fails(tmp):
+        Path(tmp).write_text('{"final_regret": ')       # half written, then the disk fills
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError, match="No space"):
+        records._atomic(target, fails)
+    assert json.loads(target.read_text()) == {"final_regret": 1.0}
+    assert sorted(p.name for p in target.parent.iterdir()) == ["summary.json"]

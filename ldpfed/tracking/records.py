@@ -11,7 +11,7 @@ import math
 import os
 import re
 import subprocess
-import tempfile
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -270,24 +270,18 @@ def to_jsonable(value):
     return str(value)
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def _atomic(path: Path, write) -> Path:
-    """Write through a temporary file in the same folder, then rename: a crash never leaves half a file."""
+    """Write through a temporary file in the same folder, then rename: a crash never leaves half a file. The
+    temporary name is this process's and thread's own, and the file is created as any new file is, with the
+    umask's mode (reading the umask means setting it, for every thread of the process, for a moment)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         write(tmp)
-        os.chmod(tmp, 0o666 & ~_umask())    # mkstemp makes 0600; the result gets the mode any new file would
         os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return path
 
 
