@@ -414,13 +414,25 @@ def _run_task(config, checkpoint_dir: str, driver_ip: str, every_s: float, ray_o
                 result = run(config, engine="ray", checkpointer=checkpointer, **ray_options)
             finally:
                 IDLE_ACTORS.clear()
-    except KeyboardInterrupt:
-        # Cancelled (its checkpoint is written): this worker process ends instead of taking the next task. The
-        # interrupt may have landed inside an import, e.g. numba's first set-up, whose registrations then run
-        # twice on the next import ("duplicate registration for ... UnicodeType"): every later run in the process
-        # would fail. Ray reports the task as cancelled and starts a fresh worker for the next one.
-        raise SystemExit(0) from None
+    except KeyboardInterrupt as cancelled:
+        # Cancelled (its checkpoint is written). An interrupt that landed inside an import, e.g. numba's first
+        # set-up, left that module's registrations half done: importing it again registers twice ("duplicate
+        # registration for ... UnicodeType") and every later run in this process would fail. Such a worker ends
+        # instead of taking the next task (Ray reports the task as cancelled, and warns of the worker's exit).
+        if interrupted_an_import(cancelled):
+            raise SystemExit(0) from None
+        raise
     return result, node, ray.get_runtime_context().get_node_id()
+
+
+def interrupted_an_import(error: BaseException) -> bool:
+    """True if `error` was raised while a module's body ran (a `<module>` frame in its traceback): an import."""
+    frame = error.__traceback__
+    while frame is not None:
+        if frame.tb_frame.f_code.co_name == "<module>":
+            return True
+        frame = frame.tb_next
+    return False
 
 
 def run_tasks(configs, workers, checkpoint_dir, every_s, bar, finish, ray_options=None, run_cpus=None) -> None:
@@ -432,8 +444,8 @@ def run_tasks(configs, workers, checkpoint_dir, every_s, bar, finish, ray_option
     QUEUED_PER_RUN) times the CPUs: Ray queues those beyond its CPUs, so a CPU that frees starts the next run
     without waiting for the driver to log the last one (with one run out per CPU, the CPUs idled through every
     run's logging). The bar shows the oldest runs out, as many as run at once, as running. On Ctrl-C or SIGTERM
-    the outstanding tasks are cancelled (each running one gets a KeyboardInterrupt, writes its checkpoint and ends
-    its worker process), the runs that finished meanwhile are kept, and the interrupt goes on."""
+    the outstanding tasks are cancelled (each running one gets a KeyboardInterrupt and writes its checkpoint), the
+    runs that finished meanwhile are kept, and the interrupt goes on."""
     import ray
 
     from ldpfed.engine.ray_engine import IDLE_ACTORS
