@@ -63,7 +63,7 @@ def submit_run(cluster, algorithm: str, out, *job_options, cwd=None) -> dict:
                          timeout=300, cwd=cwd, env=dict(env, RAY_ADDRESS=record["dashboard"], RAY_AUTH_MODE="token"))
     output = job.stdout + job.stderr
     assert job.returncode == 0 and "succeeded" in output, output[-4000:]
-    assert f"{algorithm} on bernoulli: T=3,000 B=100" in output and "users/s (ray)" in output, output[-4000:]
+    assert f"{algorithm} on bernoulli: T=3,000 B=100" in output and "users/s (ray;" in output, output[-4000:]
     return json.loads((out / "summary.json").read_text())
 
 

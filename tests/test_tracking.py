@@ -630,3 +630,25 @@ def test_local_files_are_written_whole_or_not_at_all_with_the_umasks_mode(tmp_pa
         records._atomic(target, fails)
     assert json.loads(target.read_text()) == {"final_regret": 1.0}
     assert sorted(p.name for p in target.parent.iterdir()) == ["summary.json"]
+
+
+def test_mlflow_failing_as_the_sweep_ends_leaves_sweep_json_with_the_sweeps_status(tmp_path, monkeypatch):
+    """MLflow fails while the parent run is being finished (every run already logged): the warning says so and
+    sweep.json keeps the status the sweep ended with, which `ldpfed sync` gives the parent run later. sweep.json
+    once went back to RUNNING here, and sync then left the parent RUNNING for good."""
+    from mlflow import MlflowClient as Client
+
+    tracker = Tracker("ldpfed-test", tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", out_dir=tmp_path / "out",
+                      strict=False)
+
+    def server_gone(*args, **kwargs):
+        raise ConnectionError("the tracking server went away")
+
+    with pytest.warns(RuntimeWarning, match="finishing the sweep's parent run"):
+        with tracker.sweep("ends-badly") as sweep:
+            sweep.log_result(run_local(RunConfig("uniform", users=100, round_size=10)))
+            assert sweep.run_ids                                        # the run itself reached MLflow
+            monkeypatch.setattr(Client, "log_artifacts", server_gone)
+    index = json.loads((sweep.local_dir / "sweep.json").read_text())
+    assert index["status"] == "FINISHED"
+    assert any("finishing the sweep's parent run" in error for error in index["mlflow_errors"])

@@ -48,6 +48,7 @@ class SweepRun(DriverOnly):
         self.errors: list[str] = []                 # MLflow failures (the local copy is complete regardless)
         self._active = False
         self._mlflow = False
+        self.status = "RUNNING"     # sweep.json's status: the MLflow status the sweep ended with, once it has
 
     # the local store's state, as the sweep's
     local_dir = property(lambda self: self.local.local_dir)
@@ -103,11 +104,12 @@ class SweepRun(DriverOnly):
         self._active = False
         # MLflow's statuses: an interrupt (Ctrl-C, SIGTERM) is KILLED, an error FAILED
         status = "FINISHED" if exc_type is None else "KILLED" if issubclass(exc_type, KeyboardInterrupt) else "FAILED"
+        self.status = status
         self.local.add_relative_regret()
         self.local.write_combined()
         plot_files = self.local.write_plots()
         table = self.local.write_report(self.description, plot_files)
-        self.local.write_index(self._index(status=status))
+        self.local.write_index(self._index())
         if self._mlflow and self.parent_run_id:
             client = self.tracker.client
             try:
@@ -215,9 +217,9 @@ class SweepRun(DriverOnly):
         if is_http(self.tracker.tracking_uri):
             probe(self.tracker.tracking_uri, self.tracker.probe_timeout)
 
-    def _index(self, status: str = "RUNNING") -> dict:
+    def _index(self) -> dict:
         """sweep.json: the sweep, its status, and where its MLflow copy is."""
-        return {"sweep": self.name, "experiment": self.tracker.experiment, "status": status,
+        return {"sweep": self.name, "experiment": self.tracker.experiment, "status": self.status,
                 "tracking_uri": self.tracker.display_uri if self._mlflow else None,
                 "experiment_id": self.tracker.experiment_id if self._mlflow else None,
                 "parent_run_id": self.parent_run_id, "runs": self.run_ids, "failed_runs": self.failures,
