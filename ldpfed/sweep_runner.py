@@ -405,15 +405,8 @@ def _run_task(config, checkpoint_dir: str, driver_ip: str, every_s: float, ray_o
     node = ray.util.get_node_ip_address()
     checkpointer = Checkpointer(checkpoint_dir, every_s=every_s) if node == driver_ip else None
     try:
-        if ray_options is None:
-            result = run(config, engine="local", checkpointer=checkpointer)
-        else:
-            from ldpfed.engine.ray_engine import IDLE_ACTORS
-
-            try:
-                result = run(config, engine="ray", checkpointer=checkpointer, **ray_options)
-            finally:
-                IDLE_ACTORS.clear()
+        result = run(config, engine="local" if ray_options is None else "ray", checkpointer=checkpointer,
+                     **(ray_options or {}))
     except KeyboardInterrupt as cancelled:
         # Cancelled (its checkpoint is written). An interrupt that landed inside an import, e.g. numba's first
         # set-up, left that module's registrations half done: importing it again registers twice ("duplicate
@@ -422,17 +415,17 @@ def _run_task(config, checkpoint_dir: str, driver_ip: str, every_s: float, ray_o
         if interrupted_an_import(cancelled):
             raise SystemExit(0) from None
         raise
+    finally:
+        if ray_options is not None:
+            from ldpfed.engine.ray_engine import IDLE_ACTORS
+
+            IDLE_ACTORS.clear()
     return result, node, ray.get_runtime_context().get_node_id()
 
 
 def interrupted_an_import(error: BaseException) -> bool:
     """True if `error` was raised while a module's body ran (a `<module>` frame in its traceback): an import."""
-    frame = error.__traceback__
-    while frame is not None:
-        if frame.tb_frame.f_code.co_name == "<module>":
-            return True
-        frame = frame.tb_next
-    return False
+    return any(frame.f_code.co_name == "<module>" for frame, _ in traceback.walk_tb(error.__traceback__))
 
 
 def run_tasks(configs, workers, checkpoint_dir, every_s, bar, finish, ray_options=None, run_cpus=None) -> None:
