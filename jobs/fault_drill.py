@@ -85,7 +85,7 @@ def main(argv=None) -> int:
             rows.append(_actor_row(name, actor_fault(config, kind, how, at_round, {**options, "spares": spares}),
                                    reference))
         if args.shufflers:
-            shuffled = config.replace(trust="shuffle", shufflers=args.shufflers)
+            shuffled = config.replace(trust="shuffle", trust_options={"shufflers": args.shufflers})
             shuffled_reference = run_local(shuffled)
             for how in ("kill", "freeze"):
                 name = f"shuffler actor {'killed' if how == 'kill' else 'frozen'} ({args.shufflers} shufflers)"

@@ -51,7 +51,8 @@ def _one(job: dict) -> dict:
     env, env_params = ALGORITHMS[job["algorithm"]]
     config = RunConfig(job["algorithm"], env=env, env_params=env_params, users=job["users"],
                        round_size=job["round_size"], eps=job["eps"], delta=job["delta"], seed=job["seed"],
-                       trust=job["trust"], small_groups=SMALL_GROUPS if job["trust"] == "shuffle" else "refuse")
+                       trust=job["trust"],
+                       trust_options={"small_groups": SMALL_GROUPS} if job["trust"] == "shuffle" else {})
     started = time.process_time()
     try:
         s = run(config).summary

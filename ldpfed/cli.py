@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 
 from ldpfed import sweep_spec as sweeps
-from ldpfed.algorithms.trust import TRUST_MODELS, trust_model
-from ldpfed.config import DEFAULT_TRUST, PROFILES, SMALL_GROUPS
+from ldpfed.trust import TRUST_MODELS, trust_help, trust_model
+from ldpfed.config import DEFAULT_TRUST, PROFILES
+from ldpfed.trust.shuffle import SMALL_GROUPS
 from ldpfed.engine.ray_options import PLACEMENTS, TRANSPORTS
 from ldpfed.engine.ray_shard import MODES
 from ldpfed.plugins import PluginError
@@ -19,8 +20,8 @@ from ldpfed.util.errors import ConfigError, integer
 # Where a RunConfig field comes from on the command line, so an error names the option the user typed.
 OPTION_OF_FIELD = {"algorithm": "ALGORITHM", "env": "--env", "users": "--users", "round_size": "--round-size",
                    "populations": "--populations", "eps": "--eps", "delta": "--delta", "seed": "--seed",
-                   "profile": "--profile", "trust": "--trust", "shufflers": "--shufflers",
-                   "small_groups": "--small-groups", "mode": "--mode",
+                   "profile": "--profile", "trust": "--trust", "trust_options": "--trust-option",
+                   "mode": "--mode",
                    "out": "--out", "resume": "--resume", "group_size": "--group-size", "actors": "--actors",
                    "shards": "--shards", "transport": "--transport", "actor_cpus": "--actor-cpus",
                    "shard_cpus": "--shard-cpus", "placement": "--placement"}
@@ -109,16 +110,16 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--profile", choices=PROFILES, default="paper",
                      help="paper: the papers' text; authors-code: the public reference code's choices")
     run.add_argument("--trust", choices=sorted(TRUST_MODELS), default=DEFAULT_TRUST,
-                     help="local: every user privatizes with --eps/--delta (the papers); shuffle: users privatize at "
-                          "the largest eps0 whose batch of --round-size users, shuffled, meets --eps/--delta; "
-                          "central: a trusted server adds the noise once to each round's sum, at --eps/--delta")
-    run.add_argument("--shufflers", type=_positive_int, default=1,
-                     help="with --trust shuffle: S shufflers, each mixing its share of a round (round size / S "
-                          "users: the shuffled batch); on the ray engine, S shuffler actors (--mode per-user)")
-    run.add_argument("--small-groups", choices=SMALL_GROUPS, default="refuse",
-                     help="with --trust shuffle: a user hides only among the users of its batch on the same "
-                          "randomizer (a public schedule sets some apart); when the smallest such group amplifies "
-                          "too little, refuse the run (default) or run every user at --eps unamplified")
+                     help=f"where the noise goes ({trust_help()})")
+    run.add_argument("--trust-option", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
+                     help="an option of the trust model (repeatable; `describe NAME` lists them), e.g. "
+                          "shufflers=2")
+    run.add_argument("--shufflers", type=_positive_int, default=None,
+                     help="with --trust shuffle: --trust-option shufflers=S (S shufflers, each mixing its share of "
+                          "a round; on the ray engine, S shuffler actors, --mode per-user)")
+    run.add_argument("--small-groups", choices=SMALL_GROUPS, default=None,
+                     help="with --trust shuffle: --trust-option small_groups=... (refuse, the default, or "
+                          "no-amplification: see docs/trust-models.md)")
     run.add_argument("--param", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
                      help="algorithm option (repeatable; see `describe`)")
     run.add_argument("--env-param", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
@@ -167,7 +168,8 @@ def build_parser() -> argparse.ArgumentParser:
     listing = sub.add_parser("list", help="every algorithm with its paper, privacy model and envs",
                              formatter_class=defaults)
     listing.add_argument("--markdown", action="store_true", help="as a Markdown table (the README's)")
-    describe = sub.add_parser("describe", help="an algorithm's options, envs, privacy model and paper",
+    describe = sub.add_parser("describe", help="an algorithm's options, envs, privacy model and paper (or a trust "
+                                               "model's options)",
                               formatter_class=defaults)
     describe.add_argument("algorithm", help="a name from `python -m ldpfed list`")
     sweep = sub.add_parser("sweep", help="run a sweep (a preset or a sweep file) and log it to MLflow",
@@ -212,7 +214,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def trust_options(args) -> dict:
+    """--trust-option KEY=VALUE pairs, with the shuffle model's older flags --shufflers and --small-groups as
+    aliases of its options (the model validates them all: RunConfig)."""
+    given = dict(args.trust_option)
+    for key, value in (("shufflers", args.shufflers), ("small_groups", args.small_groups)):
+        if value is not None:
+            if key in given and given[key] != value:
+                raise ConfigError(f"trust_options.{key}", given[key], f"given twice, differently (--{key.replace('_', '-')} "
+                                                                      f"{value})")
+            given[key] = value
+    return given
+
+
 def _option_name(field: str) -> str:
+    if field.startswith("trust_options."):
+        return f"--trust-option {field.split('.', 1)[1]}"
     if field.startswith("params."):
         return f"--param {field.split('.', 1)[1]}"
     if field.startswith("env_params."):
@@ -235,6 +252,11 @@ def cmd_list(markdown: bool = False) -> int:
         plugin = "" if r["source"] == "ldpfed" else f"  [plugin: {r['source']}]"
         print(f"{r['algorithm']:<{width}}  {r['privacy_model']:<7}  {r['paper']}{plugin}\n"
               f"{'':<{width}}  envs: {', '.join(r['envs'])} (default {r['default_env']})")
+    print("\ntrust models (--trust NAME; `describe NAME` for its options):")
+    for name in sorted(TRUST_MODELS):
+        source = TRUST_MODELS.source(name)
+        plugin = "" if source == "ldpfed" else f"  [plugin: {source}]"
+        print(f"  {name:<{width}}  {TRUST_MODELS[name].about}{plugin}")
     return 0
 
 
@@ -266,10 +288,33 @@ def _algorithm_options(cls) -> list[str]:
     return lines
 
 
+def _describe_trust(name: str) -> int:
+    """A trust model: what it does, where it comes from, where the noise goes, what the server sees, its options."""
+    cls = TRUST_MODELS[name]
+    source = TRUST_MODELS.source(name)
+    lines = [f"{name} (trust model): {cls.about or (cls.__doc__ or '').strip().splitlines()[0]}",
+             f"provided by:    {source}" + (" (built in)" if source == "ldpfed" else " (plugin)"),
+             f"noise added at: {cls.noise_at}",
+             f"server sees:    {cls.server_view}",
+             "options (--trust-option KEY=VALUE; a sweep file's [trust_options]):"]
+    rows = cls.option_table()
+    width = max([len(row["name"]) for row in rows] or [0])
+    for row in rows:
+        lines.append(f"  {row['name']:<{width}} = {row['default']!r}   [{row['accepts']}]")
+        if row["doc"]:
+            lines.append(f"  {'':<{width}}   {row['doc']}")
+    if not rows:
+        lines.append("  (no options)")
+    print("\n".join(lines))
+    return 0
+
+
 def cmd_describe(name: str) -> int:
     from ldpfed.algorithms import REGISTRY
     from ldpfed.envs import ENVS
 
+    if name in TRUST_MODELS and name not in REGISTRY:
+        return _describe_trust(name)
     if name not in REGISTRY:
         raise ConfigError("algorithm", name, f"unknown; choose from {sorted(REGISTRY)}")
     cls = REGISTRY[name]
@@ -389,7 +434,7 @@ def cmd_run(args) -> int:
     config = RunConfig(algorithm=args.algorithm, env=args.env, users=args.users, round_size=args.round_size,
                        populations=args.populations, eps=args.eps, delta=args.delta, seed=args.seed,
                        params=dict(args.param), env_params=dict(args.env_param), profile=args.profile,
-                       trust=args.trust, shufflers=args.shufflers, small_groups=args.small_groups)
+                       trust=args.trust, trust_options=trust_options(args))
     fast = local_path(config, args.engine, args.path)      # like every option error: before any work
     if args.engine == "ray":
         warn_slow_rounds(config)

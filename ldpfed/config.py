@@ -9,13 +9,9 @@ from ldpfed.plugins import PROFILES
 from ldpfed.util import memory
 from ldpfed.util.errors import ConfigError, integer
 
-# Trust models are objects found by name (ldpfed.algorithms.trust.TRUST_MODELS, the entry point group
-# ldpfed.trust_models): "local", the papers' local DP; "shuffle", local randomizers whose messages an anonymizing
-# shuffler mixes per round; "central", clipped data to a trusted server that adds the noise once per round.
+# Trust models are objects found by name (ldpfed.trust.TRUST_MODELS, the entry point group ldpfed.trust_models),
+# each with its own options (RunConfig.trust_options): "local", the papers' local DP, is the default.
 DEFAULT_TRUST = "local"
-# Under "shuffle", what a run does when its smallest group of users on one randomizer (ldpfed.algorithms.shuffling)
-# amplifies too little: "refuse" it before it starts, or run every user at the target eps with "no-amplification".
-SMALL_GROUPS = ("refuse", "no-amplification")
 
 
 def did_you_mean(name, known) -> str:
@@ -37,9 +33,8 @@ class RunConfig:
     env_params: dict = field(default_factory=dict)
     params: dict = field(default_factory=dict)   # algorithm options, validated by the algorithm
     profile: str = "paper"            # one of PROFILES: sets the defaults of env_params and params
-    trust: str = DEFAULT_TRUST        # a trust model's name: where the noise is added (ldpfed.algorithms.trust)
-    shufflers: int = 1                # trust "shuffle": S shufflers, each mixes its share of a round (shuffling.py)
-    small_groups: str = "refuse"      # trust "shuffle": one of SMALL_GROUPS (ldpfed.algorithms.trust.shuffle_plan)
+    trust: str = DEFAULT_TRUST        # a trust model's name: where the noise is added (ldpfed.trust)
+    trust_options: dict = field(default_factory=dict)   # the trust model's own options, validated by the model
 
     def __post_init__(self):
         from ldpfed.algorithms import REGISTRY
@@ -55,7 +50,7 @@ class RunConfig:
             raise ConfigError("env", self.env, f"unknown{did_you_mean(self.env, ENVS)}; choose from {sorted(ENVS)}")
         if self.env not in algo.env_kinds:
             raise ConfigError("env", self.env, f"{self.algorithm} runs on {list(algo.env_kinds)}")
-        for name, minimum in (("users", 1), ("round_size", 1), ("populations", 1), ("seed", 0), ("shufflers", 1)):
+        for name, minimum in (("users", 1), ("round_size", 1), ("populations", 1), ("seed", 0)):
             object.__setattr__(self, name, integer(name, getattr(self, name), minimum))
         if self.populations > self.round_size:
             raise ConfigError("populations", self.populations, f"more populations than users per round ({self.round_size})")
@@ -65,19 +60,30 @@ class RunConfig:
             raise ConfigError("delta", self.delta, "must be in (0, 1)")
         if self.profile not in PROFILES:
             raise ConfigError("profile", self.profile, f"unknown; choose from {list(PROFILES)}")
-        from ldpfed.algorithms.trust import TRUST_MODELS
+        from ldpfed.trust import TRUST_MODELS
 
         if self.trust not in TRUST_MODELS:
             raise ConfigError("trust", self.trust, f"unknown{did_you_mean(self.trust, TRUST_MODELS)}; choose from "
                                                    f"{sorted(TRUST_MODELS)}")
-        if self.small_groups not in SMALL_GROUPS:
-            raise ConfigError("small_groups", self.small_groups, f"unknown; choose from {list(SMALL_GROUPS)}")
-        TRUST_MODELS[self.trust]().check(self)       # options only another trust model takes
+        # every option of the run's trust model, validated, the ones not given at their defaults (recorded so)
+        object.__setattr__(self, "trust_options", TRUST_MODELS[self.trust].checked_options(self.trust_options))
+        TRUST_MODELS[self.trust]().check(self)
         for name in ("env_params", "params"):
             if not isinstance(getattr(self, name), dict):
                 raise ConfigError(name, getattr(self, name), "must be a mapping")
         algo.checked_params(self.params, self.profile)     # a bad option stops the run before any work
         check_memory(self, ENVS[self.env], algo)
+
+    @property
+    def shufflers(self) -> int:
+        """The shufflers a round goes through (a trust model's option "shufflers"; 1 when it takes none): the
+        engines' shuffler plumbing reads it."""
+        return int(self.trust_options.get("shufflers", 1))
+
+    @property
+    def small_groups(self) -> str:
+        """The shuffle trust model's option "small_groups" ("refuse" when the model takes none)."""
+        return self.trust_options.get("small_groups", "refuse")
 
     @property
     def rounds(self) -> int:

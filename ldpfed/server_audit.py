@@ -24,7 +24,7 @@ The server's view, reduced to one feature vector per run:
   apart only what the public fields show: the messages whose public fields (bar `public_draws`, which each user
   draws with its own coins) equal the canary's, aggregated as the server aggregates a chunk (`anonymous_aggregate`).
   A canary alone in its group is then seen as its own message.
-* "central": the round's noisy aggregate, as `update` forms it (the aggregate row plus `central_noise`).
+* "central": the round's noisy aggregate, as `update` forms it (the aggregate row plus the trust model's `server_noise`).
 
 The test: a pilot (its own seeds, `pilot` runs per world) fixes a linear statistic (the feature's mean shift
 between the worlds over its variance, coordinate-wise: the likelihood ratio for Gaussian noise, the count for
@@ -48,8 +48,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ldpfed.algorithms import REGISTRY, check_instance, make_algorithm
-from ldpfed.algorithms.shuffling import anonymous_aggregate, check_groups, share_bounds, shuffle_share
-from ldpfed.algorithms.trust import TRUST_MODELS, check_shuffled, shuffle_plan, trust_model
+from ldpfed.trust.shuffling import anonymous_aggregate, check_groups, share_bounds, shuffle_share
+from ldpfed.trust import LOCAL, TRUST_MODELS, trust_model
+from ldpfed.trust.shuffle import check_shuffled, shuffle_plan
 from ldpfed.config import RunConfig
 from ldpfed.engine.core import join_pieces, privacy_summary, shuffler_pieces, simulate_population
 from ldpfed.envs import make_env
@@ -147,8 +148,8 @@ def _whole_batch(config: RunConfig, env, built):
     the run as the system builds it today, whose trust state it takes)."""
     cls, world = REGISTRY[config.algorithm], env.public()
     plan = shuffle_plan(config, pure=all(float(row["delta"]) == 0.0 for row in cls(world, config).ledger()))
-    local = config.replace(eps=plan.eps0, delta=plan.delta0 if plan.delta0 else config.delta, trust="local",
-                           shufflers=1, small_groups="refuse")
+    local = config.replace(eps=plan.eps0, delta=plan.delta0 if plan.delta0 else config.delta, trust=LOCAL,
+                           trust_options={})
     algo = cls(world, local)
     if "trust" in vars(built):
         algo.trust = built.trust
@@ -182,7 +183,8 @@ def _smallest_groups(algo, config, users) -> list[tuple[int, int, int]]:
 
 def build(algorithm: str, trust: str, *, eps: float, delta: float, users: int, seed: int, shufflers: int = 1,
           small_groups: str = "no-amplification", whole_batch: bool = False, env: str | None = None,
-          env_params: dict | None = None, params: dict | None = None, canary: int | None = None) -> Setup:
+          env_params: dict | None = None, params: dict | None = None, canary: int | None = None,
+          trust_options: dict | None = None) -> Setup:
     """The audited round (ConfigError when the system refuses the run: the reason names it)."""
     where = trust_model(trust)
     if where.server_view not in VIEWS:
@@ -192,7 +194,8 @@ def build(algorithm: str, trust: str, *, eps: float, delta: float, users: int, s
     taken = {name: value for name, value in (("shufflers", shufflers), ("small_groups", small_groups))
              if name in where.options}             # the options only that trust model takes
     config = RunConfig(algorithm, env=env, users=users, round_size=users, eps=eps, delta=delta, seed=seed,
-                       env_params=dict(env_params or {}), params=dict(params or {}), trust=trust, **taken)
+                       env_params=dict(env_params or {}), params=dict(params or {}), trust=trust,
+                       trust_options={**taken, **(trust_options or {})})
     real_env = make_env(config)
     algo = make_algorithm(real_env, config)
     if whole_batch:
@@ -264,9 +267,11 @@ def server_view(setup: Setup, world: int, seed_r: int) -> np.ndarray:
                                         pre_aggregate=view == "aggregate")
     if view == "messages":
         return _flat({key: value[setup.canary:setup.canary + 1] for key, value in payload.items()})[0]
-    if view == "aggregate":
-        aggregate = algo.sum_layout().join(payload)
-        return aggregate + algo.central_noise(payload, 0, len(users), derive(seed_r, "server", 0))
+    if view == "aggregate":        # the round's sum as the server's half forms it (ldpfed.trust.base's hooks)
+        trust = algo.trust_model()
+        aggregate = trust.decode(algo, algo.sum_layout().join(payload), 0, len(users))
+        noise = trust.server_noise(algo, payload, 0, len(users), derive(seed_r, "server", 0))
+        return aggregate if noise is None else aggregate + noise
     # shuffle: the canary's shuffler share, as shuffled_sums cuts, checks and permutes it
     n, s = len(users), setup.share
     share = join_pieces([shuffler_pieces(payload, users, 0, n, config.shufflers)[s]])

@@ -121,7 +121,8 @@ class Plan:
 
 
 def sweep(spec=None, *, name=None, algorithms=None, envs=None, eps=None, seeds=None, users=None, round_size=None,
-          populations=None, delta=None, engine=None, profile=None, trust=None, params=None, env_params=None,
+          populations=None, delta=None, engine=None, profile=None, trust=None, trust_options=None, params=None,
+          env_params=None,
           env_round_size=None, actors=None, shards=None, placement=None, actor_cpus=None, shard_cpus=None,
           workers=None, address=None, tracking=True,
           tracking_uri=None, experiment=sweeps.EXPERIMENT, out=sweeps.OUT, resume=None, checkpoint_every_s=20.0,
@@ -149,7 +150,7 @@ def sweep(spec=None, *, name=None, algorithms=None, envs=None, eps=None, seeds=N
     plan = prepare(spec, name=name, overrides={
         "algorithms": algorithms, "envs": envs, "eps": eps, "seeds": seeds, "users": users, "round_size": round_size,
         "populations": populations, "delta": delta, "engine": engine, "profile": profile, "trust": trust,
-        "params": params, "env_params": env_params, "env_round_size": env_round_size},
+        "trust_options": trust_options, "params": params, "env_params": env_params, "env_round_size": env_round_size},
         ray={"actors": actors, "shards": shards, "placement": placement, "actor_cpus": actor_cpus,
              "shard_cpus": shard_cpus}, workers=workers, address=address,
         tracking=tracking, tracking_uri=tracking_uri, experiment=experiment, out=out, resume=resume,

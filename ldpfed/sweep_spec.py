@@ -63,9 +63,8 @@ class Sweep:
     delta: float | None = None
     engine: str = "local"
     profile: str = "paper"
-    trust: str = DEFAULT_TRUST             # the trust model of the algorithms it applies to (others keep theirs)
-    shufflers: int = 1                     # trust "shuffle": shufflers per round (RunConfig.shufflers)
-    small_groups: str = "refuse"           # trust "shuffle": RunConfig.small_groups
+    trust: str = DEFAULT_TRUST             # the trust model of the algorithms in its reach (the others: local)
+    trust_options: dict = field(default_factory=dict)   # its options (RunConfig.trust_options), validated
     ray: dict = field(default_factory=dict)
     params: dict = field(default_factory=dict)
     env_params: dict = field(default_factory=dict)
@@ -75,7 +74,9 @@ class Sweep:
         return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v) for f in fields(self)}
 
 
-KEYS = {f.name for f in fields(Sweep)}
+# The shuffle model's options as top-level keys, as sweep files wrote them before [trust_options] (aliases).
+TRUST_OPTION_KEYS = ("shufflers", "small_groups")
+KEYS = {f.name for f in fields(Sweep)} | set(TRUST_OPTION_KEYS)
 
 
 def parse_seeds(value, where: str = "seeds") -> tuple:
@@ -138,8 +139,8 @@ def _names(value, where: str, known) -> tuple:
 def build(data: dict, source: str = "sweep") -> Sweep:
     """A validated Sweep from a mapping (a parsed TOML file, with overrides); errors name `source` and the key."""
     from ldpfed.algorithms import REGISTRY
-    from ldpfed.algorithms.trust import TRUST_MODELS
-    from ldpfed.config import PROFILES, SMALL_GROUPS
+    from ldpfed.trust import TRUST_MODELS
+    from ldpfed.config import PROFILES
     from ldpfed.envs import ENVS
 
     unknown = set(data) - KEYS
@@ -158,9 +159,20 @@ def build(data: dict, source: str = "sweep") -> Sweep:
     trust = data.get("trust", DEFAULT_TRUST)
     if trust not in TRUST_MODELS:
         raise ConfigError(f"{source}: trust", trust, f"choose from {sorted(TRUST_MODELS)}")
-    small_groups = data.get("small_groups", "refuse")
-    if small_groups not in SMALL_GROUPS:
-        raise ConfigError(f"{source}: small_groups", small_groups, f"choose from {list(SMALL_GROUPS)}")
+    trust_options = data.get("trust_options", {})
+    if not isinstance(trust_options, dict):
+        raise ConfigError(f"{source}: trust_options", trust_options, "must be a table")
+    trust_options = dict(trust_options)
+    for key in TRUST_OPTION_KEYS:       # aliases of [trust_options] keys
+        if key in data:
+            if key in trust_options and trust_options[key] != data[key]:
+                raise ConfigError(f"{source}: {key}", data[key], f"given twice, differently (trust_options.{key} = "
+                                                                 f"{trust_options[key]!r})")
+            trust_options[key] = data[key]
+    try:        # the trust model's own checks, before any run
+        trust_options = TRUST_MODELS[trust].checked_options(trust_options)
+    except ConfigError as error:
+        raise ConfigError(f"{source}: {error.field}", error.value, error.reason) from None
     delta = data.get("delta")
     if delta is not None and not (isinstance(delta, (int, float)) and 0 < delta < 1):
         raise ConfigError(f"{source}: delta", delta, "must be in (0, 1)")
@@ -175,7 +187,7 @@ def build(data: dict, source: str = "sweep") -> Sweep:
         round_size=integer(f"{source}: round_size", data.get("round_size", 1)),
         populations=integer(f"{source}: populations", data.get("populations", 1)),
         delta=None if delta is None else float(delta), engine=engine, profile=profile, trust=trust,
-        shufflers=integer(f"{source}: shufflers", data.get("shufflers", 1)), small_groups=small_groups)
+        trust_options=trust_options)
     for key in ("ray", "params", "env_params", "env_round_size"):
         value = data.get(key, {})
         if not isinstance(value, dict):
@@ -246,7 +258,6 @@ def configs(sweep: Sweep) -> list:
     """The RunConfigs of a sweep, in order: per algorithm (sorted), per world, per eps (private ones only),
     per seed; uniform play last, once per world with arms."""
     from ldpfed.algorithms import REGISTRY
-    from ldpfed.algorithms.trust import trust_model
     from ldpfed.config import RunConfig
     from ldpfed.envs import ENVS
 
@@ -281,16 +292,24 @@ def configs(sweep: Sweep) -> list:
         round_size = min(sweep.env_round_size.get(env, sweep.round_size), users)
         private = REGISTRY[name].privacy_model != "none"
         # eps is a required field of a RunConfig; a non-private algorithm ignores it: one run per seed at eps 1
-        trust = sweep.trust if trust_model(sweep.trust).applies_to(REGISTRY[name]) else DEFAULT_TRUST
-        # the options only this trust model takes (shufflers, small_groups): the others keep their defaults
-        taken = {option: getattr(sweep, option) for option in trust_model(trust).options}
-        for eps in (sweep.eps if private else (1.0,)):
-            for seed in sweep.seeds:
-                out.append(RunConfig(algorithm=name, env=env, users=users, round_size=round_size,
-                                     populations=min(sweep.populations, round_size), eps=eps,
-                                     delta=delta, seed=seed, env_params=env_params, params=params,
-                                     profile=sweep.profile, trust=trust, **taken))
+        runs = [RunConfig(algorithm=name, env=env, users=users, round_size=round_size,
+                          populations=min(sweep.populations, round_size), eps=eps, delta=delta, seed=seed,
+                          env_params=env_params, params=params, profile=sweep.profile)
+                for eps in (sweep.eps if private else (1.0,)) for seed in sweep.seeds]
+        if sweep.trust != DEFAULT_TRUST and runs and in_reach(sweep.trust, runs[0]):
+            runs = [run.replace(trust=sweep.trust, trust_options=sweep.trust_options) for run in runs]
+        out += runs
     return out
+
+
+def in_reach(trust: str, config) -> bool:
+    """Whether the trust model can run the algorithm of `config` (a local run), decided on the algorithm built
+    under local (TrustModel.reach): a sweep runs the others under local, as it says."""
+    from ldpfed.algorithms import REGISTRY
+    from ldpfed.envs import make_env
+    from ldpfed.trust import trust_model
+
+    return trust_model(trust).reach(REGISTRY[config.algorithm], make_env(config).public(), config) is None
 
 
 def _toml_value(value) -> str:
@@ -311,11 +330,13 @@ def to_toml(sweep: Sweep) -> str:
     data = sweep.to_dict()
     lines = []
     for key, value in data.items():
-        if key in ("ray", "params", "env_params", "env_round_size") or value is None:
+        if key in ("ray", "params", "env_params", "env_round_size", "trust_options") or value is None:
             continue
         if key in ("algorithms", "envs") and not value:
             value = "all" if key == "algorithms" else "paper"
         lines.append(f"{key} = {_toml_value(value)}")
+    if data["trust_options"]:
+        lines += ["", "[trust_options]"] + [f'"{k}" = {_toml_value(v)}' for k, v in data["trust_options"].items()]
     if data["ray"]:
         lines += ["", "[ray]"] + [f"{k} = {_toml_value(v)}" for k, v in data["ray"].items()]
     if data["env_round_size"]:

@@ -50,7 +50,7 @@ import numpy as np
 from ldpfed.algorithms import REGISTRY, Algorithm
 from ldpfed.algorithms.compiled import CompiledAlgorithm
 from ldpfed.algorithms.contract import check_instance
-from ldpfed.algorithms.shuffling import GroupsBroken, check_groups
+from ldpfed.trust.shuffling import GroupsBroken, check_groups
 from ldpfed.config import RunConfig
 from ldpfed.engine.core import simulate_population
 from ldpfed.envs import make_env

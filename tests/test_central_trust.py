@@ -1,4 +1,4 @@
-"""The central trust model (ldpfed.algorithms.trust, ldpfed.mechanisms.central): the same algorithm at the same
+"""The central trust model (ldpfed.trust.central, ldpfed.mechanisms.central): the same algorithm at the same
 (eps, delta); users send their clipped data as their mechanisms' means, and the server adds each mechanism's
 central twin's noise once to the round's aggregate."""
 import math
@@ -106,7 +106,7 @@ def test_noise_only_where_some_user_can_have_put_data():
     """ldp-mab-ucb: the server knows the round's per-arm counts (public); an arm nobody pulled gets no noise."""
     algo = built(central("ldp-mab-ucb"))
     sums = {"count": np.array([0.0, 3.0] + [0.0] * (algo.K - 2)), "reward": np.zeros(algo.K)}
-    noise = algo.central_noise(sums, 100, 103, np.random.default_rng(0))
+    noise = algo.trust.server_noise(algo, sums, 100, 103, np.random.default_rng(0))
     reward = noise[algo.sum_layout().slices["reward"]]
     assert reward[1] != 0.0 and np.all(np.delete(reward, 1) == 0.0)
     assert np.all(noise[algo.sum_layout().slices["count"]] == 0.0)          # public counts stay exact

@@ -12,7 +12,7 @@ from scipy.optimize import brentq
 
 from ldpfed.algorithms import REGISTRY, make_algorithm
 from ldpfed.algorithms.ldp_reductions import LdpMabAdversarial, LdpMabUcb
-from ldpfed.algorithms.shuffling import GroupsBroken, group_sizes, smallest_groups
+from ldpfed.trust.shuffling import GroupsBroken, group_sizes, smallest_groups
 from ldpfed.config import RunConfig
 from ldpfed.engine import run_local
 from ldpfed.envs import make_env
@@ -26,8 +26,10 @@ LONE = {"ldp-mab-ucb": {"env": "bernoulli", "env_params": {"K": 10}}, "klucb-cf"
 
 
 def shuffled(name, users=10_000, round_size=10_000, **changes):
+    changes = {**LONE.get(name, {}), **changes}
+    options = {key: changes.pop(key) for key in ("shufflers", "small_groups") if key in changes}
     return RunConfig(name, users=users, round_size=round_size, eps=EPS, delta=DELTA, trust="shuffle",
-                     **{**LONE.get(name, {}), **changes})
+                     trust_options=options, **changes)
 
 
 def built(config):
@@ -70,7 +72,7 @@ def test_lone_users_of_ldp_mab_ucb_now_get_the_guarantee_the_run_reports():
     assert lone_eps == pytest.approx(2.33, abs=0.01)
     config = shuffled("ldp-mab-ucb", small_groups="no-amplification")
     algo = built(config)
-    local = built(config.replace(trust="local", small_groups="refuse"))
+    local = built(config.replace(trust="local", trust_options={}))
     assert algo.eps == EPS and algo.sigma == local.sigma > 3 * old.sigma
     s = run_local(config).summary
     assert s["privacy_eps_composed"] <= EPS and s["privacy_delta_composed"] <= DELTA

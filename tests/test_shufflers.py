@@ -1,5 +1,5 @@
 """Shuffler actors: under --trust shuffle the Ray engine's populations send their users' messages
-to S shufflers, which permute each round's share (ldpfed.algorithms.shuffling) and forward anonymous chunks to the
+to S shufflers, which permute each round's share (ldpfed.trust.shuffling) and forward anonymous chunks to the
 shards; run_local sums the same permuted chunks, so the engines agree bit for bit."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from ldpfed.algorithms import make_algorithm
-from ldpfed.algorithms.shuffling import CHUNK_MESSAGES, chunk_bounds, permutation, share_bounds, shuffle_share
+from ldpfed.trust.shuffling import CHUNK_MESSAGES, chunk_bounds, permutation, share_bounds, shuffle_share
 from ldpfed.config import RunConfig
 from ldpfed.engine.local import run_local
 from ldpfed.engine.ray_shard import ShardCore, ShuffledChunk, WireMessage, make_plan
@@ -26,9 +26,12 @@ SCHEDULED = ("ldp-mab-ucb", "ldp-sgd-multi")
 
 def shuffled(algorithm="ldp-sgd", **changes):
     # 3000 users per round: with S = 2 each shuffler forwards two chunks (1024 + 476), so chunk order matters
-    base = dict(users=6000, round_size=3000, populations=3, eps=1.0, delta=1e-6, seed=3, trust="shuffle",
-                small_groups="no-amplification" if algorithm in SCHEDULED else "refuse")
-    return RunConfig(algorithm, **{**base, **changes})
+    options = {"small_groups": "no-amplification" if algorithm in SCHEDULED else "refuse"}
+    options.update({key: changes.pop(key) for key in ("shufflers", "small_groups") if key in changes})
+    base = dict(users=6000, round_size=3000, populations=3, eps=1.0, delta=1e-6, seed=3, trust="shuffle")
+    if changes.get("trust", "shuffle") != "shuffle":      # another model: only the options given
+        options.pop("small_groups")
+    return RunConfig(algorithm, **{**base, **changes}, trust_options=options)
 
 
 def assert_same(a, b):
@@ -207,7 +210,7 @@ def test_a_fold_that_reads_the_users_index_cannot_be_shuffled():
     from numba import njit
 
     from ldpfed.algorithms.ldp_reductions import LdpMabUcb
-    from ldpfed.algorithms.trust import check_shuffled
+    from ldpfed.trust.shuffle import check_shuffled
 
     @njit
     def fold_by_user(consts, user, row, out):

@@ -63,7 +63,7 @@ def test_direct_transport_bad_options(ray_session):
         with pytest.raises(ConfigError) as error:
             run_ray_unreserved(config, **options)
         assert error.value.field == field
-    shuffled = small(LDP[0] if LDP else "uniform", trust="shuffle", shufflers=2)
+    shuffled = small(LDP[0] if LDP else "uniform", trust="shuffle", trust_options={"shufflers": 2})
     with pytest.raises(ConfigError, match="shuffler actors") as error:
         run_ray_unreserved(shuffled, mode="per-user", transport="direct")
     assert error.value.field == "transport"
@@ -80,7 +80,7 @@ def test_which_transport_a_run_uses(ray_session, monkeypatch):
     assert run_ray_unreserved(config, actors=3, transport="ray").summary["groups"] == 2
     assert run_ray_unreserved(config, actors=3, group_size=2).summary["transport"] == "ray"
     if LDP:
-        shuffled = small(LDP[0], users=120, round_size=40, trust="shuffle", shufflers=2)
+        shuffled = small(LDP[0], users=120, round_size=40, trust="shuffle", trust_options={"shufflers": 2})
         assert run_ray_unreserved(shuffled, actors=2, mode="per-user").summary["transport"] == "ray"
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from ldpfed.algorithms import make_algorithm
-from ldpfed.algorithms.trust import shuffle_plan, smallest_batch
+from ldpfed.trust.shuffle import shuffle_plan, smallest_batch
 from ldpfed.cli import main
 from ldpfed.config import RunConfig
 from ldpfed.engine import run_local

@@ -7,8 +7,10 @@ from pathlib import Path
 import pytest
 
 from ldpfed.algorithms import make_algorithm
-from ldpfed.algorithms.trust import (TRUST_MODELS, CentralTrust, FieldNoise, LocalTrust, ShuffleTrust, TrustModel,
-                                     trust_model)
+from ldpfed.trust import TRUST_MODELS, FieldNoise, TrustModel, trust_model
+from ldpfed.trust.central import CentralTrust
+from ldpfed.trust.local import LocalTrust
+from ldpfed.trust.shuffle import ShuffleTrust
 from ldpfed.config import RunConfig
 from ldpfed.engine import run_local
 from ldpfed.envs import make_env
@@ -77,7 +79,7 @@ def test_a_plugins_trust_model_runs_through_the_same_door():
         result = run_local(config)
         assert result.summary["privacy_eps_composed"] == pytest.approx(0.5)
         assert make_algorithm(make_env(config), config).mech.eps == 0.5
-        with pytest.raises(ConfigError, match="only the shuffle trust model takes --shufflers"):
-            RunConfig("ldp-sgd", trust="test-half-budget", shufflers=2)
+        with pytest.raises(ConfigError, match="only the shuffle trust model takes it"):
+            RunConfig("ldp-sgd", trust="test-half-budget", trust_options={"shufflers": 2})
     finally:
         TRUST_MODELS.unregister(HalfBudget.name)

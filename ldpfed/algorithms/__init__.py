@@ -2,7 +2,7 @@
 built-ins (pyproject.toml) and any installed plugin's alike, plus LDPFED_PLUGINS (see ldpfed/plugins.py)."""
 from ldpfed.algorithms.base import Algorithm
 from ldpfed.algorithms.contract import check_class, check_instance
-from ldpfed.algorithms.trust import trust_model
+from ldpfed.trust import trust_model
 from ldpfed.plugins import ALGORITHM_GROUP, Registry
 
 REGISTRY: Registry = Registry(ALGORITHM_GROUP, "algorithm", lambda: Algorithm, check_class)

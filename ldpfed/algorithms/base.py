@@ -21,6 +21,7 @@ import numpy as np
 
 from ldpfed.algorithms.options import Option, options_from_defaults
 from ldpfed.mechanisms.accounting import noise_fields
+from ldpfed.mechanisms.noise import local_noise
 from ldpfed.mechanisms.protocol import DataBoundRequired
 from ldpfed.util.errors import ConfigError
 
@@ -58,9 +59,9 @@ class Algorithm:
     _fields: dict | None = None      # what fields() declared (set after setup()); None: the methods are written
     # The paper's experiment, for jobs/: RunConfig fields, e.g. {"env_params": {...}, "users": 10**5, "eps": 1.0,
     # "delta": 0.01, "params": {...}}; the env is `default_env`.
-    trust = None                     # the run's TrustModel (ldpfed.algorithms.trust), set when it is built
-    shuffle = None                   # the trust model's ShufflePlan when the run shuffles (ldpfed.algorithms.trust)
-    central = None                   # under the central trust model: {field: its mechanism's CentralTwin}
+    trust = None                     # the run's TrustModel (ldpfed.trust), set when it is built; None: local
+    shuffle = None                   # the shuffle trust model's ShufflePlan (ldpfed.trust.shuffle)
+    central = None                   # the central trust model's twins: {field: its mechanism's CentralTwin}
     paper_setting: dict = {}
     # Options whose default differs under RunConfig.profile="authors-code" (the public code's choices), e.g.
     # {"authors-code": {"step": 5.0}}; every key must be in `defaults`. No entry: identical under both profiles.
@@ -201,10 +202,10 @@ class Algorithm:
         if self._fields is not None:
             domains = {}
             for key, declared in self._fields.items():
-                twin = (self.central or {}).get(key)    # central: what a user sends is its mechanism's mean
+                # the trust model's domain where users send something else than the mechanism's output
+                own = None if self.trust is None else self.trust.field_domain(self, key, declared)
                 try:
-                    domains[key] = (declared.make_domain() if twin is None else
-                                    twin.output_domain(declared.shape, declared.data_bound, **declared.schedule))
+                    domains[key] = declared.make_domain() if own is None else own
                 except NotImplementedError as error:
                     raise NotImplementedError(f"{self.name}: message field {key!r} declares no domain ({error})") \
                         from None
@@ -242,9 +243,7 @@ class Algorithm:
         sum instead of theirs; under "shuffle" the mechanisms already run at eps0 (self.eps when setup() ran).
         Known once the trust model has built the algorithm: read it in initial_state(), update() or between(),
         not in setup() (no field declared yet: {}) or consts() (under "central": RuntimeError)."""
-        from ldpfed.algorithms.trust import LocalTrust
-
-        return (self.trust or LocalTrust()).noise(self)
+        return local_noise(self.mechanisms) if self.trust is None else self.trust.noise(self)
 
     # ---- what the server can tell apart: the shuffle trust model hides a user only among the same randomizer ------
     def randomizer_groups(self, users: np.ndarray) -> np.ndarray | None:
@@ -284,26 +283,13 @@ class Algorithm:
         the privacy accountant (ldpfed.mechanisms.accounting) composes. Override to change `per_user`."""
         reason = (ONE_MESSAGE if self.privacy_model == "ldp" else ONE_RELEASE)
         declared = self._fields or {}
-        made_by = self.mechanisms if self.central is None else self.central
+        # the trust model says whose noise the rows state (the mechanisms', the central twins', ...) and labels them
+        made_by = self.mechanisms if self.trust is None else self.trust.noise_makers(self)
         rows = [{"message": key, **mech.guarantee.as_dict(), **noise_fields(mech),
                  "per_user": declared[key].per_user if key in declared else 1,
                  "composition": (declared[key].composition if key in declared else None) or reason}
                 for key, mech in made_by.items()]
-        if self.central is not None:     # the same per-user budget, spent by the server's noise on each round's sum
-            note = ("central trust model: the user's clipped data goes to a trusted server, which adds this noise "
-                    "once to the round's aggregate, calibrated to one user's contribution; each user is in one "
-                    "round's aggregate (parallel composition over the rounds)")
-            rows = [{**row, "trust": "central", "scope": note} for row in rows]
-        if self.shuffle is not None:     # the rows are the local randomizer's; the shuffled batch amplifies them
-            note = (f"local randomizer of the shuffle trust model: each user sends one message in one shuffled "
-                    f"batch of >= {self.shuffle.batch} users on its randomizer, so the run's guarantee is its "
-                    f"worst-off user's batch's (the summary's privacy_eps_composed, {self.shuffle.bound} bound of "
-                    f"Feldman, McMillan, Talwar 2021)") if self.shuffle.amplifies else (
-                    f"local randomizer of the shuffle trust model, at the target: a group of "
-                    f"{self.shuffle.batch} user(s) on one randomizer (round {self.shuffle.smallest_round}) "
-                    f"amplifies too little, so no user's guarantee counts on the shuffle")
-            rows = [{**row, "trust": "shuffle", "scope": note} for row in rows]
-        return rows
+        return rows if self.trust is None else self.trust.label_rows(self, rows)
 
     @classmethod
     def describe(cls) -> dict:

@@ -237,6 +237,23 @@ class CompiledAlgorithm(Algorithm):
         weight_loop(self.steps())(self.compiled_consts(), np.arange(start, stop, dtype=np.int64), largest, total)
         return largest, total / max(stop - start, 1)
 
+    def weighs(self) -> bool:
+        """Whether the aggregate weighs the users' rows by public per-user weights (`weigh` is not no_weights)."""
+        return self.steps().weigh is not no_weights
+
+    def trust_model(self):
+        """The run's trust model (ldpfed.trust): the one that built this algorithm, else local's."""
+        if self.trust is None:
+            from ldpfed.trust.local import LocalTrust
+
+            return LocalTrust()
+        return self.trust
+
+    def sent_layout(self) -> FieldLayout:
+        """The layout of what a user sends: the message's (`layout()`), or the aggregate's (`sum_layout()`) when the
+        trust model has the users weigh or fold their own rows (`client_weighs`)."""
+        return self.sum_layout() if self.trust_model().client_weighs else self.layout()
+
     def anonymous_sums(self) -> bool:
         """Under the shuffle model the server sees a round's messages as a multiset, so it cannot weigh a message
         by its user's index (and weighing at the client would give the index away, e.g. in the norm of eta_t Z):
@@ -344,18 +361,20 @@ class CompiledAlgorithm(Algorithm):
 
     def encode(self, model, contexts, actions, rewards, users, rng):
         inputs, counts = self.client_inputs(model, contexts, actions, rewards, users)
-        layout = self._layout
-        rows = layout.privatize(inputs, layout.draw(rng, len(users)), overwrite=True) if self.central is None else \
-            self.central_rows(inputs)
+        users = np.asarray(users, dtype=np.int64)
+        trust = self.trust_model()
+        rows = trust.client_rows(self, inputs, users, rng)     # where the noise goes: the trust model's door
         finish = self.steps().finish
         if finish is not no_finish:
-            round_loops(self.steps())[2](self.compiled_consts(), np.asarray(users, dtype=np.int64), rows)
+            round_loops(self.steps())[2](self.compiled_consts(), users, rows)
+        rows = trust.seal(self, rows, users, rng)
         totals = column_sums(counts)
-        return layout.split(rows), {name: int(totals[j]) for j, name in enumerate(self.metric_names)}
+        return self.sent_layout().split(rows), {name: int(totals[j]) for j, name in enumerate(self.metric_names)}
 
     def aggregate(self, messages, users):
         steps = self.steps()
-        if (steps.weigh is no_weights or self.anonymous_sums()) and steps.fold is None:
+        if self.trust_model().client_weighs or (
+                (steps.weigh is no_weights or self.anonymous_sums()) and steps.fold is None):
             return super().aggregate(messages, users)
         layout, sums = self.layout(), self.sum_layout()
         users = np.asarray(users, dtype=np.int64)
@@ -375,42 +394,15 @@ class CompiledAlgorithm(Algorithm):
         summed fields joined into one flat row and draw_server's numbers, then `between` when breaks(start, stop)
         names a user; returns the new state (the argument is left alone)."""
         new = {key: np.array(value, copy=True) for key, value in state.items()}
-        joined = self.sum_layout().join(sums)
+        trust = self.trust_model()
+        joined = trust.decode(self, self.sum_layout().join(sums), int(start), int(stop))
         if self.anonymous_sums():
             joined = joined * self.round_weights(int(start), int(stop))[1]
-        if self.central is not None:
-            joined = joined + self.central_noise(sums, int(start), int(stop), rng)
+        noise = trust.server_noise(self, sums, int(start), int(stop), rng)
+        if noise is not None:
+            joined = joined + noise
         self.steps().update(self.state_tuple(new), self.compiled_consts(), joined, int(start),
                             int(stop), self.draw_server(int(stop) - int(start), rng))
         if self.breaks(int(start), int(stop)):
             self.between(new, int(stop), rng)
         return new
-
-    # ---- the central trust model (ldpfed.algorithms.trust): the same steps, the noise moved to the server ----------
-    def central_rows(self, inputs: np.ndarray) -> np.ndarray:
-        """What the users send under the central model: each private field's clipped data as its mechanism's mean
-        (ldpfed.mechanisms.central), the public fields as they are."""
-        layout, n = self.layout(), inputs.shape[0]
-        rows = np.array(inputs, dtype=float, copy=True)
-        for key, twin in self.central.items():
-            part = layout.slices[key]
-            rows[:, part] = twin.mean(inputs[:, part].reshape(n, *layout.shapes[key])).reshape(n, -1)
-        return rows
-
-    def central_noise(self, sums: dict, start: int, stop: int, rng: np.random.Generator) -> np.ndarray:
-        """The server's noise on the aggregate row of users [start, stop): each aggregate field that carries a
-        private message field gets that field's twin's noise on the entries users can touch (central_touched),
-        scaled by the users' largest weight on each entry."""
-        steps, layout = self.steps(), self.layout()
-        weights = self.round_weights(start, stop)[0] if steps.weigh is not no_weights else None
-        touched = self.central_touched(sums, start, stop)
-        aggregate = self.sum_layout()
-        noise = np.zeros(aggregate.width)
-        for target, source in self.central_sources().items():
-            twin = self.central.get(source)
-            if twin is None:        # a public field: nothing to hide
-                continue
-            shape = aggregate.shapes[target]
-            weight = 1.0 if weights is None else weights[layout.slices[source]].reshape(shape)
-            noise[aggregate.slices[target]] = (twin.draw(rng, shape, weight) * touched[target]).reshape(-1)
-        return noise

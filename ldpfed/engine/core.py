@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 
 from ldpfed.algorithms import make_algorithm
-from ldpfed.algorithms.shuffling import anonymous_aggregate, check_groups, share_bounds, shuffle_share
-from ldpfed.algorithms.trust import trust_model
+from ldpfed.trust.shuffling import anonymous_aggregate, check_groups, share_bounds, shuffle_share
+from ldpfed.trust import trust_model
 from ldpfed.envs import make_env
 from ldpfed.util.jit import compile_seconds
 from ldpfed.util.rng import derive
@@ -101,7 +101,7 @@ def add_sums(total: dict | None, part: dict) -> dict:
     return total
 
 
-# ---- the shuffle trust model (ldpfed.algorithms.shuffling): what populations, shufflers and the reference engine do
+# ---- the shuffle trust model (ldpfed.trust.shuffling): what populations, shufflers and the reference engine do
 def shuffler_pieces(payload: dict, users: np.ndarray, start: int, stop: int, shufflers: int) -> list[dict | None]:
     """One population's messages (its users [start, stop)-round positions in order) cut by shuffler share: one
     piece per shuffler (None: none of the population's users is in that share)."""
@@ -122,7 +122,7 @@ def join_pieces(pieces: list) -> dict:
 def shuffled_sums(algo, config, round_index: int, populations: list) -> dict:
     """The round's aggregate under the shuffle model, as the shuffler actors and shards of the Ray engine compute it:
     populations = [(users, messages)] in population order; each shuffler's share permuted and cut into chunks
-    (ldpfed.algorithms.shuffling), each chunk aggregated without its users, the chunks added in (shuffler, chunk)
+    (ldpfed.trust.shuffling), each chunk aggregated without its users, the chunks added in (shuffler, chunk)
     order."""
     if not populations:
         return {}

@@ -1,7 +1,7 @@
 """The single-process engine: the reference every other engine must reproduce, and the fast path for tests."""
 from __future__ import annotations
 
-from ldpfed.algorithms.trust import trust_model
+from ldpfed.trust import trust_model
 from ldpfed.engine.core import PopulationRow, add_sums, population_users, shuffled_sums, simulate_population
 from ldpfed.engine.driver import Backend, drive
 from ldpfed.util.memory import keep_freed_memory

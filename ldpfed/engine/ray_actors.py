@@ -17,7 +17,7 @@ from ldpfed.engine.channels import RemoteError, Serving, as_ready
 from ldpfed.engine.core import PopulationRow, join_pieces, population_users, shuffler_pieces, simulate_population
 from ldpfed.engine.ray_shard import LatencyHistogram, ShardCore, ShuffledChunk, WireMessage, current_rss_bytes, \
     peak_rss_bytes
-from ldpfed.algorithms.shuffling import check_groups, shard_of_chunk, shuffle_share
+from ldpfed.trust.shuffling import check_groups, shard_of_chunk, shuffle_share
 from ldpfed.envs import make_env
 from ldpfed.util.memory import keep_freed_memory
 from ldpfed.util.threads import limit as limit_threads
@@ -156,7 +156,7 @@ class PopulationActor(ServesRounds):
 
 
 class ShufflerActor:
-    """A shuffler of the shuffle trust model: mixes its share of each round (ldpfed.algorithms.shuffling) and
+    """A shuffler of the shuffle trust model: mixes its share of each round (ldpfed.trust.shuffling) and
     forwards it to the shards in chunks that carry no population and no user index (`ShuffledChunk`). It keeps
     nothing between rounds, so a recreated one simply redoes the round."""
 

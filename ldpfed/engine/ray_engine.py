@@ -19,7 +19,7 @@ group of actors, which calls the others and returns their objects' references, a
 it is handed references to: one call per group, the same objects folded in the same order. Under the shuffle
 trust model (per-user mode) step 3 goes through S shuffler actors (`ShufflerActor`, one call each per round): a
 population actor returns one object per shuffler (its users' messages in that shuffler's share,
-ldpfed.algorithms.shuffling), each shuffler permutes its share and returns one object per shard of chunks that carry no
+ldpfed.trust.shuffling), each shuffler permutes its share and returns one object per shard of chunks that carry no
 population and no user index, and the shards fold those chunks.
 
 The result equals `run_local`'s for the same config, whatever the number of actors, shards or nodes: the same
@@ -45,7 +45,7 @@ import warnings
 
 import ray
 
-from ldpfed.algorithms.trust import trust_model
+from ldpfed.trust import trust_model
 from ldpfed.engine.driver import Backend, drive
 from ldpfed.engine.ray_actors import (PopulationActor, RemotePopulation, RemoteShard, RemoteShuffler,  # noqa: F401
                                       ServesRounds, ShardActor, ShufflerActor)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ldpfed.algorithms.trust import trust_model
+from ldpfed.trust import trust_model
 from ldpfed.engine.ray_shard import MODES
 from ldpfed.util.errors import ConfigError, integer
 

@@ -22,7 +22,7 @@ depends on the width); each user's message is then cut into one slice per shard.
 
 Under the shuffle trust model (layout "shuffled", per-user mode only) no population reaches a shard: shuffler
 actors send `ShuffledChunk`s (algorithm, round, shuffler, chunk, payload), a permuted chunk of a shuffler's share of
-the round with no population and no user index (ldpfed.algorithms.shuffling fixes the shares, chunk sizes and which
+the round with no population and no user index (ldpfed.trust.shuffling fixes the shares, chunk sizes and which
 shard gets which chunk). The shard aggregates each chunk without its users (`shuffling.anonymous_aggregate`) and
 keeps the sums per (shuffler, chunk); the coordinator adds them in that order, as run_local does
 (`core.shuffled_sums`). A chunk's domain checks are those of its users as a multiset (`Domain.anonymous_reason`):
@@ -59,8 +59,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ldpfed.algorithms.shuffling import anonymous_aggregate, chunk_bounds, chunks_of_shard, share_bounds
-from ldpfed.algorithms.trust import trust_model
+from ldpfed.trust.shuffling import anonymous_aggregate, chunk_bounds, chunks_of_shard, share_bounds
+from ldpfed.trust import trust_model
 from ldpfed.engine.core import add_sums, population_users, round_bounds, sample_messages
 from ldpfed.mechanisms.domains import symmetric_reason
 
@@ -88,7 +88,7 @@ class WireMessage(NamedTuple):
 class ShuffledChunk(NamedTuple):
     """What a shuffler sends a server shard under the shuffle trust model (layout "shuffled"): a chunk of its share of
     a round, permuted, with no population and no user index. (shuffler, chunk) are the chunk's place in the public
-    plan (ldpfed.algorithms.shuffling), which fixes its size and the order of the sums, not who sent it."""
+    plan (ldpfed.trust.shuffling), which fixes its size and the order of the sums, not who sent it."""
 
     algorithm: str
     round: int
@@ -148,7 +148,7 @@ class ShardPlan:
             return False
         return self.layout != "population" or population % self.shards == shard
 
-    # ---- shuffled layout (ldpfed.algorithms.shuffling) -------------------------------------------------------
+    # ---- shuffled layout (ldpfed.trust.shuffling) -------------------------------------------------------
     def share_users(self, round_index: int, shuffler: int) -> np.ndarray:
         """The users shuffler `shuffler` mixes in round `round_index` (public), in user order."""
         start, stop = self.round_bounds(round_index)
@@ -191,7 +191,7 @@ class ShardPlan:
     def assemble(self, totals: list[dict]) -> dict:
         """The round's aggregate from the shards' totals ({field: flat segment} per shard)."""
         if self.layout in ("population", "shuffled"):   # the shards' sums, added in population / (shuffler, chunk)
-            sums: dict = {}                               # order (ldpfed.algorithms.shuffling)
+            sums: dict = {}                               # order (ldpfed.trust.shuffling)
             key = "chunks" if self.layout == "shuffled" else "populations"
             for _, part in sorted((item for shard in totals for item in shard.get(key, ())),
                                   key=lambda item: item[0]):

@@ -181,8 +181,9 @@ def _plan(config):
         return f"{config.algorithm} is not written as compiled steps (ldpfed.algorithms.compiled)"
     if env.compiled() is None:
         return f"env {env.name} has no compiled step"
-    if algo.central is not None:
-        return "the central trust model (the server adds its noise to a round's aggregate)"
+    if algo.trust is not None and algo.trust.noise_at != "user":
+        return (f"the {algo.trust.name} trust model (its noise is added at the {algo.trust.noise_at}, around a round's "
+                f"aggregate)")
     return StepsRunner, env, algo
 
 

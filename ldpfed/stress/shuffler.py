@@ -20,7 +20,7 @@ import numpy as np
 import ray
 
 from ldpfed.algorithms import make_algorithm
-from ldpfed.algorithms.shuffling import shuffle_share
+from ldpfed.trust.shuffling import shuffle_share
 from ldpfed.config import RunConfig
 from ldpfed.engine.core import join_pieces
 from ldpfed.engine.ray_engine import IDLE_ACTORS, PopulationActor, RemoteShuffler, cluster_nodes
@@ -44,7 +44,8 @@ def measure_shufflers(algorithm: str, d: int, K: int, shufflers: int, round_user
                       seconds: float, in_flight: int, seed: int = 0, log=print) -> dict:
     """One row of the shuffler stage: S = `shufflers` actors for `seconds` (see the module doc)."""
     config = RunConfig(algorithm, env_params={"d": d, "K": K}, users=round_users * ROUNDS, round_size=round_users,
-                       populations=populations, eps=1.0, delta=1e-6, seed=seed, trust="shuffle", shufflers=shufflers)
+                       populations=populations, eps=1.0, delta=1e-6, seed=seed, trust="shuffle",
+                       trust_options={"shufflers": shufflers})
     env = make_env(config)
     algo = make_algorithm(env, config)
     plan = make_plan(algo, config, 1, "per-user")

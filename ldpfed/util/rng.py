@@ -18,7 +18,7 @@ PURPOSES = {
     "sequential-client": 8,  # the sequential engine: the local randomizers' draws for a chunk of users
     "sequential-server": 9,  # the sequential engine: the server's draws (draw_server) for a chunk of users
     "sequential-between": 10,  # the sequential engine: a compiled algorithm's `between` step after a user
-    "shuffle": 11,   # a shuffler's permutation of a round's share (ldpfed.algorithms.shuffling), by (round, shuffler)
+    "shuffle": 11,   # a shuffler's permutation of a round's share (ldpfed.trust.shuffling), by (round, shuffler)
 }
 
 

@@ -1,0 +1,152 @@
+"""Options, declared once (an algorithm's, a trust model's): default, kind, bounds, documentation.
+
+An algorithm lists its options as `options = {"alpha": Option(0.1, low=0, high=1, low_open=True, high_open=True,
+doc="..."), ...}`; `Algorithm` derives `defaults` from them and validates every option of a run (defaults, the
+profile's defaults, the user's values) in one place, before `setup()`, with `Option.validate`. A failure raises
+ConfigError naming `params.<option>`. What depends on other options or on the world (e.g. s0 "auto", a value
+resolved from the env) stays in `setup`, which may call `Option.validate` on the resolved value.
+
+Kinds: "float" (a real number, bool excluded; nan never; inf only with allow_inf), "int" (an integer, bool
+excluded), "choice" (one of `choices`), "bool" (true or false), "any" (accepted as it is: options of classes that
+list plain `defaults`). `allow`: values accepted as they are whatever the kind (e.g. None, "auto"), compared by
+type and value (so 1 is not True).
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import KW_ONLY, dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from ldpfed.util.errors import ConfigError
+
+KINDS = ("float", "int", "choice", "bool", "any")
+
+
+def _same(a, b) -> bool:
+    return a is b or (type(a) is type(b) and isinstance(a, (str, int, float)) and a == b)
+
+
+def _number(x) -> str:
+    """A bound as text: 1.0 -> 1, inf -> inf."""
+    if isinstance(x, float) and x.is_integer():
+        return str(int(x))
+    return str(x)
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option: its default and what values it accepts (see the module doc)."""
+
+    default: Any
+    _: KW_ONLY
+    kind: str = "float"
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False       # low itself excluded
+    high_open: bool = False      # high itself excluded
+    allow_inf: bool = False      # a float option that may be +inf (e.g. "no projection")
+    choices: tuple | None = None
+    allow: tuple = ()            # values accepted as they are (None, "auto", ...)
+    doc: str = ""
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise TypeError(f"Option kind {self.kind!r} must be one of {KINDS}")
+        if self.kind == "choice" and not self.choices:
+            raise TypeError("a choice Option needs choices")
+        if self.choices is not None:
+            object.__setattr__(self, "choices", tuple(self.choices))
+        object.__setattr__(self, "allow", tuple(self.allow))
+
+    # ---- checking ------------------------------------------------------------------------------------------
+    def validate(self, name: str, value, group: str = "params"):
+        """The value as the algorithm uses it (a float option as float, an int option as int), or ConfigError
+        naming <group>.<name> (params, trust_options, env_params) with what is accepted."""
+        if any(_same(value, a) for a in self.allow):
+            return value
+        kind = self.kind
+        if kind == "any":
+            return value
+        if kind == "bool":
+            if isinstance(value, (bool, np.bool_)):
+                return bool(value)
+            self._fail(name, value, group)
+        if kind == "choice":
+            if any(_same(value, c) for c in self.choices):
+                return value
+            self._fail(name, value, group)
+        if isinstance(value, (bool, np.bool_)):
+            self._fail(name, value, group)
+        if kind == "int":
+            if not isinstance(value, numbers.Integral):
+                self._fail(name, value, group)
+            v = int(value)
+        else:
+            if not isinstance(value, numbers.Real):
+                self._fail(name, value, group)
+            v = float(value)
+            if math.isnan(v) or (math.isinf(v) and not (self.allow_inf and v > 0)):
+                self._fail(name, value, group)
+        if self.low is not None and (v < self.low or (self.low_open and v == self.low)):
+            self._fail(name, value, group)
+        if self.high is not None and (v > self.high or (self.high_open and v == self.high)):
+            self._fail(name, value, group)
+        return v
+
+    def _fail(self, name, value, group):
+        raise ConfigError(f"{group}.{name}", value, f"must be {self.accepts()}")
+
+    # ---- description ---------------------------------------------------------------------------------------
+    def bounds(self) -> str:
+        """The accepted range or choices as text: "(0, 1)", "[0, inf]", "one of ['classic', 'analytic']", ""."""
+        if self.kind == "choice":
+            return f"one of {list(self.choices)}"
+        if self.kind in ("bool", "any"):
+            return ""
+        if self.low is None and self.high is None:
+            return "[-inf, inf]" if self.allow_inf else ""
+        low = "-inf" if self.low is None else _number(self.low)
+        high = ("inf" if self.high is None else _number(self.high))
+        left = "(" if (self.low is None or self.low_open) else "["
+        right = "]" if (self.high is None and self.allow_inf) else (")" if (self.high is None or self.high_open)
+                                                                    else "]")
+        return f"{left}{low}, {high}{right}"
+
+    def accepts(self) -> str:
+        """What validate accepts, as the end of "must be ..."."""
+        if self.kind == "bool":
+            text = "true or false"
+        elif self.kind == "choice":
+            text = f"one of {list(self.choices)}"
+        elif self.kind == "any":
+            text = "anything"
+        else:
+            what = "an integer" if self.kind == "int" else ("a number" if self.allow_inf else "a finite number")
+            bounds = self.bounds()
+            text = f"{what} in {bounds}" if bounds else what
+        if self.allow:
+            text += ", or " + " or ".join(repr(a) for a in self.allow)
+        return text
+
+    def row(self, name: str) -> dict:
+        """One row of Algorithm.option_table()."""
+        return {"name": name, "default": self.default, "kind": self.kind, "bounds": self.bounds(),
+                "choices": list(self.choices) if self.choices else None, "allow": list(self.allow), "doc": self.doc,
+                "accepts": self.accepts()}
+
+
+def options_from_defaults(defaults: dict, inherited: dict) -> dict:
+    """Options for a class that lists plain `defaults`: an inherited Option of the same name keeps its checks with
+    the new default; any other option is of kind "any" (accepted as it is)."""
+    return {name: (replace(inherited[name], default=value) if name in inherited else Option(value, kind="any"))
+            for name, value in defaults.items()}
+
+
+# ---- options several algorithms share ------------------------------------------------------------------------
+CALIBRATION = Option("classic", kind="choice", choices=("classic", "analytic"),
+                     doc="Gaussian calibration: 'classic' (sigma = Delta sqrt(2 ln(1.25/delta)) / eps, proven for "
+                         "eps <= 1; above, replaced by the analytic sigma where it would under-state delta) or "
+                         "'analytic' (the exact smallest sigma, Balle & Wang 2018)")
