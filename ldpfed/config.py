@@ -93,6 +93,9 @@ class RunConfig:
         return asdict(self)
 
     def replace(self, **changes) -> "RunConfig":
+        """A copy with `changes`; another trust model starts from its own default options unless given."""
+        if changes.get("trust", self.trust) != self.trust:
+            changes.setdefault("trust_options", {})
         return RunConfig(**{**self.to_dict(), **changes})
 
 

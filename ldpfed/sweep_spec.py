@@ -296,7 +296,7 @@ def configs(sweep: Sweep) -> list:
                           populations=min(sweep.populations, round_size), eps=eps, delta=delta, seed=seed,
                           env_params=env_params, params=params, profile=sweep.profile)
                 for eps in (sweep.eps if private else (1.0,)) for seed in sweep.seeds]
-        if sweep.trust != DEFAULT_TRUST and runs and in_reach(sweep.trust, runs[0]):
+        if runs and in_reach(sweep.trust, runs[0]):      # the others run under local
             runs = [run.replace(trust=sweep.trust, trust_options=sweep.trust_options) for run in runs]
         out += runs
     return out
@@ -307,9 +307,12 @@ def in_reach(trust: str, config) -> bool:
     under local (TrustModel.reach): a sweep runs the others under local, as it says."""
     from ldpfed.algorithms import REGISTRY
     from ldpfed.envs import make_env
-    from ldpfed.trust import trust_model
+    from ldpfed.trust import TrustModel, trust_model
 
-    return trust_model(trust).reach(REGISTRY[config.algorithm], make_env(config).public(), config) is None
+    model = trust_model(trust)
+    if type(model).refusal is TrustModel.refusal:      # a model that reaches every algorithm: nothing to build
+        return True
+    return model.reach(REGISTRY[config.algorithm], make_env(config).public(), config) is None
 
 
 def _toml_value(value) -> str:

@@ -66,7 +66,7 @@ def test_every_algorithm_under_every_trust_model_stays_below_its_claim():
                 refused.append((name, trust, error.field))
                 continue
             assert row["lower_bound"] <= row["claimed_eps"], row
-    assert all(field in ("trust", "small_groups") for _, _, field in refused), refused
+    assert all(field in ("trust", "trust_options.small_groups") for _, _, field in refused), refused
     assert {(name, trust) for name, trust, _ in refused} >= {("ldp-bco-one-point", "shuffle"),
                                                              ("ldp-bco-two-point", "central")}
     for name in ("klucb-cf", "sw-klucb-cf"):

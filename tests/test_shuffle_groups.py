@@ -53,7 +53,7 @@ def test_a_lone_user_refuses_the_run_naming_algorithm_round_and_group(name):
     with pytest.raises(ConfigError) as caught:
         built(shuffled(name))
     error = caught.value
-    assert error.field == "small_groups"
+    assert error.field == "trust_options.small_groups"
     assert f"{name}: round 0 has a group of 1 user" in error.reason and "--small-groups no-amplification" in error.reason
 
 

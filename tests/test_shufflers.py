@@ -68,7 +68,7 @@ def test_bad_shufflers_are_refused_naming_the_option(value):
 
 
 def test_shufflers_need_the_shuffle_trust_model():
-    with pytest.raises(ConfigError, match="only the shuffle trust model takes --shufflers"):
+    with pytest.raises(ConfigError, match="trust_options.shufflers.*only the shuffle trust model takes it"):
         shuffled(trust="local", shufflers=2)
 
 

@@ -98,10 +98,14 @@ def test_cli_runs_shuffle_and_names_the_option_it_refuses(capsys, tmp_path):
     assert main(["run", "ldp-sgd", "--users", "4000", "--round-size", "2000", "--trust", "shuffle", "--shufflers", "2",
                  "--delta", "1e-6", "--quiet"]) == 0
     assert "shuffled batch (a round among 2 shufflers): 1,000 (round 0)" in capsys.readouterr().out
-    for bad in (["--shufflers", "0", "--trust", "shuffle"], ["--shufflers", "2"]):
+    for bad, named in ((["--shufflers", "0", "--trust", "shuffle"], "--shufflers"),
+                       (["--shufflers", "2"], "--trust-option shufflers"),
+                       (["--trust-option", "shufflers=2"], "--trust-option shufflers"),
+                       (["--trust", "shuffle", "--trust-option", "shufflers=0"], "--trust-option shufflers"),
+                       (["--trust", "shuffle", "--trust-option", "shuffler=2"], "did you mean 'shufflers'")):
         with pytest.raises(SystemExit) as caught:
             main(["run", "ldp-sgd", "--users", "4000", "--round-size", "2000", "--quiet", *bad])
-        assert caught.value.code == 2 and "--shufflers" in capsys.readouterr().err
+        assert caught.value.code == 2 and named in capsys.readouterr().err
 
 
 def test_local_is_unchanged():
@@ -109,7 +113,7 @@ def test_local_is_unchanged():
     assert config.trust == "local"
     a, b = run_local(config), run_local(config.replace(trust="local"))
     assert np.array_equal(a.table["regret"], b.table["regret"])
-    assert "privacy_trust" not in a.summary and all("trust" not in row for row in a.ledger)
+    assert a.summary["privacy_trust"] == "local" and all("trust" not in row for row in a.ledger)
 
 
 def test_a_sweep_file_shuffles_its_ldp_algorithms(tmp_path):
