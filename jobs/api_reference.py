@@ -44,7 +44,7 @@ PAGES = [
       "ldpfed.mechanisms.tree.TreeMechanism"]),
     ("Trust models",
      "Where the noise is added and what the server sees: [trust-models.md](trust-models.md).",
-     ["ldpfed.algorithms.trust.TrustModel", "ldpfed.algorithms.trust.FieldNoise"]),
+     ["ldpfed.trust.TrustModel", "ldpfed.trust.FieldNoise"]),
     ("Running and checking",
      "A run's configuration, the call that runs it, and the conformance kit a plugin's tests call.",
      ["ldpfed.config.RunConfig", "ldpfed.engine.run", "ldpfed.testing.check_algorithm",
