@@ -14,6 +14,7 @@ MECHANISMS = (
     "tree-laplace",
     "wishart",
     "sparse-vector",
+    "skellam",
 )
 
 

@@ -19,6 +19,7 @@ PURPOSES = {
     "sequential-server": 9,  # the sequential engine: the server's draws (draw_server) for a chunk of users
     "sequential-between": 10,  # the sequential engine: a compiled algorithm's `between` step after a user
     "shuffle": 11,   # a shuffler's permutation of a round's share (ldpfed.trust.shuffling), by (round, shuffler)
+    "secagg": 12,    # secure aggregation (ldpfed.trust.secagg): the masks' key, and each round's drop-outs
 }
 
 
