@@ -12,7 +12,8 @@ The unmasked sum is checked against the exact sum of the senders' vectors and no
 
     python jobs/bench_secagg.py [--users 1e3 1e4 1e5] [--length 110] [--dropouts 0 0.1 0.3] [--chunk 10000]
 
-1e6 users per round is an option (--users 1e6): about a minute per drop-out rate at 0 and 0.1, several at 0.3.
+1e6 users per round is an option (--users 1e6): about 25 s of client time at drop-outs 0 and 0.1, 2 minutes at 0.3
+(k = 290 neighbours); the whole run with 1e3 .. 1e6 about 3 minutes.
 """
 from __future__ import annotations
 

@@ -220,7 +220,7 @@ def test_neighbours_for_dropout_keeps_aborts_rare():
             assert S.abort_probability(n, k, d) <= 1e-6 < S.abort_probability(n, k - 2, d)
 
 
-# ---- masking and unmasking --------------------------------------------------------------------------------------------
+# ---- masking and unmasking -------------------------------------------------------------------------------------------
 KEY, ROUND, BITS = 0xC0FFEE, 17, 40
 
 

@@ -57,7 +57,8 @@ def chacha_mask(seed: bytes) -> np.ndarray:
 
 def pair_seed(own: X25519PrivateKey, their_public) -> bytes:
     shared = own.exchange(their_public)
-    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=b"secagg pair mask round %d" % ROUND).derive(shared)
+    kdf = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=b"secagg pair mask round %d" % ROUND)
+    return kdf.derive(shared)
 
 
 def private_bytes(key: X25519PrivateKey) -> bytes:
@@ -79,9 +80,9 @@ def run_protocol(q: np.ndarray, sent: np.ndarray, responded: np.ndarray, graph: 
     public = [key.public_key() for key in secret]           # published through the server
     b = [data.bytes(32) for _ in range(N)]                   # self-mask seeds
     # each user shares its secret key and self-mask seed among its neighbours (x-coordinate: holder index + 1)
-    key_shares = [shamir_share(int.from_bytes(private_bytes(secret[u]), "little"), [v + 1 for v in neighbours[u]], t, rnd)
-                  for u in range(N)]
-    seed_shares = [shamir_share(int.from_bytes(b[u], "little"), [v + 1 for v in neighbours[u]], t, rnd) for u in range(N)]
+    xs = [[v + 1 for v in neighbours[u]] for u in range(N)]
+    key_shares = [shamir_share(int.from_bytes(private_bytes(secret[u]), "little"), xs[u], t, rnd) for u in range(N)]
+    seed_shares = [shamir_share(int.from_bytes(b[u], "little"), xs[u], t, rnd) for u in range(N)]
 
     def sign(u, v):
         return 1 if graph.position[u] < graph.position[v] else -1

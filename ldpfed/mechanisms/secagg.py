@@ -77,7 +77,7 @@ class ReconstructionFailed(RuntimeError):
                          f"reconstruct it ({failures} user(s) of the round short of shares); the round aborts")
 
 
-# ---- modular arithmetic -----------------------------------------------------------------------------------------------
+# ---- modular arithmetic ----------------------------------------------------------------------------------------------
 def _bits(bits) -> int:
     if isinstance(bits, (bool, np.bool_)) or not isinstance(bits, (int, np.integer)) or not 1 <= bits <= MAX_BITS:
         raise ConfigError("bits", bits, f"must be an integer in [1, {MAX_BITS}] (the modulus is 2**bits)")
@@ -107,7 +107,7 @@ def modular_sum(values, bits, axis: int = 0) -> np.ndarray:
     return np.sum(mod(values, bits), axis=axis, dtype=np.uint64) & np.uint64((1 << _bits(bits)) - 1)
 
 
-# ---- quantization -----------------------------------------------------------------------------------------------------
+# ---- quantization ----------------------------------------------------------------------------------------------------
 _ROUND_LIMIT = float(2 ** 62)
 
 
@@ -155,7 +155,7 @@ def _positive_int(name, value) -> int:
     return int(value)
 
 
-# ---- Skellam noise ----------------------------------------------------------------------------------------------------
+# ---- Skellam noise ---------------------------------------------------------------------------------------------------
 @njit(cache=True)
 def _poisson_difference(rng, n, length, lam):
     """rng.poisson(lam, (n, length)) - rng.poisson(lam, (n, length)), the same draws in the same order (numba's
@@ -191,7 +191,7 @@ def skellam_shares(rng: np.random.Generator, n, length, variance) -> np.ndarray:
     return _poisson_difference(rng, n, length, lam)
 
 
-# ---- wrap-around ------------------------------------------------------------------------------------------------------
+# ---- wrap-around -----------------------------------------------------------------------------------------------------
 def _log_wrap_bound(users, max_abs_per_user, noise_variance, entries, bits) -> float:
     b = _bits(bits)
     users, entries = _positive_int("users", users), _positive_int("entries", entries)
@@ -265,7 +265,7 @@ def count_wraps(true_sums, bits) -> int:
     return int(np.count_nonzero(wrapped(true_sums, bits)))
 
 
-# ---- the generator and the seeds ---------------------------------------------------------------------------------------
+# ---- the generator and the seeds -------------------------------------------------------------------------------------
 @njit(cache=True, inline="always")
 def _mix(z):
     """splitmix64's finalizer: a bijection of uint64 with full avalanche."""
@@ -378,7 +378,7 @@ def _positive_or_zero(name, value) -> int:
     return int(value)
 
 
-# ---- the SecAgg+ graph -------------------------------------------------------------------------------------------------
+# ---- the SecAgg+ graph -----------------------------------------------------------------------------------------------
 def default_neighbours(n) -> int:
     """k for a round of n users: 2 ceil(log2 n) (even), at most n - 1 (then every user is every other one's
     neighbour: the complete graph of the original protocol). Bell et al. prove that k = O(log n) neighbours keep
@@ -496,9 +496,8 @@ def ring_graph(key, round, users, k=None) -> RingGraph:
     else:
         h = k // 2
         offsets = np.concatenate([np.arange(1, h + 1), np.arange(n - h, n)]).astype(np.int64)
-    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([int(_key(key)), _positive_or_zero("round", round),
-                                                                      0x5EC]))
-                              )
+    entropy = [int(_key(key)), _positive_or_zero("round", round), 0x5EC]     # 0x5EC: the ring's own stream
+    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(entropy)))
     order = rng.permutation(n).astype(np.int64)
     position = np.empty(n, np.int64)
     position[order] = np.arange(n, dtype=np.int64)
@@ -507,14 +506,15 @@ def ring_graph(key, round, users, k=None) -> RingGraph:
 
 # ---- client and server -----------------------------------------------------------------------------------------------
 @njit(cache=True)
-def _add_stream(acc, j0, seed, offset, sign_plus):
+def _add_stream(acc, seed, offset, sign_plus):
+    """acc += (or -=) the stream of `seed` at counters offset .. offset + len(acc) - 1, modulo 2**64."""
     ka, kb = _stream_keys(seed)
-    for j in range(acc.shape[0] - j0):
+    for j in range(acc.shape[0]):
         x = _stream_at(ka, kb, np.uint64(offset + j))
         if sign_plus:
-            acc[j0 + j] += x
+            acc[j] += x
         else:
-            acc[j0 + j] -= x
+            acc[j] -= x
 
 
 @njit(cache=True)
@@ -527,12 +527,12 @@ def _mask_rows(q, rows, ids, position, order, offsets, key, rnd, offset, mask_bi
         u = np.uint64(ids[i])
         for j in range(length):
             acc[j] = q[r, j]
-        _add_stream(acc, 0, _self_seed(key, rnd, u), offset, True)
+        _add_stream(acc, _self_seed(key, rnd, u), offset, True)
         p = position[i]
         for o in range(offsets.shape[0]):
             pv = (p + offsets[o]) % n
             v = np.uint64(ids[order[pv]])
-            _add_stream(acc, 0, _pair_seed(key, rnd, u, v), offset, p < pv)
+            _add_stream(acc, _pair_seed(key, rnd, u, v), offset, p < pv)
         for j in range(length):
             out[r, j] = acc[j] & mask_bits
 
@@ -563,7 +563,7 @@ def mask(q, rows, graph: RingGraph, key, round, bits, offset=0) -> np.ndarray:
 def _unmask(acc, sent_rows, dropped_rows, sent, ids, position, order, offsets, key, rnd, offset):
     n = ids.shape[0]
     for r in range(sent_rows.shape[0]):           # the self masks of every user that sent
-        _add_stream(acc, 0, _self_seed(key, rnd, np.uint64(ids[sent_rows[r]])), offset, False)
+        _add_stream(acc, _self_seed(key, rnd, np.uint64(ids[sent_rows[r]])), offset, False)
     for r in range(dropped_rows.shape[0]):        # the pair masks each dropped user's sending neighbours added
         w = dropped_rows[r]
         pw = position[w]
@@ -573,7 +573,7 @@ def _unmask(acc, sent_rows, dropped_rows, sent, ids, position, order, offsets, k
             v = order[pv]
             if sent[v]:
                 # v added sign(v, w) PRG(s_vw): +1 when v's position is below w's; remove it
-                _add_stream(acc, 0, _pair_seed(key, rnd, idw, np.uint64(ids[v])), offset, not (pv < pw))
+                _add_stream(acc, _pair_seed(key, rnd, idw, np.uint64(ids[v])), offset, not (pv < pw))
 
 
 def _neighbour_counts(graph: RingGraph, flags: np.ndarray) -> np.ndarray:
