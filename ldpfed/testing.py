@@ -293,7 +293,7 @@ def check_contract(subject: Subject):
         if not isinstance(sums, dict):
             subject.fail(check, f"aggregate returned {type(sums).__name__}, not a dict")
         try:
-            bounds = algo.aggregate_bounds(users)
+            bounds = algo.sum_bounds(users)
         except NotImplementedError as error:
             subject.fail(check, f"aggregate_bounds: {error} (pre-aggregated server shards check population sums "
                                 f"against it)")
@@ -397,7 +397,7 @@ def _check_domains(subject, check, algo, domains, messages, users, what):
             subject.fail(check, f"{what} is outside its domain ({domains[field].source}): {why}: the server "
                                 f"shards would reject it", field)
     sums = algo.aggregate(messages, users)
-    bounds = algo.aggregate_bounds(users)
+    bounds = algo.sum_bounds(users)
     for field, value in sums.items():
         why = bounds[field].reason(np.asarray(value, dtype=float).reshape(-1))
         if why is not None:

@@ -185,6 +185,9 @@ class Algorithm:
     def message_spec(self) -> dict:
         """Per-user shape of every message field, e.g. {"M": (d, d), "u": (d,)}: the same for every user whatever
         their data (so a message's shape reveals nothing); server shards reject messages that do not match."""
+        sent = self.sent_fields()
+        if sent is not None:              # the trust model's: the users send their share of the aggregate
+            return dict(sent)
         if self._fields is None:
             raise NotImplementedError(f"{self.name}: declare fields() or write message_spec()")
         return {key: f.shape for key, f in self._fields.items()}
@@ -199,6 +202,9 @@ class Algorithm:
         that made the field, or the public schedule/bounds for the fields no mechanism made. Default: the
         mechanisms whose output domain needs no public input bound (l2-ball, randomized response: their
         output_domain(shape) works without data_bound); algorithms declare every other field."""
+        sent = self.sent_fields()
+        if sent is not None:              # the trust model's: all a shard can check of its messages
+            return {key: self.trust.field_domain(self, key, None) for key in sent}
         if self._fields is not None:
             domains = {}
             for key, declared in self._fields.items():
@@ -229,6 +235,26 @@ class Algorithm:
         if type(self).aggregate is not Algorithm.aggregate:
             raise NotImplementedError(f"{self.name}: aggregate is not a plain sum; declare aggregate_bounds")
         return {field: domain.sum_bounds(users) for field, domain in self.cached_domains().items()}
+
+    def sent_fields(self) -> dict | None:
+        """{field: per-user shape} when the trust model has the users send something else than the message
+        (their share of the aggregate: TrustModel.sent_fields), else None."""
+        return None if self.trust is None else self.trust.sent_fields(self)
+
+    def sum_bounds(self, users: np.ndarray) -> dict:
+        """What a shard checks a pre-aggregated payload of `users` against: aggregate_bounds, or the sent fields'
+        domains summed when the users send their shares of the aggregate."""
+        if self.sent_fields() is not None:
+            return {field: domain.sum_bounds(users) for field, domain in self.cached_domains().items()}
+        return self.aggregate_bounds(users)
+
+    def trust_model(self):
+        """The run's trust model (ldpfed.trust): the one that built this algorithm, else local's."""
+        if self.trust is None:
+            from ldpfed.trust.local import LocalTrust
+
+            return LocalTrust()
+        return self.trust
 
     def cached_domains(self) -> dict:
         """message_domains(), built once (a server shard checks every message against them)."""

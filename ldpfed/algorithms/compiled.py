@@ -170,6 +170,28 @@ def weight_loop(steps: Steps):
     return loops(("central-weights", steps.weigh), build)
 
 
+def client_sum_loop(steps: Steps):
+    """run(consts, users, rows, out): each user's own share of the aggregate, out[i] = its row weighed (`weigh`) or
+    folded into a zeroed aggregate row (`fold`): what a user sends when it applies the public weights itself (a
+    trust model whose server can only add: TrustModel.client_weighs)."""
+    def build(use):
+        weigh, fold = use(steps.weigh), use(steps.fold)
+
+        @njit
+        def run(consts, users, rows, out):
+            for i in range(rows.shape[0]):
+                if fold is None:
+                    weigh(consts, users[i], rows[i])
+                    for j in range(rows.shape[1]):
+                        out[i, j] = rows[i, j]
+                else:
+                    fold(consts, users[i], rows[i], out[i])
+
+        return run
+
+    return loops(("client-sums",) + tuple(steps), build)
+
+
 class CompiledAlgorithm(Algorithm):
     """An algorithm given as compiled per-user steps (`steps()` returns them as Steps); the batched methods below
     run them, and so does the sequential engine.
@@ -241,13 +263,12 @@ class CompiledAlgorithm(Algorithm):
         """Whether the aggregate weighs the users' rows by public per-user weights (`weigh` is not no_weights)."""
         return self.steps().weigh is not no_weights
 
-    def trust_model(self):
-        """The run's trust model (ldpfed.trust): the one that built this algorithm, else local's."""
-        if self.trust is None:
-            from ldpfed.trust.local import LocalTrust
-
-            return LocalTrust()
-        return self.trust
+    def client_sums(self, rows: np.ndarray, users: np.ndarray) -> np.ndarray:
+        """(n, aggregate width): each user's row weighed or folded on its own (the aggregate is their plain sum)."""
+        rows = np.array(rows, dtype=float, copy=True)        # weighing works in place
+        out = np.zeros((rows.shape[0], self.sum_layout().width))
+        client_sum_loop(self.steps())(self.compiled_consts(), np.asarray(users, dtype=np.int64), rows, out)
+        return out
 
     def sent_layout(self) -> FieldLayout:
         """The layout of what a user sends: the message's (`layout()`), or the aggregate's (`sum_layout()`) when the

@@ -79,7 +79,9 @@ def check_instance(algo) -> None:
     for field, shape in spec.items():
         if not isinstance(shape, tuple) or not all(isinstance(s, int) and s >= 1 for s in shape):
             fail(f"message field {field!r}", f"shape {shape!r} must be a tuple of positive integers")
-    extra = set(algo.public_fields) - set(spec)
+    # the algorithm's own message (a trust model may have the users send their share of the aggregate instead)
+    declared = set(algo._fields) if getattr(algo, "_fields", None) is not None else set(spec)
+    extra = set(algo.public_fields) - declared
     if extra:
         fail(f"public_fields {sorted(extra)}", "not message fields")
     rows = algo.ledger()
@@ -88,7 +90,7 @@ def check_instance(algo) -> None:
     if not any(row.get("claim_void") for row in rows):
         _check_domains(algo, spec, fail)
     if algo.privacy_model == "ldp":
-        for field in spec:
+        for field in (spec if getattr(algo, "_fields", None) is None else algo._fields):
             if field not in algo.public_fields and field not in algo.mechanisms:
                 fail(f"message field {field!r}", "is made by no mechanism and is not public: under local DP a "
                                                  "field must be a mechanism's output (mechanisms[field]) or listed "

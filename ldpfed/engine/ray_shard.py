@@ -525,7 +525,7 @@ class ShardCore:
         docstring). model None: not known to this shard; a payload whose check needs it is rejected."""
         plan = self.plan
         if plan.mode == "pre-aggregated":
-            bounds = self.algo.aggregate_bounds(users)
+            bounds = self.algo.sum_bounds(users)
             if model is None and any(_reads_model(bounds[seg.field]) and seg.lo == 0
                                      and seg.hi == bounds[seg.field].size for seg in self.segments):
                 return NO_MODEL     # (the published arm is checked on a whole field only)

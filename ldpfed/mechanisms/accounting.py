@@ -122,6 +122,48 @@ def check_budget(composition: Composition | None, eps: float, delta: float, algo
                                           f"run (basic composition: {why}), more than the configured delta")
 
 
+# ---------------------------------------------------------------- Skellam (secure aggregation's discrete noise)
+# RDP orders at which the Skellam bound is evaluated before dp-accounting converts it to (eps, delta).
+RDP_ORDERS = tuple([1.0 + x / 10.0 for x in range(1, 100)] + list(range(11, 64)) + [80, 96, 128, 192, 256, 512, 1024])
+
+
+def skellam_rdp(alpha: float, variance: float, l2: float, l1: float) -> float:
+    """The Renyi DP of order alpha of adding Skellam noise Sk(mu, mu) (variance 2 mu) to every entry of an integer
+    vector whose L2 and L1 sensitivities are l2 and l1 (Agarwal, Kairouz and Liu, "The Skellam Mechanism for
+    Differentially Private Federated Learning", NeurIPS 2021, Theorem 3.5):
+        alpha l2^2 / (4 mu) + min(((2 alpha - 1) l2^2 + 6 l1) / (16 mu^2), 3 l1 / (4 mu)).
+    The first term is the Gaussian's of the same variance (alpha l2^2 / (2 sigma^2)); the second vanishes as the
+    variance grows."""
+    mu = variance / 2.0
+    return alpha * l2 ** 2 / (4.0 * mu) + min(((2.0 * alpha - 1.0) * l2 ** 2 + 6.0 * l1) / (16.0 * mu ** 2),
+                                              3.0 * l1 / (4.0 * mu))
+
+
+@lru_cache(maxsize=1024)
+def skellam_epsilon(variance: float, l2: float, l1: float, delta: float, count: int = 1) -> float:
+    """The eps at `delta` of `count` releases of the Skellam mechanism (skellam_rdp, composed by adding the RDP),
+    converted by dp-accounting's RDP conversion (the tighter of its bounds over RDP_ORDERS)."""
+    from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
+
+    if not (variance > 0 and delta > 0):
+        return math.inf
+    rdp = [count * skellam_rdp(a, float(variance), float(l2), float(l1)) for a in RDP_ORDERS]
+    return float(compute_epsilon(RDP_ORDERS, rdp, float(delta))[0])
+
+
+def skellam_variance_for(eps: float, delta: float, l2: float, l1: float, count: int = 1) -> float:
+    """The smallest Skellam variance (bisection, relative 1e-6, rounded up) whose skellam_epsilon is <= eps."""
+    if not (eps > 0 and 0 < delta < 1):
+        raise ConfigError("eps", eps, "Skellam noise needs eps > 0 and delta in (0, 1)")
+    low, high = 1e-12, max(1.0, l2 ** 2)
+    while skellam_epsilon(high, l2, l1, delta, count) > eps:
+        low, high = high, high * 4.0
+    while high - low > 1e-6 * high:
+        mid = (low + high) / 2.0
+        low, high = (low, mid) if skellam_epsilon(mid, l2, l1, delta, count) <= eps else (mid, high)
+    return high
+
+
 # ---------------------------------------------------------------- dp-accounting
 def _pld_key(row) -> tuple:
     """What the PLD of a row depends on (hashable, for the cache)."""

@@ -36,7 +36,11 @@ from .guarantee import Guarantee
 
 # The noises the accountant models, and the ledger field of each one's scale (None: no scale; randomized response's
 # is its eps).
-DP_EVENT_NOISES = {"gaussian": "noise_std", "laplace": "noise_scale", "randomized-response": None}
+DP_EVENT_NOISES = {"gaussian": "noise_std", "laplace": "noise_scale", "randomized-response": None,
+                   "skellam": "noise_variance"}
+# Fields an event of a kind must carry besides its scale (Skellam: the L1 sensitivity, the L2 one being the
+# guarantee's `sensitivity`).
+DP_EVENT_EXTRA = {"skellam": ("l1_sensitivity",)}
 
 
 @runtime_checkable
@@ -97,7 +101,7 @@ def check_dp_event(event) -> dict:
     if noise not in DP_EVENT_NOISES:
         raise ConfigError("dp_event.noise", noise, f"must be one of {list(DP_EVENT_NOISES)} (or an empty event)")
     scale_key = DP_EVENT_NOISES[noise]
-    allowed = {"noise", "nodes"} | ({scale_key} if scale_key else set())
+    allowed = {"noise", "nodes"} | ({scale_key} if scale_key else set()) | set(DP_EVENT_EXTRA.get(noise, ()))
     unknown = set(event) - allowed
     if unknown:
         raise ConfigError(f"dp_event.{sorted(unknown)[0]}", event[sorted(unknown)[0]],
@@ -105,6 +109,11 @@ def check_dp_event(event) -> dict:
     nodes = event.get("nodes")
     if isinstance(nodes, (bool, np.bool_)) or not isinstance(nodes, numbers.Integral) or nodes < 1:
         raise ConfigError("dp_event.nodes", nodes, "must be an integer >= 1 (draws of the noise one input is in)")
+    for extra in DP_EVENT_EXTRA.get(noise, ()):
+        value = event.get(extra)
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) or not (
+                math.isfinite(value) and value > 0):
+            raise ConfigError(f"dp_event.{extra}", value, "must be a finite number > 0")
     if scale_key:
         scale = event.get(scale_key)
         if isinstance(scale, (bool, np.bool_)) or not isinstance(scale, numbers.Real) or not (

@@ -135,6 +135,11 @@ class TrustModel:
         """The summed row of users [start, stop) as the algorithm's update reads it (the default: as summed)."""
         return joined
 
+    def sent_fields(self, algo) -> dict | None:
+        """{field: per-user shape} of what a user sends when it is not the algorithm's message (the aggregate's
+        fields, when the users weigh or fold their own rows); None by default."""
+        return None
+
     def field_domain(self, algo, key: str, declared):
         """The Domain a shard checks one message's field `key` against, or None: the algorithm's own (declared)."""
         return None

@@ -164,13 +164,16 @@ class SecAggTrust(CentralTrust):
         declared = algo._fields or {}
         # each private field's (eps, delta): its local mechanism's; a pure-eps field (l2-ball, randomized response)
         # gets a share of the delta the other fields leave (Skellam is never pure)
+        # (a row counts per_user times: a user's data reaches that many of the field's releases)
         rows = {key: twin.guarantee for key, twin in twins.items()}
-        spare = max(config.delta - sum(g.delta for g in rows.values()), 0.0)
+        times = {row["message"]: int(row.get("per_user", 1)) for row in algo.ledger()}   # built, not yet attached
+        spare = max(config.delta - sum(times[key] * g.delta for key, g in rows.items()), 0.0)
         pure = [key for key, g in rows.items() if g.delta == 0.0]
-        if pure and spare <= 0.0:      # no delta left: every field's delta is re-split equally
-            budget = {key: (g.eps, config.delta / len(rows)) for key, g in rows.items()}
+        if pure and spare <= 0.0:      # no delta left: every field's delta is re-split by its count
+            budget = {key: (g.eps, config.delta / sum(times.values())) for key, g in rows.items()}
         else:
-            budget = {key: (g.eps, g.delta if g.delta > 0 else spare / len(pure)) for key, g in rows.items()}
+            share = spare / sum(times[key] for key in pure) if pure else 0.0
+            budget = {key: (g.eps, g.delta if g.delta > 0 else share) for key, g in rows.items()}
         fields = {}
         for target in sent.names:
             source = sources.get(target)
@@ -194,7 +197,7 @@ class SecAggTrust(CentralTrust):
             eps, delta = budget[source]
             variance = accounting.skellam_variance_for(eps, delta, l2, l1)
             fields[target] = FieldPlan(target, source, scale, bound, variance, l2, l1, eps, delta, symmetric)
-        key = int(derive(config.seed, "secagg", -1).integers(0, 2 ** 63))
+        key = int(derive(config.seed, "secagg").integers(0, 2 ** 63))     # the masks' key
         ratio, worst = self._worst_round(config)
         plan = Plan(options["bits"], options["neighbours"], fields, key, options["min_survivors"], ratio, worst,
                     0.0, B)
@@ -238,7 +241,7 @@ class SecAggTrust(CentralTrust):
     def _flags(config, r: int) -> tuple[np.ndarray, np.ndarray]:
         """(sent, responded) of round r's users: seeded, the same on every engine and after a resume."""
         n = SecAggTrust._round_size(config, r)
-        draws = derive(config.seed, "secagg", r).random((2, n))
+        draws = derive(config.seed, "secagg", 1, r).random((2, n))
         options = config.trust_options
         sent = draws[0] >= options["dropout"]
         return sent, sent & (draws[1] >= options["dropout_after"])
@@ -361,6 +364,10 @@ class SecAggTrust(CentralTrust):
         unmasked = secagg.unmask(residues, sent, responded, self._graph(plan, config, r), plan.key, r, plan.bits)
         signed = secagg.to_signed(unmasked, plan.bits).astype(np.float64)
         return signed / self._scales(algo, int(start), int(stop))
+
+    def sent_fields(self, algo) -> dict:
+        """Each user sends its share of the aggregate (weighed or folded by itself), masked."""
+        return dict(algo.sum_layout().shapes)
 
     def field_domain(self, algo, key, declared):
         """One masked vector's entries: residues of Z_m, all a shard can check."""
