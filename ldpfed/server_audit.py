@@ -25,6 +25,8 @@ The server's view, reduced to one feature vector per run:
   draws with its own coins) equal the canary's, aggregated as the server aggregates a chunk (`anonymous_aggregate`).
   A canary alone in its group is then seen as its own message.
 * "central": the round's noisy aggregate, as `update` forms it (the aggregate row plus the trust model's `server_noise`).
+* "secagg": the masked messages, each uniform in Z_m whatever the data, and their sum, which the masks let through:
+  the round's unmasked sum as the server's half decodes it (its noise is the users' shares).
 
 The test: a pilot (its own seeds, `pilot` runs per world) fixes a linear statistic (the feature's mean shift
 between the worlds over its variance, coordinate-wise: the likelihood ratio for Gaussian noise, the count for
@@ -63,7 +65,9 @@ AUDIT_ALPHA = 0.01          # the bound exceeds the true eps with probability at
 REPETITIONS = 4000          # runs per world for the counts
 PILOT = 1000                # runs per world that choose the statistic and the event
 MAX_THRESHOLDS = 256        # a statistic with more distinct values is cut at quantiles
-VIEWS = ("messages", "shuffled", "aggregate")   # the server views (TrustModel.server_view) this audit knows
+# the server views (TrustModel.server_view) this audit knows; "masked" is read as the sum the masks let through
+VIEWS = ("messages", "shuffled", "aggregate", "masked")
+SUMS = ("aggregate", "masked")
 # every registered trust model whose view it knows, in the order of the views (local, shuffle, central)
 TRUSTS = tuple(sorted((name for name in TRUST_MODELS if TRUST_MODELS[name].server_view in VIEWS),
                       key=lambda name: (VIEWS.index(TRUST_MODELS[name].server_view), name)))
@@ -264,10 +268,10 @@ def server_view(setup: Setup, world: int, seed_r: int) -> np.ndarray:
     algo, config, users = setup.algo, setup.config, setup.users
     view = trust_model(config).server_view
     payload, _, _ = simulate_population(algo, setup.worlds[world], setup.model, seed_r, 0, 0, users,
-                                        pre_aggregate=view == "aggregate")
+                                        pre_aggregate=view in SUMS)
     if view == "messages":
         return _flat({key: value[setup.canary:setup.canary + 1] for key, value in payload.items()})[0]
-    if view == "aggregate":        # the round's sum as the server's half forms it (ldpfed.trust.base's hooks)
+    if view in SUMS:        # the round's sum as the server's half forms it (ldpfed.trust.base's hooks)
         trust = algo.trust_model()
         aggregate = trust.decode(algo, algo.sum_layout().join(payload), 0, len(users))
         noise = trust.server_noise(algo, payload, 0, len(users), derive(seed_r, "server", 0))
@@ -340,6 +344,8 @@ def describe_view(setup: Setup) -> str:
         return "the canary's message (per-user mode)"
     if view == "aggregate":
         return "the round's noisy aggregate"
+    if view == "masked":
+        return "the round's unmasked sum (masked messages are uniform in Z_m whatever the data)"
     by = f" with the canary's {', '.join(setup.keys)}" if setup.keys else ""
     return f"the shuffled share: aggregate of its messages{by}"
 

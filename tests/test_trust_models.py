@@ -25,7 +25,7 @@ def built(name, **changes):
 
 
 def test_the_built_in_trust_models_come_through_the_entry_points():
-    assert sorted(TRUST_MODELS) == ["central", "local", "shuffle"]
+    assert sorted(TRUST_MODELS) == ["central", "local", "secagg", "shuffle"]
     assert [TRUST_MODELS[name] for name in ("local", "shuffle", "central")] == [LocalTrust, ShuffleTrust, CentralTrust]
     assert TRUST_MODELS.source("shuffle") == "ldpfed"
     assert isinstance(trust_model(RunConfig("ldp-sgd", trust="central")), CentralTrust)
