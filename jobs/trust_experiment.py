@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Local, shuffle and central: regret and estimation error against the central eps, the batch size and T.
+"""Local, shuffle, central and secure aggregation: regret and estimation error against the central eps, the batch
+size and T; and secure aggregation's regret and reported guarantee against its drop-out rate and bit width.
 
     python jobs/trust_experiment.py                        # the docs/trust-models.md tables (T = 1e6, 10 seeds)
     python jobs/trust_experiment.py --users 1e5 --seeds 3  # minutes
@@ -11,11 +12,14 @@ runs give each user the same guarantee against the server's output, and the regr
 central / local say what each trust buys. Part 1: every algorithm x eps x trust x seed at one round size.
 Part 2 (--batch-sweep): ldp-sgd at a fixed central eps over round sizes (amplification grows with the batch,
 batching costs regret). Part 3 (--horizons): the final regret over T at a fixed eps and round size, and its
-log-log slope per algorithm and trust. Runs in a pool of --workers processes, one BLAS thread each; a run the
+log-log slope per algorithm and trust. Part 4 (--dropouts, --bits): ldp-ols and ldp-sgd under --trust secagg at
+--batch-eps and --round-size, over the users who drop before sending (shares calibrated for every user, so the
+reported guarantee is what the noise that arrived gives: below=report) and over the modulus' bits (fewer than the
+default wrap sums around). Runs in a pool of --workers processes, one BLAS thread each; a run the
 trust model refuses (a batch too small to amplify) is listed with its reason.
 
 Writes under --out (default results/trust): runs.csv, tables.md, plots/regret_vs_eps.png, plots/regret_vs_batch.png,
-plots/regret_vs_T.png.
+plots/regret_vs_T.png, plots/secagg_dropout_bits.png.
 """
 from __future__ import annotations
 
@@ -29,12 +33,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-TRUSTS = ("local", "shuffle", "central")
+TRUSTS = ("local", "shuffle", "central", "secagg")
 # A shuffled run whose smallest group of users on one randomizer amplifies too little (the users a public schedule
 # sets apart, e.g. ldp-mab-ucb's "user t < K pulls arm t") runs at the target eps: its row shows what shuffling
 # buys such an algorithm honestly (nothing) instead of being refused.
 SMALL_GROUPS = "no-amplification"
-STYLES = {"local": "o-", "shuffle": "s--", "central": "^:"}
+STYLES = {"local": "o-", "shuffle": "s--", "central": "^:", "secagg": "d-."}
 ALGORITHMS = {      # two contextual (d = 10, K = 10) and two multi-armed algorithms
     "ldp-sgd": ("linear", {"d": 10, "K": 10}),
     "ldp-ols": ("linear", {"d": 10, "K": 10}),
@@ -52,7 +56,8 @@ def _one(job: dict) -> dict:
     config = RunConfig(job["algorithm"], env=env, env_params=env_params, users=job["users"],
                        round_size=job["round_size"], eps=job["eps"], delta=job["delta"], seed=job["seed"],
                        trust=job["trust"],
-                       trust_options={"small_groups": SMALL_GROUPS} if job["trust"] == "shuffle" else {})
+                       trust_options={"small_groups": SMALL_GROUPS} if job["trust"] == "shuffle" else
+                       dict(job.get("trust_options") or {}))
     started = time.process_time()
     try:
         s = run(config).summary
@@ -61,6 +66,7 @@ def _one(job: dict) -> dict:
     return {**job, "final_regret": s["final_regret"], "final_estimation_error": s.get("final_estimation_error"),
             "eps0": s.get("privacy_eps0", job["eps"]), "eps_composed": s.get("privacy_eps_composed"),
             "smallest_group": s.get("privacy_shuffle_batch"), "amplified": s.get("privacy_shuffle_amplified"),
+            "bits": s.get("privacy_secagg_bits"), "wrap_bound": s.get("privacy_secagg_wrap_bound"),
             "cpu_s": time.process_time() - started, "refused": ""}
 
 
@@ -210,8 +216,50 @@ def plots(runs: pd.DataFrame, batch: pd.DataFrame | None, out: Path, horizons: p
         plt.close(fig)
 
 
+def secagg_table(runs: pd.DataFrame) -> list[str]:
+    ok = runs[runs["refused"] == ""]
+    lines = ["| algorithm | drop-outs | bits | regret | reported eps | bits used | wrap bound |", "|---" * 7 + "|"]
+    for (algorithm, p, b), group in ok.groupby(["algorithm", "dropout", "bits_given"]):
+        lines.append(f"| {algorithm} | {p:g} | {'auto' if not b else int(b)} | {_median_iqr(group['final_regret'])} | "
+                     f"{group['eps_composed'].max():.4g} | {int(group['bits'].max())} | "
+                     f"{group['wrap_bound'].max():.2g} |")
+    for _, row in runs[runs["refused"] != ""].iterrows():
+        lines.append(f"| {row['algorithm']} | {row['dropout']:g} | {row['bits_given']} | refused: {row['refused']} "
+                     f"| | | |")
+    return lines
+
+
+def secagg_plot(runs: pd.DataFrame, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = runs[runs["refused"] == ""]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    drops, bits = ok[ok["bits_given"] == 0], ok[ok["bits_given"] != 0]
+    for algorithm, style in (("ldp-ols", "o-"), ("ldp-sgd", "s--")):
+        d = drops[drops["algorithm"] == algorithm].groupby("dropout")
+        axes[0].plot(d["final_regret"].median().index, d["final_regret"].median().values, style, label=algorithm)
+        axes[1].plot(d["eps_composed"].max().index, d["eps_composed"].max().values, style, label=algorithm)
+        b = bits[bits["algorithm"] == algorithm].groupby("bits_given")["final_regret"].median()
+        axes[2].plot(b.index, b.values, style, label=algorithm)
+    axes[0].set(xlabel="users who drop before sending", ylabel="final regret (median)", title="regret")
+    axes[1].set(xlabel="users who drop before sending", ylabel="reported eps",
+                title="the guarantee the noise that arrived gives")
+    axes[2].set(xlabel="bits of the modulus", ylabel="final regret (median)", yscale="log",
+                title="fewer bits: the sums wrap around")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    (out / "plots").mkdir(parents=True, exist_ok=True)
+    fig.savefig(out / "plots" / "secagg_dropout_bits.png", dpi=110)
+    plt.close(fig)
+
+
 def _floats(text):
-    return tuple(float(x) for x in text.split(","))
+    return tuple(float(x) for x in text.split(",") if x.strip())
 
 
 def _ints(text):
@@ -235,6 +283,9 @@ def main(argv=None) -> int:
                         help="T of part 3 (ldp-sgd and ldp-ols at --horizon-eps, --round-size); empty: no part 3")
     parser.add_argument("--horizon-seeds", type=int, default=None, help="seeds of part 3 (default --seeds)")
     parser.add_argument("--horizon-eps", type=_floats, default=(0.5, 1.0), help="central eps of part 3")
+    parser.add_argument("--dropouts", type=_floats, default=(0.0, 0.1, 0.2, 0.3, 0.4, 0.5),
+                        help="part 4: secagg drop-out rates; empty string: no part 4")
+    parser.add_argument("--bits", type=_ints, default=(8, 10, 12, 14, 16, 20), help="part 4: secagg bit widths")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("results/trust"))
     parser.add_argument("--replot", action="store_true", help="only redraw the plots from OUT/runs.csv")
@@ -280,8 +331,21 @@ def main(argv=None) -> int:
         print(f"part 3: {len(todo)} runs (T = {', '.join(f'{T:,}' for T in args.horizons)}; {len(done)} from "
               f"part 1)", flush=True)
         horizons = pd.concat([done, run_jobs(todo.to_dict("records"), args.workers)], ignore_index=True)
+    secure = None
+    if args.dropouts and "secagg" in trusts:
+        base = {"eps": args.batch_eps, "trust": "secagg", "users": args.users, "round_size": args.round_size,
+                "delta": args.delta}
+        jobs = [{**base, "algorithm": a, "seed": s, "dropout": p, "bits_given": 0,
+                 "trust_options": {"dropout": p, "below": "report", "neighbours": 0}}
+                for a in ("ldp-ols", "ldp-sgd") for p in args.dropouts for s in range(args.seeds)]
+        jobs += [{**base, "algorithm": a, "seed": s, "dropout": 0.0, "bits_given": b, "trust_options": {"bits": b}}
+                 for a in ("ldp-ols", "ldp-sgd") for b in args.bits for s in range(args.seeds)]
+        print(f"part 4: {len(jobs)} runs (secagg: drop-outs {list(args.dropouts)}, bits {list(args.bits)})",
+              flush=True)
+        secure = run_jobs(jobs, args.workers)
     parts = [runs.assign(part="eps"), *([batch.assign(part="batch")] if batch is not None else []),
-             *([horizons.assign(part="horizon")] if horizons is not None else [])]
+             *([horizons.assign(part="horizon")] if horizons is not None else []),
+             *([secure.assign(part="secagg")] if secure is not None else [])]
     pd.concat(parts).to_csv(args.out / "runs.csv", index=False)
     text = [f"`python jobs/trust_experiment.py {' '.join(sys.argv[1:] if argv is None else argv)}`".replace(" `", "`"),
             f"T = {args.users:,}, delta = {args.delta:g}, {args.seeds} seeds, B = {args.round_size:,}; "
@@ -293,6 +357,12 @@ def main(argv=None) -> int:
     if horizons is not None:
         text += ["", f"Final regret over T, B = {args.round_size:,} (median over seeds; slope of log median regret "
                      f"over log T):", "", *horizon_table(horizons)]
+    if secure is not None:
+        text += ["", f"Secure aggregation at central eps {args.batch_eps:g}, B = {args.round_size:,}: final regret "
+                     f"(median [IQR] over seeds) and the reported eps against the drop-outs before sending (shares "
+                     f"calibrated for every user; below=report), then against the bits (0 drop-outs):", "",
+                 *secagg_table(secure)]
+        secagg_plot(secure, args.out)
     (args.out / "tables.md").write_text("\n".join(text) + "\n")
     plots(runs, batch, args.out, horizons)
     print("\n".join(text))
