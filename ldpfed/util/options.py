@@ -1,0 +1,149 @@
+"""An algorithm's or an env's options, declared once: default, kind, bounds, documentation.
+
+It sits at the bottom (ldpfed.util) so that both envs and algorithms declare their options with it; an env's are
+checked the same way, with errors naming `env_params.<option>` (ldpfed.envs.base.Env.checked_params).
+
+An algorithm lists its options as `options = {"alpha": Option(0.1, low=0, high=1, low_open=True, high_open=True,
+doc="..."), ...}`; `Algorithm` derives `defaults` from them and validates every option of a run (defaults, the
+profile's defaults, the user's values) in one place, before `setup()`, with `Option.validate`. A failure raises
+ConfigError naming `params.<option>`. What depends on other options or on the world (e.g. s0 "auto", a value
+resolved from the env) stays in `setup`, which may call `Option.validate` on the resolved value.
+
+Kinds: "float" (a real number, bool excluded; nan never; inf only with allow_inf), "int" (an integer, bool
+excluded), "choice" (one of `choices`), "bool" (true or false), "any" (accepted as it is: options of classes that
+list plain `defaults`). `allow`: values accepted as they are whatever the kind (e.g. None, "auto"), compared by
+type and value (so 1 is not True).
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import KW_ONLY, dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from ldpfed.util.errors import ConfigError
+
+KINDS = ("float", "int", "choice", "bool", "any")
+
+
+def _same(a, b) -> bool:
+    return a is b or (type(a) is type(b) and isinstance(a, (str, int, float)) and a == b)
+
+
+def _number(x) -> str:
+    """A bound as text: 1.0 -> 1, inf -> inf."""
+    if isinstance(x, float) and x.is_integer():
+        return str(int(x))
+    return str(x)
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option: its default and what values it accepts (see the module doc)."""
+
+    default: Any
+    _: KW_ONLY
+    kind: str = "float"
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False       # low itself excluded
+    high_open: bool = False      # high itself excluded
+    allow_inf: bool = False      # a float option that may be +inf (e.g. "no projection")
+    choices: tuple | None = None
+    allow: tuple = ()            # values accepted as they are (None, "auto", ...)
+    doc: str = ""
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise TypeError(f"Option kind {self.kind!r} must be one of {KINDS}")
+        if self.kind == "choice" and not self.choices:
+            raise TypeError("a choice Option needs choices")
+        if self.choices is not None:
+            object.__setattr__(self, "choices", tuple(self.choices))
+        object.__setattr__(self, "allow", tuple(self.allow))
+
+    # ---- checking ------------------------------------------------------------------------------------------
+    def validate(self, name: str, value, where: str = "params"):
+        """The value as the algorithm (or env) uses it (a float option as float, an int option as int), or
+        ConfigError naming <where>.<name> (where: "params" for an algorithm's, "env_params" for an env's) with what
+        is accepted."""
+        if any(_same(value, a) for a in self.allow):
+            return value
+        kind = self.kind
+        if kind == "any":
+            return value
+        if kind == "bool":
+            if isinstance(value, (bool, np.bool_)):
+                return bool(value)
+            self._fail(name, value, where)
+        if kind == "choice":
+            if any(_same(value, c) for c in self.choices):
+                return value
+            self._fail(name, value, where)
+        if isinstance(value, (bool, np.bool_)):
+            self._fail(name, value, where)
+        if kind == "int":
+            if not isinstance(value, numbers.Integral):
+                self._fail(name, value, where)
+            v = int(value)
+        else:
+            if not isinstance(value, numbers.Real):
+                self._fail(name, value, where)
+            v = float(value)
+            if math.isnan(v) or (math.isinf(v) and not (self.allow_inf and v > 0)):
+                self._fail(name, value, where)
+        if self.low is not None and (v < self.low or (self.low_open and v == self.low)):
+            self._fail(name, value, where)
+        if self.high is not None and (v > self.high or (self.high_open and v == self.high)):
+            self._fail(name, value, where)
+        return v
+
+    def _fail(self, name, value, where):
+        raise ConfigError(f"{where}.{name}", value, f"must be {self.accepts()}")
+
+    # ---- description ---------------------------------------------------------------------------------------
+    def bounds(self) -> str:
+        """The accepted range or choices as text: "(0, 1)", "[0, inf]", "one of ['classic', 'analytic']", ""."""
+        if self.kind == "choice":
+            return f"one of {list(self.choices)}"
+        if self.kind in ("bool", "any"):
+            return ""
+        if self.low is None and self.high is None:
+            return "[-inf, inf]" if self.allow_inf else ""
+        low = "-inf" if self.low is None else _number(self.low)
+        high = ("inf" if self.high is None else _number(self.high))
+        left = "(" if (self.low is None or self.low_open) else "["
+        right = "]" if (self.high is None and self.allow_inf) else (")" if (self.high is None or self.high_open)
+                                                                    else "]")
+        return f"{left}{low}, {high}{right}"
+
+    def accepts(self) -> str:
+        """What validate accepts, as the end of "must be ..."."""
+        if self.kind == "bool":
+            text = "true or false"
+        elif self.kind == "choice":
+            text = f"one of {list(self.choices)}"
+        elif self.kind == "any":
+            text = "anything"
+        else:
+            what = "an integer" if self.kind == "int" else ("a number" if self.allow_inf else "a finite number")
+            bounds = self.bounds()
+            text = f"{what} in {bounds}" if bounds else what
+        if self.allow:
+            text += ", or " + " or ".join(repr(a) for a in self.allow)
+        return text
+
+    def row(self, name: str) -> dict:
+        """One row of Algorithm.option_table() and Env.option_table()."""
+        return {"name": name, "default": self.default, "kind": self.kind, "bounds": self.bounds(),
+                "choices": list(self.choices) if self.choices else None, "allow": list(self.allow), "doc": self.doc,
+                "accepts": self.accepts()}
+
+
+def options_from_defaults(defaults: dict, inherited: dict) -> dict:
+    """Options for a class that lists plain `defaults`: an inherited Option of the same name keeps its checks with
+    the new default; any other option is of kind "any" (accepted as it is)."""
+    return {name: (replace(inherited[name], default=value) if name in inherited else Option(value, kind="any"))
+            for name, value in defaults.items()}
