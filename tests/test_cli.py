@@ -48,7 +48,7 @@ def test_describe_lists_options_envs_privacy_and_paper():
     assert f"paper:          {cls.paper}" in done.stdout and "privacy model:  ldp" in done.stdout
     for key, value in cls.defaults.items():
         assert f"{key}" in done.stdout and repr(value) in done.stdout
-    for env in cls.env_kinds:
+    for env in cls.envs():
         assert f"  {env}" in done.stdout
     for key in ENVS[cls.default_env].defaults:
         assert f"    {key}" in done.stdout
