@@ -148,7 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="ray engine: how the run's placement group lays its actors on the nodes (default: spread); "
                           "none: no group, actors ask for no CPUs and are reused by any later run")
     run.add_argument("--out", type=Path, default=None,
-                     help="write the results table (Parquet) and summary here; checkpoints go to OUT/checkpoint")
+                     help="write the per-round table (OUT/results.parquet) and the summary (OUT/summary.json) "
+                          "here; checkpoints go to OUT/checkpoint")
     run.add_argument("--resume", type=Path, default=None, metavar="DIR",
                      help="continue the run whose --out was DIR from its last checkpoint (same options; a "
                           "finished run is not run again)")
