@@ -968,7 +968,7 @@ __all__ = ["CHECKS", "ConformanceError", "check_algorithm"] + [f"check_{name}" f
 #         assert set(check_env(MyEnv, env_params={"d": 3})) == set(ENV_CHECKS)    # raises EnvConformanceError
 #
 # 1. "options"  every option has a doc and refuses, with a ConfigError naming env_params.<option>, the values its
-#               Option does not accept (NaN, inf, a string or a bool for a number, a float for an int, values past
+#               Option does not accept (NaN, inf, a string or a bool for a number, 1.5 for an int, values past
 #               its bounds, a choice not listed); an unknown option is refused naming it, a misspelt one with a
 #               did-you-mean. An option of kind "any" (plain `defaults`) cannot refuse anything: declare it.
 # 2. "public"   env.public() is a frozen PublicWorld of scalars that agrees with the env (name, d, K, multi,
@@ -1104,7 +1104,7 @@ def _bad_values(option) -> list:
     else:
         bad = [v for v in _BAD_NUMBERS if not (option.allow_inf and v == float("inf") and not isinstance(v, str))]
         if kind == "int":
-            bad += [1.5, 2.0]
+            bad += [1.5, -2.5]              # (a whole float, 2.0 or 1e3, is its integer: ldpfed.util.errors.integer)
         step = 1 if kind == "int" else 1e-6
         if option.low is not None and math.isfinite(option.low):
             bad.append(option.low if option.low_open else option.low - step)

@@ -442,6 +442,7 @@ def test_an_env_of_a_kind_runs_every_algorithm_of_that_kind(env_registered):
     ({"noise_std": "inf"}, "env_params.noise_std"),
     ({"noise_std": -0.5}, "env_params.noise_std"),
     ({"d": 2.5}, "env_params.d"),
+    ({"d": float("nan")}, "env_params.d"),
     ({"d": True}, "env_params.d"),
     ({"K": 1}, "env_params.K"),
     ({"contexts": "cube"}, "env_params.contexts"),

@@ -156,8 +156,8 @@ class Env:
                               f"unknown option of env {cls.name}{hint}; known: {sorted(cls.defaults)}")
         merged = {**cls.defaults, **cls.profile_defaults.get(profile, {}), **params}
         options = cls.options
-        values = {name: (options[name].validate(name, value, "env_params") if name in options else value)
-                  for name, value in merged.items()}
+        values = {name: (options[name].validate(name, _whole(options[name], value), "env_params")
+                         if name in options else value) for name, value in merged.items()}
         cls.cross_check(values, users)
         return values
 
@@ -228,6 +228,14 @@ class Env:
 
     def describe(self) -> dict:
         return {"env": self.name, "d": self.d, "K": self.K, **self.params}
+
+
+def _whole(option: Option, value):
+    """An env's integer option takes a whole float as its integer (4.0 or 1e3 from JSON or TOML), as every integer
+    option of a run does (ldpfed.util.errors.integer); NaN, inf and 2.5 stay floats, which the Option refuses."""
+    if option.kind == "int" and isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
 
 
 def nonneg_float(name: str, value) -> float:
