@@ -320,12 +320,14 @@ class Algorithm:
 
     @classmethod
     def envs(cls) -> list[str]:
-        """The registered envs it runs on: its default env first, then the others as ENVS lists them (the built-ins
-        first, then plugins)."""
+        """The registered envs it runs on: its default env first, then those named in env_kinds in that order, then
+        the other envs of those kinds (plugins) as ENVS lists them."""
         from ldpfed.envs import ENVS
 
-        found = [name for name, env in ENVS.items() if cls.runs_on(env)]
-        return sorted(found, key=lambda name: name != cls.default_env)
+        named = [cls.default_env] + [kind for kind in cls.env_kinds if kind in ENVS]
+        found = [name for name in named if cls.runs_on(name)]
+        found += [name for name, env in ENVS.items() if name not in found and cls.runs_on(env)]
+        return list(dict.fromkeys(found))
 
     @classmethod
     def describe(cls) -> dict:
