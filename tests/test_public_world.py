@@ -85,3 +85,18 @@ def test_public_parameters_the_papers_assume_known():
     assert sparse.public().sparsity == 3                   # seed 003 assumes s0 known
     pw = make_env(RunConfig("sw-klucb-cf", users=400, round_size=20, env_params={"breakpoints": 4}))
     assert pw.public().segments == 5                       # seed 004's L_T; the change times stay hidden
+
+
+def test_an_env_no_algorithm_runs_on_is_checked_too():
+    """An installed env whose kinds no algorithm lists is built without a RunConfig (no algorithm to pick)."""
+    from ldpfed.envs.glm import Linear
+
+    class Unclaimed(Linear):
+        name = "unclaimed-linear"
+
+    ENVS.register(Unclaimed)
+    try:
+        assert not any(cls.runs_on("unclaimed-linear") for cls in REGISTRY.values())
+        test_public_description_holds_no_truth("unclaimed-linear")
+    finally:
+        ENVS.unregister("unclaimed-linear")
