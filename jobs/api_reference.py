@@ -8,8 +8,8 @@ writes.
 
 What is listed, and in which order, is PAGES below: the contract an algorithm or env plugin implements, what it is
 given (the public world, fields, options, domains, mechanisms, the trust model's noise) and the calls a user makes
-(run, check_algorithm, check_env). A class shows its docstring and the public methods it defines itself (an inherited method is
-listed under the class that defines it).
+(run, check_algorithm, check_env). A class shows its docstring and the public methods it defines itself (an
+inherited method is listed under the class that defines it).
 """
 from __future__ import annotations
 

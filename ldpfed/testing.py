@@ -1024,8 +1024,9 @@ def check_env(cls_or_name, *, env_params=None, users=400, seed=0, samples=1000, 
                 raise
             except Exception as error:
                 frame = traceback.extract_tb(error.__traceback__)[-1]
-                raise EnvConformanceError(name, cls.name, f"raised {type(error).__name__}: {error} (at "
-                                                          f"{frame.filename}:{frame.lineno}, in {frame.name})") from error
+                where = f"{frame.filename}:{frame.lineno}, in {frame.name}"
+                raise EnvConformanceError(name, cls.name, f"raised {type(error).__name__}: {error} (at {where})") \
+                    from error
             report[name] = "passed" if outcome is None else outcome
         return report
     finally:

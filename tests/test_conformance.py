@@ -430,7 +430,8 @@ class _OffByOneArm(_DoubledRegret):
         means = self.means(contexts)
         n = len(actions)
         chosen = means[np.arange(n), actions]
-        return chosen + self.noise_std * rng.standard_normal(n), means.max(axis=1) - means[np.arange(n), (actions + 1) % self.K]
+        other = means[np.arange(n), (actions + 1) % self.K]
+        return chosen + self.noise_std * rng.standard_normal(n), means.max(axis=1) - other
 
 
 class _BatchedDiffers(Linear):

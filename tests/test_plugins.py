@@ -375,7 +375,8 @@ def test_env_kinds_keep_the_builtin_pairs():
     now = {name: {env for env in builtin_envs if REGISTRY[name].runs_on(env)} for name in builtins}
     assert now == BUILTIN_PAIRS
     for name in builtins:     # envs() lists the same, the default first; RunConfig agrees with runs_on
-        assert set(REGISTRY[name].envs()) >= BUILTIN_PAIRS[name] and REGISTRY[name].envs()[0] == REGISTRY[name].default_env
+        envs = REGISTRY[name].envs()
+        assert set(envs) >= BUILTIN_PAIRS[name] and envs[0] == REGISTRY[name].default_env
     with pytest.raises(ConfigError, match="runs on"):
         RunConfig("ldp-ols", env="linear-multi")
 
