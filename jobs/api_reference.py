@@ -8,8 +8,8 @@ writes.
 
 What is listed, and in which order, is PAGES below: the contract an algorithm or env plugin implements, what it is
 given (the public world, fields, options, domains, mechanisms, the trust model's noise) and the calls a user makes
-(run, check_algorithm). A class shows its docstring and the public methods it defines itself (an inherited method is
-listed under the class that defines it).
+(run, check_algorithm, check_env). A class shows its docstring and the public methods it defines itself (an
+inherited method is listed under the class that defines it).
 """
 from __future__ import annotations
 
@@ -30,11 +30,12 @@ PAGES = [
      "declared as `Field`s, its options as `Option`s. [writing-an-algorithm.md](writing-an-algorithm.md) walks "
      "through an example.",
      ["ldpfed.algorithms.base.Algorithm", "ldpfed.algorithms.compiled.CompiledAlgorithm",
-      "ldpfed.algorithms.compiled.Steps", "ldpfed.algorithms.fields.Field", "ldpfed.algorithms.options.Option"]),
+      "ldpfed.algorithms.compiled.Steps", "ldpfed.algorithms.fields.Field", "ldpfed.util.options.Option"]),
     ("The world an algorithm sees",
      "An algorithm is built on a `PublicWorld` (never the env): sizes and public bounds. An env plugin subclasses "
-     "`Env`.",
-     ["ldpfed.envs.base.PublicWorld", "ldpfed.envs.base.Env"]),
+     "`Env`: [writing-an-env.md](writing-an-env.md) walks through an example.",
+     ["ldpfed.envs.base.PublicWorld", "ldpfed.envs.base.Env", "ldpfed.envs.base.EnvSteps",
+      "ldpfed.envs.build_env"]),
     ("Mechanisms and domains",
      "Every mechanism carries its guarantee; `Domain` is what the server checks a message field against.",
      ["ldpfed.mechanisms.protocol.Mechanism", "ldpfed.mechanisms.guarantee.Guarantee",
@@ -46,9 +47,10 @@ PAGES = [
      "Where the noise is added and what the server sees: [trust-models.md](trust-models.md).",
      ["ldpfed.trust.TrustModel", "ldpfed.trust.FieldNoise"]),
     ("Running and checking",
-     "A run's configuration, the call that runs it, and the conformance kit a plugin's tests call.",
+     "A run's configuration, the call that runs it, and the conformance kits a plugin's tests call.",
      ["ldpfed.config.RunConfig", "ldpfed.engine.run", "ldpfed.testing.check_algorithm",
-      "ldpfed.testing.ConformanceError", "ldpfed.testing.CHECKS"]),
+      "ldpfed.testing.ConformanceError", "ldpfed.testing.CHECKS", "ldpfed.testing.check_env",
+      "ldpfed.testing.EnvConformanceError", "ldpfed.testing.ENV_CHECKS"]),
 ]
 
 

@@ -243,7 +243,7 @@ def kit_times():
     print("|---|---|---:|")
     worst = 0.0
     for name in sorted(n for n in REGISTRY if REGISTRY[n].privacy_model == "ldp"):
-        for env in REGISTRY[name].env_kinds:
+        for env in REGISTRY[name].envs():
             check_algorithm(name, env, ray=False, checks=["privacy_audit"])           # compiles
             t0 = time.perf_counter()
             check_algorithm(name, env, ray=False, checks=["privacy_audit"])

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from ldpfed import sweep_spec as sweeps
+from ldpfed.config import DEFAULT_TRUST, PROFILES, did_you_mean
 from ldpfed.trust import TRUST_MODELS, trust_help, trust_model
-from ldpfed.config import DEFAULT_TRUST, PROFILES
 from ldpfed.trust.shuffle import SMALL_GROUPS
 from ldpfed.engine.ray_options import PLACEMENTS, TRANSPORTS
 from ldpfed.engine.ray_shard import MODES
@@ -149,7 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="ray engine: how the run's placement group lays its actors on the nodes (default: spread); "
                           "none: no group, actors ask for no CPUs and are reused by any later run")
     run.add_argument("--out", type=Path, default=None,
-                     help="write the results table (Parquet) and summary here; checkpoints go to OUT/checkpoint")
+                     help="write the per-round table (OUT/results.parquet) and the summary (OUT/summary.json) "
+                          "here; checkpoints go to OUT/checkpoint")
     run.add_argument("--resume", type=Path, default=None, metavar="DIR",
                      help="continue the run whose --out was DIR from its last checkpoint (same options; a "
                           "finished run is not run again)")
@@ -165,13 +166,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--tracking-uri", default=None,
                      help="with --track: MLflow store (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here)")
     run.add_argument("--experiment", default="ldpfed-run", help="with --track: MLflow experiment")
-    listing = sub.add_parser("list", help="every algorithm with its paper, privacy model and envs",
+    listing = sub.add_parser("list", help="every algorithm with its paper, privacy model and envs; every env",
                              formatter_class=defaults)
     listing.add_argument("--markdown", action="store_true", help="as a Markdown table (the README's)")
-    describe = sub.add_parser("describe", help="an algorithm's options, envs, privacy model and paper (or a trust "
-                                               "model's options)",
+    describe = sub.add_parser("describe", help="an algorithm's options, envs, privacy model and paper; or an env's "
+                                               "options, kinds and algorithms; or a trust model's options",
                               formatter_class=defaults)
-    describe.add_argument("algorithm", help="a name from `python -m ldpfed list`")
+    describe.add_argument("algorithm", metavar="ALGORITHM|ENV|TRUST", help="a name from `python -m ldpfed list`")
     sweep = sub.add_parser("sweep", help="run a sweep (a preset or a sweep file) and log it to MLflow",
                            formatter_class=ExamplesHelp, epilog=SWEEP_EXAMPLES,
                            description="Run a sweep: algorithms x envs x eps x seeds, from a sweep file (TOML; the "
@@ -252,12 +253,34 @@ def cmd_list(markdown: bool = False) -> int:
         plugin = "" if r["source"] == "ldpfed" else f"  [plugin: {r['source']}]"
         print(f"{r['algorithm']:<{width}}  {r['privacy_model']:<7}  {r['paper']}{plugin}\n"
               f"{'':<{width}}  envs: {', '.join(r['envs'])} (default {r['default_env']})")
+    print("\n" + "\n".join(_env_listing()))
     print("\ntrust models (--trust NAME; `describe NAME` for its options):")
     for name in sorted(TRUST_MODELS):
         source = TRUST_MODELS.source(name)
         plugin = "" if source == "ldpfed" else f"  [plugin: {source}]"
         print(f"  {name:<{width}}  {TRUST_MODELS[name].about}{plugin}")
     return 0
+
+
+def _env_listing() -> list[str]:
+    """`list`'s env section: each env, where it comes from, its kinds and the algorithms that run on it."""
+    from ldpfed.algorithms import REGISTRY
+    from ldpfed.envs import ENVS
+
+    lines = ["envs (python -m ldpfed describe ENV lists an env's options):"]
+    width = max(len(name) for name in ENVS)
+    for name, env in ENVS.items():
+        plugin = "" if ENVS.source(name) == "ldpfed" else f"  [plugin: {ENVS.source(name)}]"
+        kinds = f"  (also of kind {', '.join(env.kinds_of()[1:])})" if env.kinds_of()[1:] else ""
+        runs = sorted(algo for algo, cls in REGISTRY.items() if cls.runs_on(env))
+        lines.append(f"{name:<{width}}  {_first_line(env.__doc__)}{plugin}{kinds}\n"
+                     f"{'':<{width}}  algorithms: {', '.join(runs) or 'none (no algorithm lists its kinds)'}")
+    return lines
+
+
+def _first_line(doc) -> str:
+    lines = (doc or "").strip().splitlines()
+    return lines[0].strip() if lines else ""
 
 
 def _options(defaults: dict, by_profile: dict, indent: str) -> list[str]:
@@ -309,14 +332,35 @@ def _describe_trust(name: str) -> int:
     return 0
 
 
+def cmd_describe_env(name: str) -> int:
+    """`describe ENV`: the env's options (--env-param) with their defaults, what they accept and what they do, its
+    kinds and the algorithms that run on it."""
+    from ldpfed.algorithms import REGISTRY
+    from ldpfed.envs import ENVS
+
+    env = ENVS[name]
+    source = ENVS.source(name)
+    lines = [f"{name}: {_first_line(env.__doc__)}" if _first_line(env.__doc__) else name,
+             f"provided by:    {source}" + (" (built in)" if source == "ldpfed" else " (plugin)"),
+             f"kinds:          {', '.join(env.kinds_of())}",
+             f"algorithms:     {', '.join(sorted(a for a, cls in REGISTRY.items() if cls.runs_on(env))) or 'none'}",
+             "options (--env-param KEY=VALUE; default, and the authors-code profile's where it differs):",
+             *_algorithm_options(env)]
+    print("\n".join(lines))
+    return 0
+
+
 def cmd_describe(name: str) -> int:
     from ldpfed.algorithms import REGISTRY
     from ldpfed.envs import ENVS
 
-    if name in TRUST_MODELS and name not in REGISTRY:
+    if name not in REGISTRY and name in ENVS:
+        return cmd_describe_env(name)
+    if name not in REGISTRY and name in TRUST_MODELS:
         return _describe_trust(name)
     if name not in REGISTRY:
-        raise ConfigError("algorithm", name, f"unknown; choose from {sorted(REGISTRY)}")
+        raise ConfigError("algorithm", name, f"unknown algorithm or env{did_you_mean(name, [*REGISTRY, *ENVS])}; "
+                                             f"choose from {sorted(REGISTRY)} or the envs {sorted(ENVS)}")
     cls = REGISTRY[name]
     doc = (cls.__doc__ or "").strip().splitlines()
     lines = [f"{name}: {doc[0]}" if doc else name,
@@ -329,10 +373,11 @@ def cmd_describe(name: str) -> int:
              *_algorithm_options(cls),
              f"envs (--env; default {cls.default_env}):"]
     setting = dict(cls.paper_setting)
-    for env in [cls.default_env] + [e for e in cls.env_kinds if e != cls.default_env]:
+    for env in cls.envs():
         env_cls = ENVS[env]
         paper = setting.get("env_params", {}) if env == cls.default_env else {}
-        lines.append(f"  {env}" + (f"   (paper setting: {paper})" if paper else "") + "   --env-param KEY=VALUE:")
+        lines.append(f"  {env}" + (f"   (paper setting: {paper})" if paper else "") + "   --env-param KEY=VALUE "
+                     f"(python -m ldpfed describe {env}: what each accepts):")
         lines += _options(dict(env_cls.defaults), dict(getattr(env_cls, "profile_defaults", {}) or {}), "    ")
     if setting:
         rest = {k: v for k, v in setting.items() if k != "env_params"}
@@ -354,7 +399,7 @@ def _warmup_plan(names: list, env: str | None) -> list[tuple[str, str]]:
     if not names and env is None:
         covered = {e for _, e in plan}
         for kind in sorted(ENVS):
-            runs_it = [name for name in sorted(REGISTRY) if kind in REGISTRY[name].env_kinds and name != "uniform"]
+            runs_it = [name for name in sorted(REGISTRY) if REGISTRY[name].runs_on(kind) and name != "uniform"]
             if kind not in covered and runs_it:
                 plan.append((runs_it[0], kind))
     return plan

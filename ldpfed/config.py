@@ -48,8 +48,9 @@ class RunConfig:
             object.__setattr__(self, "env", algo.default_env)
         if self.env not in ENVS:
             raise ConfigError("env", self.env, f"unknown{did_you_mean(self.env, ENVS)}; choose from {sorted(ENVS)}")
-        if self.env not in algo.env_kinds:
-            raise ConfigError("env", self.env, f"{self.algorithm} runs on {list(algo.env_kinds)}")
+        if not algo.runs_on(self.env):
+            raise ConfigError("env", self.env, f"{self.algorithm} runs on {algo.envs()} (envs of the kinds "
+                                               f"{list(algo.env_kinds)}; Env.kinds)")
         for name, minimum in (("users", 1), ("round_size", 1), ("populations", 1), ("seed", 0)):
             object.__setattr__(self, name, integer(name, getattr(self, name), minimum))
         if self.populations > self.round_size:
@@ -72,6 +73,7 @@ class RunConfig:
             if not isinstance(getattr(self, name), dict):
                 raise ConfigError(name, getattr(self, name), "must be a mapping")
         algo.checked_params(self.params, self.profile)     # a bad option stops the run before any work
+        ENVS[self.env].checked_params(self.env_params, self.profile, self.users)     # and so does a bad env option
         check_memory(self, ENVS[self.env], algo)
 
     @property

@@ -7,7 +7,8 @@
     description = "..."                 # one line, shown on the MLflow parent run
     algorithms = "all"                  # or a list of registry names
     envs = "paper"                      # each algorithm on its paper's env; or a list: every algorithm on each
-                                        # listed env it supports
+                                        # listed env it supports (a listed algorithm that supports none of them
+                                        # is an error before any run)
     eps = [0.5, 2.0]                    # privacy budgets of the private algorithms
     seeds = [0, 1]                      # a list, or an inclusive range "0-9"
     users = 10000                       # omit: each algorithm's paper setting
@@ -22,8 +23,8 @@
     placement = "spread"                # or "pack"; "none": no placement group (RayBackend's doc)
     [params.ldp-sgd]                    # algorithm options, per algorithm
     step = 0.5
-    [env_params.linear]                 # env options, per env (over the paper setting's)
-    d = 10
+    [env_params.linear]                 # env options, per env (over the paper setting's); checked before
+    d = 10                              # any run (python -m ldpfed describe ENV lists them)
     [env_round_size]                    # users per round of every run on that env, over round_size (e.g. a
     piecewise-bernoulli = 10            # sliding window's world: rounds well under the window)
 
@@ -199,6 +200,8 @@ def build(data: dict, source: str = "sweep") -> Sweep:
     for env, options in sweep.env_params.items():
         if env not in ENVS or not isinstance(options, dict):
             raise ConfigError(f"{source}: env_params.{env}", options, "a table per known env")
+    check_env_params(sweep, source)
+    check_algorithms_run(sweep, source)
     for env, size in sweep.env_round_size.items():
         if env not in ENVS:
             raise ConfigError(f"{source}: env_round_size.{env}", size, f"unknown env; choose from {sorted(ENVS)}")
@@ -211,6 +214,34 @@ def build(data: dict, source: str = "sweep") -> Sweep:
     except ConfigError as error:
         raise ConfigError(f"{source}: ray.{error.field}", error.value, error.reason) from None
     return sweep
+
+
+def check_env_params(sweep: Sweep, source: str = "sweep") -> None:
+    """Every [env_params.ENV] table's options checked as a run checks them (unknown names, types, NaN, inf, ranges:
+    the env's Options), before any run: a ConfigError naming `<source>: env_params.<env>.<option>`."""
+    from ldpfed.envs import ENVS
+
+    for env, options in sweep.env_params.items():
+        try:
+            ENVS[env].checked_params(options, sweep.profile)
+        except ConfigError as error:
+            field = error.field.removeprefix("env_params.")
+            raise ConfigError(f"{source}: env_params.{env}.{field}", error.value, error.reason) from None
+
+
+def check_algorithms_run(sweep: Sweep, source: str = "sweep") -> None:
+    """A listed algorithm that runs on none of the listed envs is an error before any run (not a silent drop: the
+    sweep would report without it). With algorithms = "all", each runs on the listed envs it supports."""
+    from ldpfed.algorithms import REGISTRY
+
+    if not sweep.algorithms or not sweep.envs:
+        return
+    for name in sweep.algorithms:
+        cls = REGISTRY[name]
+        if not any(cls.runs_on(env) for env in sweep.envs):
+            raise ConfigError(f"{source}: algorithms", name, f"runs on none of the listed envs {list(sweep.envs)}; "
+                                                             f"it runs on {cls.envs()}: list one of those in envs, "
+                                                             f"or drop {name}")
 
 
 def presets() -> dict:
@@ -267,7 +298,7 @@ def configs(sweep: Sweep) -> list:
     for name in learners:
         cls = REGISTRY[name]
         setting = dict(cls.paper_setting)
-        envs = [e for e in sweep.envs if e in cls.env_kinds] if sweep.envs else [cls.default_env]
+        envs = [e for e in sweep.envs if cls.runs_on(e)] if sweep.envs else [cls.default_env]
         for env in envs:
             env_params = dict(setting.get("env_params", {})) if env == cls.default_env else {}
             env_params.update(sweep.env_params.get(env, {}))
@@ -279,9 +310,9 @@ def configs(sweep: Sweep) -> list:
         candidates = [(env, env_params, users) for _, env, env_params, users, _, _ in worlds]
         if not learners:       # uniform alone: on the listed envs (or every env it knows) with their options
             candidates = [(env, dict(sweep.env_params.get(env, {})), sweep.users or 100_000)
-                          for env in (sweep.envs or REGISTRY["uniform"].env_kinds)]
+                          for env in (sweep.envs or REGISTRY["uniform"].envs())]
         for env, env_params, users in candidates:
-            if env not in REGISTRY["uniform"].env_kinds:
+            if not REGISTRY["uniform"].runs_on(env):
                 continue
             key = (env, repr(sorted({**ENVS[env].defaults, **env_params}.items())), users)
             seen.setdefault(key, (env, env_params, users))

@@ -40,6 +40,7 @@ fails them with probability below AUDIT_ALPHA whatever the seed.
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 import traceback
@@ -956,3 +957,378 @@ CHECK_FUNCTIONS = {
 }
 
 __all__ = ["CHECKS", "ConformanceError", "check_algorithm"] + [f"check_{name}" for name in CHECKS]
+
+
+# ---- the env kit -----------------------------------------------------------------------------------------------
+# What an env plugin's own tests call on their env (tests/test_env_conformance.py runs it on every built-in env):
+#
+#     from ldpfed.testing import ENV_CHECKS, check_env
+#
+#     def test_my_env_conforms():
+#         assert set(check_env(MyEnv, env_params={"d": 3})) == set(ENV_CHECKS)    # raises EnvConformanceError
+#
+# 1. "options"  every option has a doc and refuses, with a ConfigError naming env_params.<option>, the values its
+#               Option does not accept (NaN, inf, a string or a bool for a number, 1.5 for an int, values past
+#               its bounds, a choice not listed); an unknown option is refused naming it, a misspelt one with a
+#               did-you-mean. An option of kind "any" (plain `defaults`) cannot refuse anything: declare it.
+# 2. "public"   env.public() is a frozen PublicWorld of scalars that agrees with the env (name, d, K, multi,
+#               horizon, a finite reward bound > 0) and holds no ground-truth value; the truth depends on the seed
+#               only (two builds, the same arrays).
+# 3. "kind"     for each kind besides its own name (Env.kinds): the env of that name exists, and this env keeps its
+#               contract at the same options: multi, link, arms or not, contexts or not and their rank, and every
+#               PublicWorld field the reference defines (the algorithms of that kind read them).
+# 4. "step"     the batched step (what the round engines run) and the compiled step (EnvSteps, what the sequential
+#               engine runs), on the same contexts and noise, give the same rewards and regrets, bit for bit;
+#               context_stream gives the same contexts as contexts(), and leaves the generator where it does.
+# 5. "regret"   pseudo-regret is finite and >= 0 for every user and action; with arms, the best of each user's
+#               arms has regret 0, and regret matches the rewards: with common random numbers, reward + regret has
+#               the same mean (the best arm's mean) whatever arm is pulled (a z-test at ENV_Z standard errors).
+ENV_CHECKS = ("options", "public", "kind", "step", "regret")
+ENV_Z = 5.0                   # regret: an honest env fails with probability ~6e-7 (two-sided normal tail)
+ENV_TOLERANCE = 1e-9          # regret: rounding of best - chosen
+ENV_MAX_ARMS = 64             # regret: arms stepped per user (every arm up to this many)
+
+
+class EnvConformanceError(ConformanceError):
+    """An env that breaks the contract, found by running it: names the check, the env and, where there is one,
+    the option (`check`, `env`, `field`)."""
+
+    def __init__(self, check: str, env: str, message: str, field: str | None = None):
+        self.check, self.env, self.field, self.reason = check, env, field, message
+        self.algorithm = None
+        where = f", option {field!r}" if field else ""
+        AssertionError.__init__(self, f"env conformance check {check!r} failed for env {env!r}{where}: {message}")
+
+    def __reduce__(self):
+        return type(self), (self.check, self.env, self.reason, self.field)
+
+
+def check_env(cls_or_name, *, env_params=None, users=400, seed=0, samples=1000, checks=None) -> dict:
+    """Run the env conformance checks (ENV_CHECKS, above) on an env (an Env subclass, or a registered name) with
+    these options (checked as `--env-param` checks them) and horizon; returns {check: "passed" | "skipped: why"}
+    in ENV_CHECKS order, raises EnvConformanceError at the first failure. No algorithm is involved: an env that no
+    algorithm runs on yet is checked too. A class not in the registry is registered for the duration of the call.
+    samples: users stepped by "regret" (every arm each). Keep sizes small: the checks build the env a few times."""
+    names = list(ENV_CHECKS) if checks is None else ([checks] if isinstance(checks, str) else list(checks))
+    unknown = [name for name in names if name not in ENV_CHECKS]
+    if unknown:
+        raise ConfigError("checks", unknown, f"unknown checks; choose from {list(ENV_CHECKS)}")
+    cls, added = _resolve_env(cls_or_name)
+    try:
+        subject = EnvSubject(cls, dict(env_params or {}), users, seed, samples)
+        report = {}
+        for name in (n for n in ENV_CHECKS if n in names):
+            try:
+                outcome = ENV_CHECK_FUNCTIONS[name](subject)
+            except ConformanceError:
+                raise
+            except Exception as error:
+                frame = traceback.extract_tb(error.__traceback__)[-1]
+                where = f"{frame.filename}:{frame.lineno}, in {frame.name}"
+                raise EnvConformanceError(name, cls.name, f"raised {type(error).__name__}: {error} (at {where})") \
+                    from error
+            report[name] = "passed" if outcome is None else outcome
+        return report
+    finally:
+        if added:
+            from ldpfed.envs import ENVS
+
+            ENVS.unregister(cls.name)
+
+
+def _resolve_env(cls_or_name):
+    """(class, whether this call registered it)."""
+    from ldpfed.envs import ENVS
+
+    if isinstance(cls_or_name, str):
+        if cls_or_name not in ENVS:
+            raise ConfigError("env", cls_or_name, f"not registered; registered: {sorted(ENVS)}")
+        return ENVS[cls_or_name], False
+    cls = cls_or_name
+    if not (isinstance(cls, type) and issubclass(cls, Env)):
+        raise ConfigError("env", cls, "must be an Env subclass or a registered name")
+    name = getattr(cls, "name", "")
+    if name in ENVS:
+        if ENVS[name] is not cls:
+            raise PluginError(f"env {name!r} is already provided by {ENVS.source(name)!r} (another class): give "
+                              f"yours another name", field=f"{name}.name")
+        return cls, False
+    try:
+        ENVS.register(cls)
+    except PluginError as error:       # check_env_class: what can be told without building it
+        raise EnvConformanceError("options", name or repr(cls), str(error)) from error
+    return cls, True
+
+
+class EnvSubject:
+    """The env under test: its class, options, horizon and seed; every check builds its own instance."""
+
+    def __init__(self, cls, env_params, users, seed, samples):
+        self.cls, self.name, self.env_params, self.users, self.seed = cls, cls.name, env_params, users, seed
+        self.samples = samples
+        cls.checked_params(env_params, users=users)     # a bad setting is a usage error (ConfigError), not a finding
+
+    def build(self, seed=None, name=None):
+        from ldpfed.envs import build_env
+
+        return build_env(name or self.name, self.users, self.seed if seed is None else seed, self.env_params)
+
+    def spread(self, n: int) -> np.ndarray:
+        """n users (global indices) spread over the horizon, sorted (repeats when n exceeds it)."""
+        return np.linspace(0, self.users - 1, n).round().astype(np.int64)
+
+    def actions(self, env, world, n: int, rng) -> np.ndarray:
+        """Valid actions for n users: arms uniformly, or points well inside the public domain (continuous)."""
+        if env.K > 0:
+            return rng.integers(env.K, size=n).astype(np.int64)
+        radius = 0.5 * (world.radius if world.radius is not None else 1.0)
+        points = rng.standard_normal((n, env.d))
+        points /= np.maximum(np.linalg.norm(points, axis=1, keepdims=True), 1e-300)
+        return points * radius * rng.random((n, 1))
+
+    def fail(self, check, message, field=None):
+        raise EnvConformanceError(check, self.name, message, field)
+
+
+_BAD_NUMBERS = (float("nan"), float("inf"), float("-inf"), "inf", "1", True, None, [1.0])
+
+
+def _bad_values(option) -> list:
+    """Values the Option must refuse (given its kind and bounds), except the ones it lists as allowed."""
+    kind = option.kind
+    if kind == "any":
+        return []
+    if kind == "bool":
+        bad = [1, 0, "true", None, float("nan")]
+    elif kind == "choice":
+        bad = ["no-such-choice", 1, None, float("nan")]
+    else:
+        bad = [v for v in _BAD_NUMBERS if not (option.allow_inf and v == float("inf") and not isinstance(v, str))]
+        if kind == "int":
+            bad += [1.5, -2.5]              # (a whole float, 2.0 or 1e3, is its integer: ldpfed.util.errors.integer)
+        step = 1 if kind == "int" else 1e-6
+        if option.low is not None and math.isfinite(option.low):
+            bad.append(option.low if option.low_open else option.low - step)
+        if option.high is not None and math.isfinite(option.high):
+            bad.append(option.high if option.high_open else option.high + step)
+    return [v for v in bad if not any(_same_value(v, a) for a in option.allow)]
+
+
+def _same_value(a, b) -> bool:
+    return a is b or (type(a) is type(b) and a == b)
+
+
+def check_env_options(subject: EnvSubject):
+    check = "options"
+    cls = subject.cls
+    field = None
+    for name, option in cls.options.items():
+        if option.kind == "any" and not option.doc:
+            subject.fail(check, "declared as a plain default: it accepts anything and `describe` cannot say what it "
+                                "is; declare it with ldpfed.util.options.Option (kind, bounds, doc)", name)
+        if not option.doc:
+            subject.fail(check, "has no doc (python -m ldpfed describe shows it to users)", name)
+        for bad in _bad_values(option):
+            try:
+                cls.checked_params({**subject.env_params, name: bad}, users=subject.users)
+            except ConfigError as error:
+                field = error.field
+                if field != f"env_params.{name}":
+                    subject.fail(check, f"{bad!r} was refused, but the error names {field!r}", name)
+                continue
+            subject.fail(check, f"accepted {bad!r}, which its Option ({option.accepts()}) refuses", name)
+    try:
+        cls.checked_params({"no_such_option": 1}, users=subject.users)
+        subject.fail(check, "an unknown option (no_such_option) was accepted")
+    except ConfigError as error:
+        if error.field != "env_params.no_such_option":
+            subject.fail(check, f"an unknown option was refused, but the error names {error.field!r}")
+    longest = max(cls.options, key=len, default="")
+    if len(longest) >= 4:
+        typo = longest[:-2] + longest[-1] + longest[-2]
+        try:
+            cls.checked_params({typo: cls.defaults[longest]}, users=subject.users)
+        except ConfigError as error:
+            if "did you mean" not in error.reason:
+                subject.fail(check, f"a misspelt option ({typo}) was refused without a did-you-mean: "
+                                    f"{error.reason}")
+        else:
+            subject.fail(check, f"a misspelt option ({typo}) was accepted")
+
+
+def check_env_public(subject: EnvSubject):
+    import dataclasses
+
+    check = "public"
+    env = subject.build()
+    world = env.public()
+    if not isinstance(world, PublicWorld):
+        subject.fail(check, f"public() returned a {type(world).__name__}, not a PublicWorld")
+    values = {f.name: getattr(world, f.name) for f in dataclasses.fields(world)}
+    loose = {k: v for k, v in values.items() if not (v is None or isinstance(v, (str, int, float, bool)))}
+    if loose:
+        subject.fail(check, f"public fields must be scalars (a truth could hide in anything else): {loose}")
+    expected = {"name": subject.name, "d": int(env.d), "K": int(env.K), "multi": bool(env.multi),
+                "horizon": subject.users}
+    for key, want in expected.items():
+        if values[key] != want:
+            subject.fail(check, f"PublicWorld.{key} is {values[key]!r}, the env's is {want!r}")
+    if not (math.isfinite(world.reward_bound) and world.reward_bound > 0):
+        subject.fail(check, f"PublicWorld.reward_bound {world.reward_bound!r} must be finite and > 0")
+    truths = env_arrays(env)
+    secret = set()
+    for _, truth in truths:
+        if isinstance(truth, np.ndarray) and truth.dtype.kind == "f":
+            secret.update(float(v) for v in truth.ravel() if v != 0)
+    leaked = [k for k, v in values.items() if isinstance(v, float) and v in secret]
+    if leaked:
+        subject.fail(check, f"PublicWorld field(s) {leaked} hold a ground-truth value")
+    again = env_arrays(subject.build())
+    if [name for name, _ in truths] != [name for name, _ in again] or not all(
+            _equal(a, b) for (_, a), (_, b) in zip(truths, again)):
+        subject.fail(check, "two builds with the same seed differ: the ground truth must depend on the seed only "
+                            "(draw it from the rng the env is given)")
+
+
+def _equal(a, b) -> bool:
+    if isinstance(a, np.ndarray):
+        return isinstance(b, np.ndarray) and a.shape == b.shape and np.array_equal(a, b, equal_nan=True)
+    try:
+        return bool(a == b)
+    except Exception:
+        return False
+
+
+def check_env_kind(subject: EnvSubject):
+    import dataclasses
+
+    from ldpfed.envs import ENVS
+
+    check = "kind"
+    others = subject.cls.kinds_of()[1:]
+    if not others:
+        return "skipped: of its own kind only (Env.kinds is empty): algorithms that list its name run on it"
+    env = subject.build()
+    world = env.public()
+    rng = np.random.default_rng([subject.seed, 3])
+    users = subject.spread(4)
+    contexts = env.contexts(users, rng)
+    for kind in others:
+        if kind not in ENVS:
+            subject.fail(check, f"kind {kind!r} is not a registered env (a kind is the name of the env whose "
+                                f"contract this one keeps); registered: {sorted(ENVS)}")
+        from ldpfed.envs import build_env
+
+        shared = {k: v for k, v in subject.env_params.items() if k in ENVS[kind].defaults}   # e.g. d, K
+        reference = build_env(kind, subject.users, subject.seed, shared)
+        ref_world = reference.public()
+        ref_contexts = reference.contexts(users, np.random.default_rng([subject.seed, 3]))
+        differences = []
+        for what, mine, theirs in (("multi", bool(env.multi), bool(reference.multi)),
+                                   ("link", env.link, reference.link),
+                                   ("arms (K > 0)", env.K > 0, reference.K > 0),
+                                   ("contexts (d > 0)", env.d > 0, reference.d > 0),
+                                   ("contexts() is None", contexts is None, ref_contexts is None),
+                                   ("contexts' rank", np.ndim(contexts), np.ndim(ref_contexts))):
+            if mine != theirs:
+                differences.append(f"{what}: {mine!r} here, {theirs!r} for {kind}")
+        defined = {f.name for f in dataclasses.fields(world) if getattr(world, f.name) is not None}
+        needed = {f.name for f in dataclasses.fields(ref_world) if getattr(ref_world, f.name) is not None}
+        if needed - defined:
+            differences.append(f"PublicWorld fields {sorted(needed - defined)} are None here; {kind} defines them "
+                               f"(algorithms of its kind read them)")
+        if differences:
+            subject.fail(check, f"declares kind {kind!r} but breaks its contract: " + "; ".join(differences))
+
+
+def check_env_step(subject: EnvSubject):
+    check = "step"
+    env = subject.build()
+    steps = env.compiled()
+    n = min(subject.samples, 256)
+    users = subject.spread(n)
+    actions = subject.actions(env, env.public(), n, np.random.default_rng([subject.seed, 5]))
+    nature = np.random.default_rng([subject.seed, 6])
+    contexts = env.contexts(users, nature)
+    rewards, regret = env.step(contexts, actions, users, nature)
+    after_batched = nature.bit_generator.state
+    if np.shape(rewards) != (n,) or np.shape(regret) != (n,):
+        subject.fail(check, f"step returned shapes {np.shape(rewards)} and {np.shape(regret)}, not ({n},) each")
+    if steps is None:
+        return ("skipped: no compiled step (env.compiled() is None): its batched step runs on every round engine, "
+                "the compiled sequential loop cannot run it")
+    nature = np.random.default_rng([subject.seed, 6])
+    again = env.contexts(users, nature)
+    if not _equal(np.asarray(env.context_rows(again, n)), np.asarray(env.context_rows(contexts, n))):
+        subject.fail(check, "contexts() of the same users from the same generator state differ")
+    noise = env.draw_noise(n, nature)
+    rows = env.context_rows(again, n)
+    for i in range(n):
+        reward, gap = steps.step(steps.truth, rows, i, users[i], actions, noise)
+        if reward != rewards[i] or gap != regret[i]:
+            subject.fail(check, f"user {users[i]}: the batched step gives (reward, regret) = ({rewards[i]!r}, "
+                                f"{regret[i]!r}), the compiled step ({reward!r}, {gap!r})")
+    if nature.bit_generator.state != after_batched:
+        subject.fail(check, "the batched step and draw_noise leave the generator in different states (the engines "
+                            "draw what follows from it)")
+    nature = np.random.default_rng([subject.seed, 6])
+    stream = env.context_stream(users, nature)
+    half = n // 2
+    streamed = [np.array(stream(0, half)), np.array(stream(half, n))]
+    if not _equal(np.concatenate(streamed), np.asarray(rows)):
+        subject.fail(check, "context_stream's rows differ from contexts()' (the sequential engine reads the stream)")
+    if not _equal(env.draw_noise(n, nature), noise):
+        subject.fail(check, "after context_stream, draw_noise draws other numbers than after contexts()")
+
+
+def check_env_regret(subject: EnvSubject):
+    check = "regret"
+    env = subject.build()
+    n = subject.samples
+    users = subject.spread(n)
+    if env.K == 0:
+        actions = subject.actions(env, env.public(), n, np.random.default_rng([subject.seed, 8]))
+        nature = np.random.default_rng([subject.seed, 9])
+        _, regret = env.step(env.contexts(users, nature), actions, users, nature)
+        _nonnegative(subject, check, regret, "a point")
+        return None
+    arms = range(min(env.K, ENV_MAX_ARMS))
+    rewards, regrets = np.empty((n, len(arms))), np.empty((n, len(arms)))
+    for a in arms:              # the same contexts and noise for every arm: common random numbers
+        nature = np.random.default_rng([subject.seed, 9])
+        contexts = env.contexts(users, nature)
+        rewards[:, a], regrets[:, a] = env.step(contexts, np.full(n, a, dtype=np.int64), users, nature)
+    _nonnegative(subject, check, regrets, "an arm")
+    scale = max(1.0, float(np.abs(rewards).max()))
+    if env.K <= ENV_MAX_ARMS:
+        worst = float(regrets.min(axis=1).max())
+        if worst > ENV_TOLERANCE * scale:
+            subject.fail(check, f"a user's best arm has regret {worst!r}: pseudo-regret is the gap to the user's best "
+                                f"arm, 0 for that arm")
+    best = regrets.argmin(axis=1)
+    total = rewards + regrets                     # each arm: mean reward + gap = the best arm's mean
+    diff = total.mean(axis=1) - total[np.arange(n), best]
+    mean, sd = float(diff.mean()), float(diff.std(ddof=1)) if n > 1 else 0.0
+    if abs(mean) > ENV_Z * sd / math.sqrt(n) + ENV_TOLERANCE * scale:
+        subject.fail(check, f"regret does not match the rewards: reward + regret averages {mean:+.4g} more over all "
+                            f"arms than on the best arm ({ENV_Z} standard errors: {ENV_Z * sd / math.sqrt(n):.3g}); "
+                            f"regret must be the best arm's mean reward minus the pulled arm's")
+
+
+def _nonnegative(subject, check, regret, what):
+    regret = np.asarray(regret, dtype=float)
+    if not np.all(np.isfinite(regret)):
+        subject.fail(check, f"pseudo-regret is not finite for {what}")
+    if regret.min() < -ENV_TOLERANCE * max(1.0, float(np.abs(regret).max())):
+        subject.fail(check, f"pseudo-regret {regret.min()!r} < 0 for {what}: it is the gap to the best action")
+
+
+ENV_CHECK_FUNCTIONS = {
+    "options": check_env_options,
+    "public": check_env_public,
+    "kind": check_env_kind,
+    "step": check_env_step,
+    "regret": check_env_regret,
+}
+
+__all__ += ["ENV_CHECKS", "EnvConformanceError", "check_env"]

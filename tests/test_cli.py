@@ -48,12 +48,44 @@ def test_describe_lists_options_envs_privacy_and_paper():
     assert f"paper:          {cls.paper}" in done.stdout and "privacy model:  ldp" in done.stdout
     for key, value in cls.defaults.items():
         assert f"{key}" in done.stdout and repr(value) in done.stdout
-    for env in cls.env_kinds:
+    for env in cls.envs():
         assert f"  {env}" in done.stdout
     for key in ENVS[cls.default_env].defaults:
         assert f"    {key}" in done.stdout
     unknown = cli("describe", "nope")
     assert unknown.returncode == 2 and "nope" in unknown.stderr
+
+
+def test_list_names_every_env_with_the_algorithms_that_run_on_it():
+    from ldpfed.envs import ENVS
+
+    out = cli("list").stdout
+    envs = out.split("envs (python -m ldpfed describe ENV", 1)[1]
+    for name, env in ENVS.items():
+        line = next(line for line in envs.splitlines() if line.startswith(f"{name} "))
+        runs = envs.split(line, 1)[1].splitlines()[1]
+        assert runs.strip() == "algorithms: " + ", ".join(sorted(a for a, cls in REGISTRY.items() if cls.runs_on(env)))
+
+
+def test_describe_env_lists_its_options_with_types_bounds_and_docs():
+    from ldpfed.envs import ENVS
+
+    done = cli("describe", "piecewise-bernoulli")
+    assert done.returncode == 0, done.stderr
+    assert "kinds:          piecewise-bernoulli" in done.stdout and "provided by:    ldpfed (built in)" in done.stdout
+    assert "klucb-cf" in done.stdout and "ldp-mab-ucb" in done.stdout
+    for row in ENVS["piecewise-bernoulli"].option_table():
+        assert f"  {row['name']}" in done.stdout and row["doc"] in done.stdout
+    assert "[an integer in [2, inf)]" in done.stdout          # K
+    typo = cli("describe", "piecewise-bernouli")
+    assert typo.returncode == 2 and "did you mean 'piecewise-bernoulli'" in typo.stderr
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "inf", "-1", "true", "0.1.2"])
+def test_a_bad_env_option_exits_2_naming_it_before_any_work(tmp_path, value):
+    done = cli("run", "ldp-sgd", "--env-param", f"noise_std={value}", "--out", str(tmp_path / "out"))
+    assert done.returncode == 2 and "--env-param noise_std" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "out").exists()                    # refused before --out was made
 
 
 def test_run_track_logs_one_run_to_mlflow(tmp_path):

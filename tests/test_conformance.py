@@ -15,14 +15,14 @@ from ldpfed.algorithms.klucb import SWKLUCBCF
 from ldpfed.algorithms.ldp_reductions import LdpBcoOnePoint, LdpMabUcb
 from ldpfed.algorithms.options import Option
 from ldpfed.config import RunConfig
-from ldpfed.envs import make_env
+from ldpfed.envs import ENVS, make_env
 from ldpfed.mechanisms import Domain, GaussianMechanism
 from ldpfed.testing import CHECKS, RAY_SKIP, ConformanceError, check_algorithm
 from ldpfed.util.errors import ConfigError
 
 BUILTINS = sorted(name for name in REGISTRY if REGISTRY.source(name) == "ldpfed")
 # every built-in on every env it runs on: a few seconds in all
-PAIRS = [(name, env) for name in BUILTINS for env in REGISTRY[name].env_kinds]
+PAIRS = [(name, env) for name in BUILTINS for env in REGISTRY[name].envs() if ENVS.source(env) == "ldpfed"]
 ON_RAY = ["ldp-ols", "ldp-sgd-multi", "sw-klucb-cf", "linucb-dgs", "ldp-mab-ucb", "uniform"]
 LOCAL = [name for name in CHECKS if name != "engines"]
 
@@ -382,3 +382,128 @@ def test_a_draw_act_shorter_than_act_draws_is_caught_before_compiled_code_reads_
 
     error = rejected(ShortDraws, "contract")
     assert "draw_act" in error.reason and "act_draws = 1" in error.reason
+
+
+# ---- the env kit (ldpfed.testing.check_env): every built-in env passes, each broken env fails its check ----------
+from dataclasses import replace as _replace  # noqa: E402
+
+from ldpfed.envs.glm import Linear, LinearMulti  # noqa: E402
+from ldpfed.testing import ENV_CHECKS, EnvConformanceError, check_env  # noqa: E402
+
+BUILTIN_ENVS = sorted(name for name in ENVS if ENVS.source(name) == "ldpfed")
+# small sizes: the kit builds each env a few times and steps every arm of 500 users
+SMALL_ENV = {"sparse-linear": {"d": 40, "s0": 3}, "arm-pool": {"pool": 50, "d": 5}, "classification": {"d": 8}}
+
+
+@pytest.mark.parametrize("env", BUILTIN_ENVS)
+def test_builtin_env_conforms(env):
+    report = check_env(env, env_params=SMALL_ENV.get(env), users=300, samples=500)
+    assert list(report) == list(ENV_CHECKS)
+    assert all(outcome == "passed" for check, outcome in report.items() if check != "kind"), report
+    assert report["kind"].startswith("skipped: of its own kind only")      # every built-in is its own kind
+
+
+class _KindLinear(Linear):
+    """A linear world of kind "linear" (passes every env check)."""
+    name = "kind-linear"
+    kinds = ("linear",)
+
+
+class _DoubledRegret(Linear):
+    """Reports twice the gap: regret does not match the rewards."""
+    name = "doubled-regret"
+
+    def compiled(self):
+        return None
+
+    def step(self, contexts, actions, users, rng):
+        means = self.means(contexts)
+        chosen = means[np.arange(len(actions)), actions]
+        return chosen + self.noise_std * rng.standard_normal(len(actions)), 2.0 * (means.max(axis=1) - chosen)
+
+
+class _OffByOneArm(_DoubledRegret):
+    """Reports the gap of the next arm: non-negative, zero somewhere, but not the pulled arm's."""
+    name = "off-by-one-arm"
+
+    def step(self, contexts, actions, users, rng):
+        means = self.means(contexts)
+        n = len(actions)
+        chosen = means[np.arange(n), actions]
+        other = means[np.arange(n), (actions + 1) % self.K]
+        return chosen + self.noise_std * rng.standard_normal(n), means.max(axis=1) - other
+
+
+class _BatchedDiffers(Linear):
+    """Its batched step is not its compiled step."""
+    name = "batched-differs"
+
+    def step(self, contexts, actions, users, rng):
+        rewards, regret = super().step(contexts, actions, users, rng)
+        return rewards + 1e-9, regret
+
+
+class _LeaksTheta(Linear):
+    """Puts a coordinate of theta* in its public description."""
+    name = "leaks-theta"
+
+    def public(self):
+        return _replace(super().public(), context_min_eig=float(self.theta[0]))
+
+
+class _Unseeded(Linear):
+    """Draws its truth from fresh entropy, not the run's seed."""
+    name = "unseeded"
+
+    def __init__(self, rng, users, **params):
+        super().__init__(np.random.default_rng(), users, **params)
+
+
+class _PlainOption(Linear):
+    """An undeclared option: accepted as it is, undocumented."""
+    name = "plain-option"
+    defaults = {**Linear.defaults, "drift": 0.0}
+
+
+class _NoValidation(Linear):
+    """Skips the option checks."""
+    name = "no-validation"
+
+    @classmethod
+    def checked_params(cls, params, profile="paper", users=None):
+        return {**cls.defaults, **params}
+
+
+class _WrongKind(LinearMulti):
+    """Claims kind "linear" with one context per user and a parameter per arm."""
+    name = "wrong-kind"
+    kinds = ("linear",)
+
+
+class _UnknownKind(Linear):
+    name = "unknown-kind"
+    kinds = ("no-such-world",)
+
+
+def test_an_env_of_a_kind_passes_the_env_kit():
+    assert check_env(_KindLinear, users=300, samples=500) == {check: "passed" for check in ENV_CHECKS}
+    assert "kind-linear" not in ENVS          # registered for the call only
+
+
+@pytest.mark.parametrize("cls,check,words", [
+    (_DoubledRegret, "regret", "does not match the rewards"),
+    (_OffByOneArm, "regret", "does not match the rewards"),
+    (_BatchedDiffers, "step", "the batched step gives"),
+    (_LeaksTheta, "public", "ground-truth value"),
+    (_Unseeded, "public", "depend on the seed only"),
+    (_PlainOption, "options", "plain default"),
+    (_NoValidation, "options", "accepted nan"),
+    (_WrongKind, "kind", "multi"),
+    (_UnknownKind, "kind", "not a registered env"),
+], ids=lambda v: v.__name__ if isinstance(v, type) else None)
+def test_the_env_kit_catches_a_broken_env(cls, check, words):
+    with pytest.raises(EnvConformanceError) as info:
+        check_env(cls, users=300, samples=500)
+    assert info.value.check == check and info.value.env == cls.name, str(info.value)
+    assert words in str(info.value), str(info.value)
+    assert cls.name not in ENVS

@@ -20,6 +20,7 @@ from ldpfed.config import RunConfig
 from ldpfed.engine import run_local
 from ldpfed.envs import ENVS, make_env
 from ldpfed.plugins import ALGORITHM_GROUP, ENV_GROUP, PLUGINS_VAR, PluginError, Registry
+from ldpfed.util.errors import ConfigError
 
 
 def test_builtins_come_through_the_entry_points():
@@ -342,3 +343,137 @@ def test_a_compiled_field_needs_a_mechanism_that_privatizes_rows(registered):
     with pytest.raises(PluginError, match="cannot privatize a compiled row") as caught:
         _built(OpaqueOls, registered)
     assert caught.value.field == "opaque-ols.message field 'u'"
+
+
+# ---- env kinds: an algorithm runs on every env of the kinds it lists ------------------------------------------------
+# Which built-in algorithm ran on which built-in env when algorithms listed env names (before env kinds): the kinds
+# must keep exactly these pairs.
+BUILTIN_PAIRS = {
+    "bco-one-point": {"convex"}, "bco-two-point": {"convex"},
+    "ldp-bco-one-point": {"convex"}, "ldp-bco-two-point": {"convex"},
+    "klucb": {"piecewise-bernoulli", "bernoulli"}, "klucb-cf": {"piecewise-bernoulli", "bernoulli"},
+    "sw-klucb": {"piecewise-bernoulli", "bernoulli"}, "sw-klucb-cf": {"piecewise-bernoulli", "bernoulli"},
+    "ldp-mab-adversarial": {"bernoulli", "piecewise-bernoulli"}, "ldp-mab-ucb": {"bernoulli", "piecewise-bernoulli"},
+    "tsallis-inf": {"bernoulli", "piecewise-bernoulli"}, "ucb": {"bernoulli", "piecewise-bernoulli"},
+    "lasso-bandit": {"sparse-linear"}, "private-lasso": {"sparse-linear"},
+    "ldp-gloc": {"linear", "logistic"}, "ldp-ucb": {"linear", "logistic"},
+    "ldp-ols": {"linear", "logistic", "poisson"}, "ldp-sgd": {"linear", "logistic", "poisson"},
+    "ols": {"linear", "logistic", "poisson"},
+    "ldp-ols-multi": {"linear-multi", "logistic-multi", "poisson-multi", "classification"},
+    "ldp-sgd-multi": {"linear-multi", "logistic-multi", "poisson-multi", "classification"},
+    "ols-multi": {"linear-multi", "logistic-multi", "poisson-multi", "classification"},
+    "linucb": {"arm-pool", "linear"}, "linucb-dgs": {"arm-pool", "linear"}, "private-linucb": {"arm-pool", "linear"},
+    "uniform": {"linear", "logistic", "poisson", "linear-multi", "logistic-multi", "poisson-multi", "bernoulli",
+                "piecewise-bernoulli", "sparse-linear", "arm-pool", "classification"},
+}
+
+
+def test_env_kinds_keep_the_builtin_pairs():
+    builtin_envs = {name for name in ENVS if ENVS.source(name) == "ldpfed"}
+    builtins = {name for name in REGISTRY if REGISTRY.source(name) == "ldpfed"}
+    assert builtins == set(BUILTIN_PAIRS)
+    now = {name: {env for env in builtin_envs if REGISTRY[name].runs_on(env)} for name in builtins}
+    assert now == BUILTIN_PAIRS
+    for name in builtins:     # envs() lists the same, the default first; RunConfig agrees with runs_on
+        envs = REGISTRY[name].envs()
+        assert set(envs) >= BUILTIN_PAIRS[name] and envs[0] == REGISTRY[name].default_env
+    with pytest.raises(ConfigError, match="runs on"):
+        RunConfig("ldp-ols", env="linear-multi")
+
+
+@pytest.fixture
+def env_registered():
+    """Env classes registered by a test, removed after it."""
+    names = []
+
+    def add(cls):
+        ENVS.register(cls)
+        names.append(cls.name)
+        return cls
+
+    yield add
+    for name in names:
+        ENVS.unregister(name)
+
+
+def test_an_env_of_a_kind_runs_every_algorithm_of_that_kind(env_registered):
+    from ldpfed.envs.glm import Linear, LinearMulti
+
+    class Shifted(Linear):
+        """A linear world under another name: of kind "linear"."""
+        name = "shifted-linear"
+        kinds = ("linear",)
+
+    class Alone(Linear):
+        name = "alone-linear"
+
+    env_registered(Shifted)
+    env_registered(Alone)
+    assert Shifted.kinds_of() == ("shifted-linear", "linear")
+    runs = {name for name, cls in REGISTRY.items() if cls.runs_on("shifted-linear")}
+    assert runs == {name for name, cls in REGISTRY.items() if cls.runs_on("linear")}
+    assert {"ldp-ols", "ldp-sgd", "linucb"} <= runs
+    assert not any(cls.runs_on("alone-linear") for cls in REGISTRY.values())     # its own kind only
+    # it runs with no patching of any algorithm, and the same seed gives the same world as "linear"
+    mine = run_local(RunConfig("ldp-ols", env="shifted-linear", users=300, round_size=10, seed=2))
+    theirs = run_local(RunConfig("ldp-ols", env="linear", users=300, round_size=10, seed=2))
+    assert mine.summary["final_regret"] == theirs.summary["final_regret"]
+    assert "shifted-linear" in REGISTRY["ldp-sgd"].envs()
+    with pytest.raises(ConfigError, match="runs on"):
+        RunConfig("ldp-ols", env="alone-linear")
+    # an algorithm may name a plugin env of its kinds as its default env
+    cls = type("DefaultsToShifted", (LdpOls,), {"name": "defaults-to-shifted", "default_env": "shifted-linear"})
+    REGISTRY.register(cls)
+    try:
+        assert RunConfig("defaults-to-shifted", users=50).env == "shifted-linear"
+    finally:
+        REGISTRY.unregister("defaults-to-shifted")
+
+    class Bad(LinearMulti):
+        name = "bad-kinds"
+        kinds = "linear"                          # a string, not a tuple of names
+
+    with pytest.raises(PluginError, match="kinds"):
+        ENVS.register(Bad)
+
+
+@pytest.mark.parametrize("params,field", [
+    ({"noise_std": float("nan")}, "env_params.noise_std"),
+    ({"noise_std": float("inf")}, "env_params.noise_std"),
+    ({"noise_std": "inf"}, "env_params.noise_std"),
+    ({"noise_std": -0.5}, "env_params.noise_std"),
+    ({"d": 2.5}, "env_params.d"),
+    ({"d": float("nan")}, "env_params.d"),
+    ({"d": True}, "env_params.d"),
+    ({"K": 1}, "env_params.K"),
+    ({"contexts": "cube"}, "env_params.contexts"),
+    ({"noise_sdt": 0.1}, "env_params.noise_sdt"),
+])
+def test_bad_env_options_are_refused_by_runconfig(params, field):
+    with pytest.raises(ConfigError) as info:          # at RunConfig: before any work
+        RunConfig("ldp-ols", env="linear", users=100, env_params=params)
+    assert info.value.field == field
+    if "noise_sdt" in params:
+        assert "did you mean 'noise_std'" in info.value.reason
+
+
+def test_env_cross_checks_run_in_runconfig():
+    with pytest.raises(ConfigError) as info:
+        RunConfig("ucb", env="piecewise-bernoulli", users=10, env_params={"breakpoints": 10})
+    assert info.value.field == "env_params.breakpoints"
+    with pytest.raises(ConfigError) as info:
+        RunConfig("private-lasso", users=10, env_params={"d": 5, "s0": 6})
+    assert info.value.field == "env_params.s0"
+    with pytest.raises(ConfigError) as info:
+        RunConfig("linucb", users=10, env_params={"pool": 5, "K": 6})
+    assert info.value.field == "env_params.K"
+
+
+def test_env_option_table_documents_every_builtin_option():
+    for name, env in ENVS.items():
+        if ENVS.source(name) != "ldpfed":
+            continue
+        rows = env.option_table()
+        assert [row["name"] for row in rows] == list(env.defaults), name
+        for row in rows:
+            assert row["doc"], (name, row["name"])

@@ -11,14 +11,14 @@ import pytest
 
 from ldpfed.algorithms import REGISTRY, make_algorithm
 from ldpfed.config import RunConfig
-from ldpfed.envs import ENVS, make_env
+from ldpfed.envs import ENVS, build_env, make_env
 from ldpfed.envs.base import Env, PublicWorld
 from ldpfed.testing import env_arrays, reachable, truth_match
 
 # The ground truth of each world (attribute names on the env object).
 
-# Every (algorithm, env) pair the registry allows.
-PAIRS = sorted((name, env) for name, cls in REGISTRY.items() for env in cls.env_kinds)
+# Every (algorithm, env) pair the registry allows (an algorithm runs on every env of its kinds).
+PAIRS = sorted((name, env) for name, cls in REGISTRY.items() for env in cls.envs())
 
 
 def _config(name, env):
@@ -61,8 +61,8 @@ def test_the_walk_finds_a_leak():
 
 @pytest.mark.parametrize("env_name", sorted(ENVS))
 def test_public_description_holds_no_truth(env_name):
-    algo = next(cls for cls in REGISTRY.values() if env_name in cls.env_kinds)
-    env = make_env(RunConfig(algo.name, env=env_name, users=400, round_size=20, seed=5))
+    # built without a RunConfig: an installed env that no algorithm runs on yet is checked too
+    env = build_env(env_name, 400, seed=5)
     world = env.public()
     assert dataclasses.is_dataclass(world) and type(world).__dataclass_params__.frozen
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -85,3 +85,18 @@ def test_public_parameters_the_papers_assume_known():
     assert sparse.public().sparsity == 3                   # seed 003 assumes s0 known
     pw = make_env(RunConfig("sw-klucb-cf", users=400, round_size=20, env_params={"breakpoints": 4}))
     assert pw.public().segments == 5                       # seed 004's L_T; the change times stay hidden
+
+
+def test_an_env_no_algorithm_runs_on_is_checked_too():
+    """An installed env whose kinds no algorithm lists is built without a RunConfig (no algorithm to pick)."""
+    from ldpfed.envs.glm import Linear
+
+    class Unclaimed(Linear):
+        name = "unclaimed-linear"
+
+    ENVS.register(Unclaimed)
+    try:
+        assert not any(cls.runs_on("unclaimed-linear") for cls in REGISTRY.values())
+        test_public_description_holds_no_truth("unclaimed-linear")
+    finally:
+        ENVS.unregister("unclaimed-linear")

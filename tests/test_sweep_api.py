@@ -59,7 +59,7 @@ def test_keyword_arguments_give_the_results_table(tmp_path):
     ({"workers": 0}, ConfigError, "workers"),
     ({"users": 0}, ConfigError, "users"),
     ({"checkpoint_every_s": -1}, ValueError, "checkpoint_every_s"),
-    ({"algorithms": ["ldp-sgd"], "envs": ["bernoulli"]}, ValueError, "no run"),
+    ({"algorithms": ["ldp-sgd"], "envs": ["bernoulli"]}, ConfigError, "ldp-sgd.*runs on none of the listed envs"),
     ({"resume": "nowhere"}, ValueError, "not the folder of a sweep"),
     ({"engine": "ray", "placement": "strict"}, ConfigError, "ray.placement"),      # the Ray engine's own checks
     ({"engine": "ray", "shards": 0}, ConfigError, "ray.shards"),
@@ -72,6 +72,26 @@ def test_bad_input_raises_one_line_before_any_work(tmp_path, monkeypatch, option
         ldpfed.sweep(**{**SWEEP, "out": tmp_path / "out", **options})
     assert "\n" not in str(raised.value)
     assert not (tmp_path / "out").exists()           # no folder, no MLflow run, no Ray
+
+
+@pytest.mark.parametrize("options, field, message", [
+    ({"env_params": {"linear": {"foo": 1}}}, "env_params.linear.foo", "unknown option of env linear"),
+    ({"env_params": {"linear": {"noise_sdt": 0.1}}}, "env_params.linear.noise_sdt", "did you mean 'noise_std'"),
+    ({"env_params": {"linear": {"noise_std": float("nan")}}}, "env_params.linear.noise_std", "finite number"),
+    ({"env_params": {"linear": {"d": float("inf")}}}, "env_params.linear.d", "integer"),
+    ({"env_params": {"linear": {"d": "inf"}}}, "env_params.linear.d", "integer"),
+    # a table of an env no listed algorithm runs on is checked too
+    ({"env_params": {"bernoulli": {"K": 1}}}, "env_params.bernoulli.K", "integer in \\[2, inf\\)"),
+    ({"algorithms": ["ldp-sgd", "ucb"], "envs": ["linear"]}, "algorithms", "ucb.*runs on none of the listed envs"),
+])
+def test_bad_env_options_and_envs_in_a_sweep_spec_are_one_line_before_any_run(tmp_path, monkeypatch, options, field,
+                                                                               message):
+    """Every run would fail on them: the sweep refuses them before any run, naming the table and the option."""
+    monkeypatch.setattr(sweep_runner, "run", lambda *a, **k: pytest.fail("a run started"))
+    with pytest.raises(ConfigError, match=message) as raised:
+        ldpfed.sweep(**{**SWEEP, "out": tmp_path / "out", **options})
+    assert raised.value.field.endswith(field) and "\n" not in str(raised.value)
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_ray_address_in_the_environment_is_checked_when_the_sweep_needs_ray(tmp_path, monkeypatch):

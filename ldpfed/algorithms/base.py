@@ -34,7 +34,9 @@ class Algorithm:
     """The contract every algorithm keeps, built-in or plugin (the module doc has the two halves).
 
     Class attributes a subclass sets: `name` (the registry name, e.g. "my-algo"), `paper` (where it comes from),
-    `privacy_model` ("ldp", "central" or "none"), `env_kinds` (the env names it runs on) and `default_env`,
+    `privacy_model` ("ldp", "central" or "none"), `env_kinds` (the kinds of world it runs on: it runs on every env
+    of one of these kinds, `runs_on`; a kind is an env's name, and an env declares the other kinds it is, Env.kinds)
+    and `default_env` (an env it runs on),
     `options` ({name: Option}: default, kind, bounds, doc; `defaults` is derived from it), `public_fields` (message
     fields the protocol makes public, e.g. a scheduled arm), `public_draws` (public fields each user draws with its
     own coins from the round's published distribution), `profile_defaults` (defaults that differ under the
@@ -48,7 +50,7 @@ class Algorithm:
     name: str = ""
     paper: str = ""                  # which seed and algorithm of it
     privacy_model: str = "none"      # "ldp", "central" or "none"
-    env_kinds: tuple = ()            # env names it runs on
+    env_kinds: tuple = ()            # kinds of world (env names) it runs on: every env of these kinds (runs_on)
     default_env: str = ""            # its paper's setting
     options: dict = {}               # option name -> Option: default (the paper's value), kind, bounds, doc
     defaults: dict = {}              # option name -> default, derived from `options` (see __init_subclass__)
@@ -318,6 +320,28 @@ class Algorithm:
         return rows if self.trust is None else self.trust.label_rows(self, rows)
 
     @classmethod
+    def runs_on(cls, env) -> bool:
+        """Whether it runs on `env` (a registered env's name, or an Env subclass): the env is of one of its kinds."""
+        if isinstance(env, str):
+            from ldpfed.envs import ENVS
+
+            if env not in ENVS:
+                return False
+            env = ENVS[env]
+        return not set(cls.env_kinds).isdisjoint(env.kinds_of())
+
+    @classmethod
+    def envs(cls) -> list[str]:
+        """The registered envs it runs on: its default env first, then those named in env_kinds in that order, then
+        the other envs of those kinds (plugins) as ENVS lists them."""
+        from ldpfed.envs import ENVS
+
+        named = [cls.default_env] + [kind for kind in cls.env_kinds if kind in ENVS]
+        found = [name for name in named if cls.runs_on(name)]
+        found += [name for name, env in ENVS.items() if name not in found and cls.runs_on(env)]
+        return list(dict.fromkeys(found))
+
+    @classmethod
     def describe(cls) -> dict:
         return {"algorithm": cls.name, "paper": cls.paper, "privacy_model": cls.privacy_model,
-                "envs": list(cls.env_kinds), "default_env": cls.default_env}
+                "envs": cls.envs(), "env_kinds": list(cls.env_kinds), "default_env": cls.default_env}

@@ -43,8 +43,9 @@ def check_class(cls, where: str) -> None:
     kinds = cls.env_kinds
     if not isinstance(kinds, (tuple, list)) or not kinds or not all(isinstance(k, str) for k in kinds):
         fail("env_kinds", f"{kinds!r} must be a non-empty tuple of env names")
-    if cls.default_env not in kinds:
-        fail("default_env", f"{cls.default_env!r} must be one of env_kinds {list(kinds)}")
+    if cls.default_env not in kinds and not _default_env_runs(cls):
+        fail("default_env", f"{cls.default_env!r} must be one of env_kinds {list(kinds)} or a registered env of "
+                            f"one of those kinds")
     if not isinstance(cls.defaults, dict):
         fail("defaults", f"{cls.defaults!r} must be a dict of option -> default")
     for profile, options in cls.profile_defaults.items():
@@ -64,6 +65,13 @@ def check_class(cls, where: str) -> None:
         if getattr(cls, method) is getattr(Algorithm, method):
             fail(method, "not implemented (every algorithm writes initial_state, update, act, encode, and "
                          "fields() or message_spec)")
+
+
+def _default_env_runs(cls) -> bool:
+    """Whether the default env is a registered env of one of the algorithm's kinds (an env plugin's world, say)."""
+    from ldpfed.envs import ENVS
+
+    return isinstance(cls.default_env, str) and cls.default_env in ENVS and cls.runs_on(cls.default_env)
 
 
 def check_instance(algo) -> None:

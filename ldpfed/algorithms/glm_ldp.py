@@ -120,7 +120,7 @@ class _GLMBase(Algorithm):
     def setup(self):
         multi = self.name.endswith("-multi")
         if bool(self.world.multi) != multi:
-            raise ConfigError("env", self.world.name, f"{self.name} runs on {list(self.env_kinds)}")
+            raise ConfigError("env", self.world.name, f"{self.name} runs on {self.envs()}")
         self.authors = self.profile == "authors-code"
         self.void_reasons: list[str] = []
         self.C_B = self.params["context_bound"]

@@ -1,5 +1,13 @@
-"""An algorithm's options (`Option`, declared once: default, kind, bounds, documentation): ldpfed.util.options, where
-trust models and envs find them too. This module is the path algorithm plugins import them from."""
-from ldpfed.util.options import CALIBRATION, KINDS, Option, options_from_defaults
+"""An algorithm's options: `Option` (ldpfed.util.options, where envs declare theirs too) and the options several
+algorithms share."""
+from __future__ import annotations
+
+from ldpfed.util.options import KINDS, Option, options_from_defaults
 
 __all__ = ["CALIBRATION", "KINDS", "Option", "options_from_defaults"]
+
+# ---- options several algorithms share ------------------------------------------------------------------------
+CALIBRATION = Option("classic", kind="choice", choices=("classic", "analytic"),
+                     doc="Gaussian calibration: 'classic' (sigma = Delta sqrt(2 ln(1.25/delta)) / eps, proven for "
+                         "eps <= 1; above, replaced by the analytic sigma where it would under-state delta) or "
+                         "'analytic' (the exact smallest sigma, Balle & Wang 2018)")

@@ -9,9 +9,15 @@ ENVS: Registry = Registry(ENV_GROUP, "env", lambda: Env, check_env_class)
 
 def make_env(config) -> Env:
     """The world of a run; its ground truth depends only on the run's seed. The profile sets option defaults."""
-    cls = ENVS[config.env]
-    params = {**cls.profile_defaults.get(config.profile, {}), **config.env_params}
-    return cls(derive(config.seed, "env"), config.users, **params)
+    return build_env(config.env, config.users, config.seed, config.env_params, config.profile)
 
 
-__all__ = ["ENVS", "Env", "make_env"]
+def build_env(name: str, users: int, seed: int = 0, env_params: dict | None = None, profile: str = "paper") -> Env:
+    """The env `name` for `users` users as a run of this seed builds it, without a RunConfig (so without an
+    algorithm: an env that no algorithm runs on yet can be built and checked, ldpfed.testing.check_env)."""
+    cls = ENVS[name]
+    params = {**cls.profile_defaults.get(profile, {}), **(env_params or {})}
+    return cls(derive(seed, "env"), users, **params)
+
+
+__all__ = ["ENVS", "Env", "build_env", "make_env"]

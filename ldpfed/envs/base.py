@@ -14,6 +14,7 @@ from numba import njit
 
 from ldpfed.util.errors import ConfigError, integer
 from ldpfed.util.jit import loops
+from ldpfed.util.options import Option, options_from_defaults
 
 
 @dataclass(frozen=True)
@@ -77,15 +78,30 @@ def step_loop(step):
 class Env:
     """A world of users: contexts, rewards and the ground truth (which no algorithm may see; it gets `public()`).
 
-    Class attributes a subclass sets: `name`, `defaults` (its options: `--env-param NAME=VALUE`), `profile_defaults`,
+    Class attributes a subclass sets: `name`, `options` ({name: Option}: default, kind, bounds, doc, as an
+    algorithm's: `--env-param NAME=VALUE`; `defaults` is derived from them), `profile_defaults`, `kinds` (below),
     and, per instance, `d` (context dimension; 0 without contexts), `K` (arms; 0 for continuous actions), `multi`
     (contexts (n, d) with one parameter per arm instead of (n, K, d)), `reward_bound` (the public |r| <= c_r that
     clients clip to) and `link` (the GLM link, where there is one). `contexts(users, rng)` gives the users' contexts,
     `step(contexts, actions, users, rng)` their rewards and regrets; `compiled()` optionally gives numba steps for
-    the compiled paths."""
+    the compiled paths.
+
+    Kinds: an algorithm lists the kinds of world it runs on (`Algorithm.env_kinds`), and runs on every env of one of
+    them. An env is of its own kind (its name) and of each kind in `kinds`: the names of other envs whose contract
+    it keeps (the shapes of contexts and actions, `multi`, `link`, the PublicWorld fields they define), e.g.
+    `kinds = ("linear",)` for a linear world with K unit-bounded contexts per user: every algorithm that runs on
+    "linear" then runs on it, unchanged. ldpfed.testing.check_env's "kind" check compares it with those envs.
+
+    Options are checked in one place, `checked_params` (RunConfig calls it, so a bad value stops a run before any
+    work; `__init__` calls it again): unknown names (with a did-you-mean), wrong types, NaN, inf, out-of-range values
+    raise ConfigError naming `env_params.<option>`; `cross_check` adds the checks that involve several options or
+    the number of users. A class that lists plain `defaults` instead still works: its options are then accepted as
+    they are."""
 
     name: str = ""
-    defaults: dict = {}
+    kinds: tuple = ()      # other envs' names whose contract this one keeps (its own name is always its kind)
+    options: dict = {}     # option name -> Option (ldpfed.util.options): default, kind, bounds, doc
+    defaults: dict = {}    # option name -> default, derived from `options`
     # Options whose default differs under RunConfig.profile="authors-code" (make_env applies them); keys of `defaults`.
     profile_defaults: dict = {}
     d: int = 0          # context (or action) dimension; 0 for context-free worlds
@@ -94,13 +110,73 @@ class Env:
     reward_bound: float = 1.0  # a public bound |r| <= c_r that clients clip to before privatizing
     link: str | None = None    # GLM link, where the world has one
 
+    def __init_subclass__(cls, **kwargs):
+        """`defaults` from the class's own `options` (each Option's default must pass its own check); for a class
+        that lists plain `defaults`, options built from them (ldpfed.util.options.options_from_defaults)."""
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__
+        if "options" in own:
+            if "defaults" in own:
+                raise TypeError(f"{cls.__qualname__}: declare `options` only; `defaults` is derived from them")
+            for name, option in cls.options.items():
+                if not isinstance(option, Option):
+                    raise TypeError(f"{cls.__qualname__}.options[{name!r}] must be an Option, not {option!r}")
+                try:
+                    option.validate(name, option.default, "env_params")
+                except ConfigError as error:
+                    raise TypeError(f"{cls.__qualname__}: the default of option {name!r} fails its own check: "
+                                    f"{error}") from None
+            cls.defaults = {name: option.default for name, option in cls.options.items()}
+        elif isinstance(own.get("defaults"), dict):
+            cls.options = options_from_defaults(own["defaults"], super(cls, cls).options)
+
     def __init__(self, rng: np.random.Generator, users: int, **params):
-        unknown = set(params) - set(self.defaults)
-        if unknown:
-            name = sorted(unknown)[0]
-            raise ConfigError(f"env_params.{name}", params[name], f"unknown for env {self.name}; known: {sorted(self.defaults)}")
-        self.params = {**self.defaults, **params}
+        self.params = self.checked_params(params, users=users)
         self.horizon = users
+
+    @classmethod
+    def kinds_of(cls) -> tuple:
+        """The kinds of world this env is: its own name, then `kinds`."""
+        return (cls.name, *(kind for kind in cls.kinds if kind != cls.name))
+
+    @classmethod
+    def checked_params(cls, params: dict, profile: str = "paper", users: int | None = None) -> dict:
+        """A run's env options over the defaults (its profile's first), each checked by its Option, then
+        `cross_check`: ConfigError naming env_params.<name> for an unknown or bad one."""
+        if not isinstance(params, dict):
+            raise ConfigError("env_params", params, "must be a mapping")
+        unknown = set(params) - set(cls.defaults)
+        if unknown:
+            import difflib
+
+            name = sorted(unknown, key=str)[0]
+            close = difflib.get_close_matches(str(name), list(cls.defaults), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"env_params.{name}", params[name],
+                              f"unknown option of env {cls.name}{hint}; known: {sorted(cls.defaults)}")
+        merged = {**cls.defaults, **cls.profile_defaults.get(profile, {}), **params}
+        options = cls.options
+        values = {name: (options[name].validate(name, _whole(options[name], value), "env_params")
+                         if name in options else value) for name, value in merged.items()}
+        cls.cross_check(values, users)
+        return values
+
+    @classmethod
+    def cross_check(cls, params: dict, users: int | None) -> None:
+        """ConfigError naming env_params.<name> when options that pass their own checks do not fit together or
+        with the number of users (None: not known yet). Default: nothing to check."""
+
+    @classmethod
+    def option_table(cls) -> list[dict]:
+        """One row per option: name, default, kind, bounds, choices, allow, accepts, doc, and the profiles whose
+        default differs (as Algorithm.option_table)."""
+        rows = []
+        for name, option in cls.options.items():
+            row = option.row(name)
+            row["profiles"] = {profile: values[name] for profile, values in cls.profile_defaults.items()
+                               if name in values}
+            rows.append(row)
+        return rows
 
     def contexts(self, users: np.ndarray, rng: np.random.Generator):
         """Contexts of these users (global indices), or None for context-free worlds."""
@@ -154,6 +230,14 @@ class Env:
         return {"env": self.name, "d": self.d, "K": self.K, **self.params}
 
 
+def _whole(option: Option, value):
+    """An env's integer option takes a whole float as its integer (4.0 or 1e3 from JSON or TOML), as every integer
+    option of a run does (ldpfed.util.errors.integer); NaN, inf and 2.5 stay floats, which the Option refuses."""
+    if option.kind == "int" and isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
 def nonneg_float(name: str, value) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value) or value < 0:
         raise ConfigError(name, value, "must be a finite number >= 0")
@@ -175,6 +259,8 @@ def check_env_class(cls, where: str) -> None:
 
     if not isinstance(cls.defaults, dict):
         fail("defaults", f"{cls.defaults!r} must be a dict of option -> default")
+    if not isinstance(cls.kinds, (tuple, list)) or not all(isinstance(k, str) and k for k in cls.kinds):
+        fail("kinds", f"{cls.kinds!r} must be a tuple of env names (the kinds of world it also is)")
     for profile, options in cls.profile_defaults.items():
         unknown = set(options) - set(cls.defaults)
         if unknown:

@@ -27,6 +27,7 @@ from numba import njit
 
 from ldpfed.envs.base import Env, EnvSteps, step_loop
 from ldpfed.util.errors import ConfigError, integer
+from ldpfed.util.options import Option
 
 N_FEATURES = 64   # 8x8 pixels
 
@@ -56,7 +57,8 @@ class DigitsClassification(Env):
     """Digits as a 10-armed multi-parameter contextual bandit (see the module docstring)."""
     name = "classification"
     multi = True
-    defaults = {"d": 16}   # context dimension: d - 1 principal components plus a bias coordinate
+    options = {"d": Option(16, kind="int", low=2, high=N_FEATURES + 1,
+                           doc="context dimension: d - 1 principal components plus a bias coordinate")}
     reward_bound = 1.0
     # For the GLM algorithms that read env.link (glm_ldp.py): the linear probability model, E[r | x, a] ~ x^T theta_a.
     link = "identity"

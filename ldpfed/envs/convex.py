@@ -30,6 +30,7 @@ from numba import njit
 
 from ldpfed.envs.base import Env, EnvSteps, nonneg_float, unit_sphere
 from ldpfed.util.errors import ConfigError, integer
+from ldpfed.util.options import Option
 
 
 def uniform_ball(rng: np.random.Generator, n: int, d: int, radius: float = 1.0) -> np.ndarray:
@@ -39,8 +40,15 @@ def uniform_ball(rng: np.random.Generator, n: int, d: int, radius: float = 1.0) 
 
 
 class ConvexBall(Env):
+    """Bandit convex optimization on a ball: user t's loss s ||x - c_t||^2, one or two points per user (seed 002)."""
     name = "convex"
-    defaults = {"d": 2, "radius": 1.0, "target_norm": 0.5, "spread": 0.25, "loss_bound": 1.0}
+    options = {
+        "d": Option(2, kind="int", low=1, doc="dimension of the decision set"),
+        "radius": Option(1.0, low=0, low_open=True, doc="R: the decision set is the ball of radius R"),
+        "target_norm": Option(0.5, low=0, high=1, doc="||x*|| / R: the minimizer's distance from the centre"),
+        "spread": Option(0.25, low=0, doc="users' centres c_t = x* + spread w_t, w_t uniform in the unit ball"),
+        "loss_bound": Option(1.0, low=0, low_open=True, doc="B: every loss lies in [0, B] on the domain (public)"),
+    }
 
     def __init__(self, rng, users, **params):
         super().__init__(rng, users, **params)

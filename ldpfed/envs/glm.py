@@ -21,20 +21,32 @@ from numba import njit
 from ldpfed.envs.base import Env, EnvSteps, nonneg_float, unit_sphere
 from ldpfed.envs.links import mean_function
 from ldpfed.envs.sphere import sphere_points
-from ldpfed.util.errors import ConfigError, integer
+from ldpfed.util.errors import integer
+from ldpfed.util.options import Option
+
+
+def glm_options(d: int, K: int) -> dict:
+    """The options of the GLM worlds, with their default sizes."""
+    return {
+        "d": Option(d, kind="int", low=1, doc="context dimension"),
+        "K": Option(K, kind="int", low=2, doc="arms: contexts per user (single parameter) or parameters (multi)"),
+        "noise_std": Option(0.1, low=0, doc="std of the identity link's Gaussian reward noise (the public reward "
+                                            "bound is 1 + 3 noise_std)"),
+        "contexts": Option("sphere", kind="choice", choices=("sphere", "gaussian"),
+                           doc="'sphere': uniform on the unit sphere (the paper; public bound ||x|| <= 1); "
+                               "'gaussian': N(0, I_d), no public bound (the authors' multi-parameter code)"),
+    }
 
 
 class GLMContextual(Env):
     link = "identity"
-    defaults = {"d": 2, "K": 10, "noise_std": 0.1, "contexts": "sphere"}
+    options = glm_options(2, 10)
 
     def __init__(self, rng, users, **params):
         super().__init__(rng, users, **params)
         self.d = integer("env_params.d", self.params["d"])
         self.K = integer("env_params.K", self.params["K"], 2)
         self.noise_std = nonneg_float("env_params.noise_std", self.params["noise_std"])
-        if self.params["contexts"] not in ("sphere", "gaussian"):
-            raise ConfigError("env_params.contexts", self.params["contexts"], "must be 'sphere' or 'gaussian'")
         self.gaussian_contexts = self.params["contexts"] == "gaussian"
         self.mu = mean_function(self.link, capped=False)    # the world's true mean (Poisson: not capped)
         shape = (self.K,) if self.multi else ()
@@ -142,14 +154,17 @@ def _multi_step(truth, contexts, i, user, actions, noise):
     return _reward(link, noise_std, chosen, noise[i]), best - chosen
 
 
-def _variant(cls_name: str, name: str, link: str, multi: bool, defaults: dict):
+def _variant(cls_name: str, name: str, link: str, multi: bool, options: dict):
     profile = {"authors-code": AUTHORS_MULTI if multi else AUTHORS_SINGLE}
-    return type(cls_name, (GLMContextual,), {"name": name, "link": link, "multi": multi, "defaults": defaults,
-                                             "profile_defaults": profile, "__module__": __name__})
+    doc = (f"{link.capitalize()} GLM contextual bandit: "
+           + ("one context per user, a theta* per arm." if multi else "K contexts per user, one theta*.")
+           + " Contexts uniform on the unit sphere (seed 000's setting).")
+    return type(cls_name, (GLMContextual,), {"name": name, "link": link, "multi": multi, "options": options,
+                                             "profile_defaults": profile, "__module__": __name__, "__doc__": doc})
 
 
-SINGLE = {"d": 2, "K": 10, "noise_std": 0.1, "contexts": "sphere"}
-MULTI = {"d": 20, "K": 3, "noise_std": 0.1, "contexts": "sphere"}
+SINGLE = glm_options(2, 10)
+MULTI = glm_options(20, 3)
 AUTHORS_SINGLE = {"noise_std": 0.0}                            # Scheme1/envs: rewards are the means
 AUTHORS_MULTI = {"noise_std": 0.05, "contexts": "gaussian"}    # Scheme1/instances/multiparam.py
 # Module-level names: the entry points (pyproject.toml) and pickling refer to them.

@@ -8,6 +8,19 @@ from numba import njit
 
 from ldpfed.envs.base import Env, EnvSteps
 from ldpfed.util.errors import ConfigError, integer
+from ldpfed.util.options import Option
+
+
+def mab_options(K: int, breakpoints: int) -> dict:
+    return {
+        "K": Option(K, kind="int", low=2, doc="arms"),
+        "breakpoints": Option(breakpoints, kind="int", low=0,
+                              doc="change points, evenly spaced over the users (fewer than the users); at each the "
+                                  "means are redrawn and the best arm changes"),
+        "means": Option(None, kind="any",
+                        doc="None (drawn from U(0.05, 0.95)), or breakpoints + 1 lists of K means in [0, 1]: the "
+                            "segments' means"),
+    }
 
 
 class PiecewiseBernoulli(Env):
@@ -20,7 +33,14 @@ class PiecewiseBernoulli(Env):
     learners).
     """
     name = "piecewise-bernoulli"
-    defaults = {"K": 5, "breakpoints": 4, "means": None}
+    options = mab_options(5, 4)
+
+    @classmethod
+    def cross_check(cls, params, users):
+        if users is not None and params["breakpoints"] >= users:
+            raise ConfigError("env_params.breakpoints", params["breakpoints"], f"must be fewer than the {users} users")
+        if params["means"] is not None:
+            cls._given_means(params["means"], params["breakpoints"] + 1, params["K"])
 
     def __init__(self, rng, users, **params):
         super().__init__(rng, users, **params)
@@ -30,7 +50,7 @@ class PiecewiseBernoulli(Env):
             raise ConfigError("env_params.breakpoints", n_breaks, f"must be fewer than the {users} users")
         self.change_points = np.array([(i + 1) * users // (n_breaks + 1) for i in range(n_breaks)], dtype=np.int64)
         if self.params["means"] is not None:
-            self.segment_means = self._given_means(self.params["means"], n_breaks + 1)
+            self.segment_means = self._given_means(self.params["means"], n_breaks + 1, self.K)
             return
         segments = [rng.uniform(0.05, 0.95, self.K)]
         for _ in range(n_breaks):
@@ -40,14 +60,15 @@ class PiecewiseBernoulli(Env):
             segments.append(nxt)
         self.segment_means = np.array(segments)  # (breakpoints + 1, K)
 
-    def _given_means(self, means, segments):
+    @staticmethod
+    def _given_means(means, segments, K):
         try:
             m = np.array(means, dtype=float)
         except (TypeError, ValueError):
             raise ConfigError("env_params.means", means, "must be a list of lists of numbers") from None
-        if m.shape != (segments, self.K):
+        if m.shape != (segments, K):
             raise ConfigError("env_params.means", means, f"must have breakpoints + 1 = {segments} rows of K = "
-                                                         f"{self.K} means, got shape {m.shape}")
+                                                         f"{K} means, got shape {m.shape}")
         if not np.all(np.isfinite(m)) or m.min() < 0.0 or m.max() > 1.0:
             raise ConfigError("env_params.means", means, "every mean must be in [0, 1]")
         return m
@@ -68,8 +89,9 @@ class PiecewiseBernoulli(Env):
 
 
 class Bernoulli(PiecewiseBernoulli):
+    """K stationary Bernoulli arms (no change points by default)."""
     name = "bernoulli"
-    defaults = {"K": 10, "breakpoints": 0, "means": None}
+    options = mab_options(10, 0)
 
 
 @njit(cache=True)

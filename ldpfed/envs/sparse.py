@@ -23,6 +23,7 @@ from numba import njit
 from ldpfed.envs.base import Env, EnvSteps, nonneg_float
 from ldpfed.envs.glm import IDENTITY, _single_step
 from ldpfed.util.errors import ConfigError, integer
+from ldpfed.util.options import Option
 
 
 def _real(name: str, value) -> float:
@@ -62,7 +63,19 @@ class ArmPool(_LinearSingle):
     uniformly from the pool (the lambda_0 of seed 001's Assumption 1; the pool is public item data).
     """
     name = "arm-pool"
-    defaults = {"d": 25, "K": 10, "pool": 1000, "noise_std": 0.5, "feature_low": -1.0}
+    options = {
+        "d": Option(25, kind="int", low=1, doc="feature dimension"),
+        "K": Option(10, kind="int", low=2, doc="arms shown to each user (at most pool)"),
+        "pool": Option(1000, kind="int", low=2, doc="arms in the pool (features drawn once)"),
+        "noise_std": Option(0.5, low=0, doc="std of the Gaussian reward noise"),
+        "feature_low": Option(-1.0, high=1, high_open=True,
+                              doc="coordinates of features and theta* are U(feature_low, 1) before normalizing"),
+    }
+
+    @classmethod
+    def cross_check(cls, params, users):
+        if params["K"] > params["pool"]:
+            raise ConfigError("env_params.K", params["K"], f"cannot show more arms than the pool of {params['pool']}")
 
     def __init__(self, rng, users, **params):
         super().__init__(rng, users, **params)
@@ -120,7 +133,17 @@ class SparseLinear(_LinearSingle):
     E[x x^T] = I/3, `sparsity` = s0; `support` is the ground truth (for tests, not for algorithms).
     """
     name = "sparse-linear"
-    defaults = {"d": 1000, "s0": 5, "K": 10, "noise_std": 0.1}
+    options = {
+        "d": Option(1000, kind="int", low=1, doc="dimension (d >> s0)"),
+        "s0": Option(5, kind="int", low=1, doc="sparsity of theta* (public: seed 003 assumes it known); at most d"),
+        "K": Option(10, kind="int", low=2, doc="contexts (arms) per user"),
+        "noise_std": Option(0.1, low=0, doc="std of the Gaussian reward noise"),
+    }
+
+    @classmethod
+    def cross_check(cls, params, users):
+        if params["s0"] > params["d"]:
+            raise ConfigError("env_params.s0", params["s0"], f"must be <= d = {params['d']}")
 
     def __init__(self, rng, users, **params):
         super().__init__(rng, users, **params)

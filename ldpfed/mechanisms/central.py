@@ -1,6 +1,6 @@
 """A local mechanism's central twin: the same privacy per user, with the noise added once by a trusted server.
 
-Under the central trust model (ldpfed.algorithms.trust) a user sends `mean(x)`: what the local mechanism outputs
+Under the central trust model (ldpfed.trust.central) a user sends `mean(x)`: what the local mechanism outputs
 on average for its (clipped) input x. Every local randomizer of ldpfed is unbiased for an affine function of its
 input, so the server's estimator is unchanged in expectation: the Gaussian and Laplace mechanisms' mean is x
 itself, the l2-ball's the row clipped to its radius (E[B v] = g, Duchi et al. Lemma 2.2), randomized response's

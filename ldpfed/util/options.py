@@ -1,4 +1,7 @@
-"""Options, declared once (an algorithm's, a trust model's): default, kind, bounds, documentation.
+"""Options, declared once (an algorithm's, an env's, a trust model's): default, kind, bounds, documentation.
+
+It sits at the bottom (ldpfed.util) so that both envs and algorithms declare their options with it; an env's are
+checked the same way, with errors naming `env_params.<option>` (ldpfed.envs.base.Env.checked_params).
 
 An algorithm lists its options as `options = {"alpha": Option(0.1, low=0, high=1, low_open=True, high_open=True,
 doc="..."), ...}`; `Algorithm` derives `defaults` from them and validates every option of a run (defaults, the
@@ -62,9 +65,10 @@ class Option:
         object.__setattr__(self, "allow", tuple(self.allow))
 
     # ---- checking ------------------------------------------------------------------------------------------
-    def validate(self, name: str, value, group: str = "params"):
-        """The value as the algorithm uses it (a float option as float, an int option as int), or ConfigError
-        naming <group>.<name> (params, trust_options, env_params) with what is accepted."""
+    def validate(self, name: str, value, where: str = "params"):
+        """The value as the algorithm (or env) uses it (a float option as float, an int option as int), or
+        ConfigError naming <where>.<name> (where: "params" for an algorithm's, "env_params" for an env's) with what
+        is accepted; "trust_options" for a trust model's)."""
         if any(_same(value, a) for a in self.allow):
             return value
         kind = self.kind
@@ -73,31 +77,31 @@ class Option:
         if kind == "bool":
             if isinstance(value, (bool, np.bool_)):
                 return bool(value)
-            self._fail(name, value, group)
+            self._fail(name, value, where)
         if kind == "choice":
             if any(_same(value, c) for c in self.choices):
                 return value
-            self._fail(name, value, group)
+            self._fail(name, value, where)
         if isinstance(value, (bool, np.bool_)):
-            self._fail(name, value, group)
+            self._fail(name, value, where)
         if kind == "int":
             if not isinstance(value, numbers.Integral):
-                self._fail(name, value, group)
+                self._fail(name, value, where)
             v = int(value)
         else:
             if not isinstance(value, numbers.Real):
-                self._fail(name, value, group)
+                self._fail(name, value, where)
             v = float(value)
             if math.isnan(v) or (math.isinf(v) and not (self.allow_inf and v > 0)):
-                self._fail(name, value, group)
+                self._fail(name, value, where)
         if self.low is not None and (v < self.low or (self.low_open and v == self.low)):
-            self._fail(name, value, group)
+            self._fail(name, value, where)
         if self.high is not None and (v > self.high or (self.high_open and v == self.high)):
-            self._fail(name, value, group)
+            self._fail(name, value, where)
         return v
 
-    def _fail(self, name, value, group):
-        raise ConfigError(f"{group}.{name}", value, f"must be {self.accepts()}")
+    def _fail(self, name, value, where):
+        raise ConfigError(f"{where}.{name}", value, f"must be {self.accepts()}")
 
     # ---- description ---------------------------------------------------------------------------------------
     def bounds(self) -> str:
@@ -132,7 +136,7 @@ class Option:
         return text
 
     def row(self, name: str) -> dict:
-        """One row of Algorithm.option_table()."""
+        """One row of Algorithm.option_table() and Env.option_table()."""
         return {"name": name, "default": self.default, "kind": self.kind, "bounds": self.bounds(),
                 "choices": list(self.choices) if self.choices else None, "allow": list(self.allow), "doc": self.doc,
                 "accepts": self.accepts()}
@@ -143,10 +147,3 @@ def options_from_defaults(defaults: dict, inherited: dict) -> dict:
     the new default; any other option is of kind "any" (accepted as it is)."""
     return {name: (replace(inherited[name], default=value) if name in inherited else Option(value, kind="any"))
             for name, value in defaults.items()}
-
-
-# ---- options several algorithms share ------------------------------------------------------------------------
-CALIBRATION = Option("classic", kind="choice", choices=("classic", "analytic"),
-                     doc="Gaussian calibration: 'classic' (sigma = Delta sqrt(2 ln(1.25/delta)) / eps, proven for "
-                         "eps <= 1; above, replaced by the analytic sigma where it would under-state delta) or "
-                         "'analytic' (the exact smallest sigma, Balle & Wang 2018)")
