@@ -6,6 +6,8 @@
                                  [--max-in-flight 8] [--inject 8] [--max-seconds 300] [--layout population]
                                  [--attack out-of-domain --fraction 0.1]
     python jobs/stress_server.py --attack in-domain [--fraction 0.001,0.003,0.01,0.03,0.1] [--plot out.png]
+                                 [--trust central|secagg [--boost 1,10,100]]
+    python jobs/stress_server.py --trust secagg [--round-users 1e3,1e4,1e5,1e6]   (secure aggregation's cost)
     python jobs/stress_server.py --capacity [--algorithm ldp-sgd --users-per-message 1250 --populations 8]
                                  [--shards 1,2,4] [--levels 25,50,75,100,125] [--level-seconds 4]
                                  [--batch 256] [--linger-ms 20] [--max-in-flight 2] [--probe-rounds 8000]
@@ -19,6 +21,11 @@ Three jobs, each a module of ldpfed.stress (its docstring says what is measured 
       recomputation, every message counted once, exactly the bad ones rejected;
   --attack in-domain: a fraction of the users poison within the domain; every message accepted; how far the
       estimate and the regret move (the poisoning table);
+  --attack in-domain --trust central|secagg: the same under a trusted server (its shards check each mean against
+      the twin's domain) or secure aggregation (its shards see masked residues only: an attacker adds any vector,
+      here --boost times the largest pull the central shard lets through, and nothing is rejected);
+  --trust secagg (no attack): the cost of a round under secure aggregation against the same round under central
+      (jobs/bench_secagg_round.py's table, at --round-users);
   --capacity: an open-loop load generator; per S, the closed-loop capacity then levels at percents of it (the
       capacity table of docs/figures.md), every aggregate checked bit for bit. With --shufflers, the shuffler stage
       of the shuffle trust model too: messages/s through S shuffler actors and the latency of a share (closed
@@ -60,12 +67,16 @@ def parse_args(argv=None):
     parser.add_argument("--round-size", type=int, default=100, help="in-domain: users per round")
     parser.add_argument("--seeds", type=int, default=3, help="in-domain: seeds per fraction (figures are means)")
     parser.add_argument("--plot", default=None, help="in-domain: write the PNG plot here")
+    parser.add_argument("--trust", default="local", help="in-domain: the trust model (local, central, secagg); "
+                        "without --attack, secagg: the cost of its rounds")
+    parser.add_argument("--boost", default="1,10,100", help="in-domain under secagg: comma-separated multiples of "
+                        "the pull a central shard lets through")
     parser.add_argument("--capacity", action="store_true", help="the open-loop capacity curve")
     parser.add_argument("--levels", default="25,50,75,100,125", help="capacity: percent of the measured capacity")
     parser.add_argument("--level-seconds", type=float, default=4.0, help="capacity: seconds of load per level")
     parser.add_argument("--shufflers", default="", help="capacity: also the shuffler stage at these comma-separated "
                         "numbers of shuffler actors (trust shuffle)")
-    parser.add_argument("--round-users", type=int, default=10_000,
+    parser.add_argument("--round-users", type=lambda t: [int(float(x)) for x in t.split(",")], default=[10_000],
                         help="shuffler stage: users per round (split among --populations and the shufflers)")
     parser.add_argument("--probe-rounds", type=int, default=8000,
                         help="capacity: rounds of the closed-loop probe (8000 x 10,000 users by default)")
@@ -89,7 +100,15 @@ def in_domain(args):
     print(f"stress: in-domain poisoning of {algorithms}, {args.users:,} users, rounds of {args.round_size}, "
           f"fractions {fractions}", flush=True)
     seeds = list(range(args.seed, args.seed + args.seeds))
-    ok, rows = run_in_domain(algorithms, fractions, args.users, args.round_size, seeds, log=log)
+    boosts = [float(b) for b in args.boost.split(",")] if args.trust == "secagg" else [1.0]
+    ok, rows = True, []
+    for boost in boosts:
+        if args.trust != "local":
+            print(f"stress: --trust {args.trust}" + (f", attack boost {boost:g}" if args.trust == "secagg" else ""),
+                  flush=True)
+        got_ok, got = run_in_domain(algorithms, fractions, args.users, args.round_size, seeds, log=log,
+                                    trust=args.trust, boost=boost)
+        ok, rows = ok and got_ok, rows + [{**row, "trust": args.trust, "boost": boost} for row in got]
     if args.plot:
         plot_in_domain(rows, args.plot)
         print(f"stress: plot written to {args.plot}")
@@ -122,10 +141,11 @@ def shuffler_stage(args):
     algorithm = args.algorithm or "ldp-sgd"
     P, in_flight = args.populations or 8, args.max_in_flight or 2
     counts = [int(x) for x in args.shufflers.split(",") if x.strip()]
-    print(f"stress: shuffler stage of {algorithm} d={args.d} under --trust shuffle, rounds of {args.round_users:,} "
+    round_users = args.round_users[0]
+    print(f"stress: shuffler stage of {algorithm} d={args.d} under --trust shuffle, rounds of {round_users:,} "
           f"users from {P} populations, S in {counts}, {in_flight} calls in flight per shuffler, "
           f"{args.level_seconds:g} s each; load average {loadavg()}", flush=True)
-    rows = [measure_shufflers(algorithm, args.d, args.K, S, args.round_users, P, args.level_seconds, in_flight,
+    rows = [measure_shufflers(algorithm, args.d, args.K, S, round_users, P, args.level_seconds, in_flight,
                               seed=args.seed, log=log) for S in counts]
     print("\n".join(["stress: the shuffler stage:"] + shuffler_table(rows)), flush=True)
     return True, rows
@@ -154,6 +174,10 @@ def main(argv=None) -> int:
     checks = not args.no_domain_checks
     if args.attack == "in-domain":
         ok, rows = in_domain(args)
+    elif args.trust == "secagg":
+        import bench_secagg_round
+
+        return bench_secagg_round.main(["--users", ",".join(str(n) for n in args.round_users)])
     else:
         import ray
 

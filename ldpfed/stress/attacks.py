@@ -66,9 +66,11 @@ def out_of_domain(payload: dict, domains: dict, users, j: int, rng) -> dict:
 # attack(algo, env, messages, users, bad) replaces, in place, the messages of the users `bad` (boolean).
 
 def sphere_point(algo, env, messages, users, bad) -> None:
-    """ldp-sgd: every l2-ball output the same point of the sphere (theta <- theta - eta Z moves against the truth)."""
+    """ldp-sgd: every l2-ball output the same point of the sphere (theta <- theta - eta Z moves against the truth);
+    under the central model, the same point of the clipping ball (a mean is a clipped row)."""
     direction = env.theta / np.linalg.norm(env.theta)
-    messages["Z"][bad] = algo.mech.output_radius * direction
+    domain = algo.cached_domains()["Z"]
+    messages["Z"][bad] = (domain.radius if domain.radius is not None else domain.max_radius) * direction
 
 
 def tail_bound(algo, env, messages, users, bad) -> None:
@@ -87,6 +89,39 @@ def demote_the_best_arm(algo, env, messages, users, bad) -> None:
 
 IN_DOMAIN_ATTACKS = {"ldp-sgd": sphere_point, "ldp-ols": tail_bound, "sw-klucb-cf": demote_the_best_arm,
                      "klucb-cf": demote_the_best_arm}
+
+
+# ---- under secure aggregation: what no shard can check -------------------------------------------------------------
+# A shard sees masked residues, uniform in Z_m whatever the user put in: an attacker adds any vector it likes to its
+# share of the sum, and the masks still cancel. masked_shift(algo, env, messages, users, bad, boost) adds, to each
+# attacker's masked message, `boost` times the largest pull the central model's shard would let through (the same
+# direction as the in-domain attack: ldp-ols's u at its data bound, against the truth's signs; ldp-sgd's Z the
+# clipping ball's point along the truth, at the round's largest step), quantized as the users quantize.
+def _secagg_pull(algorithm: str, algo, env, users) -> dict:
+    sign = np.where(env.theta >= 0, 1.0, -1.0)
+    declared = algo._fields
+    if algorithm == "ldp-ols":
+        twin, field = algo.central["u"], declared["u"]
+        bound = twin.output_domain(field.shape, field.data_bound, **field.schedule).data_high
+        return {"u": -bound * sign}
+    if algorithm == "ldp-sgd":
+        weight = float(np.max(algo.round_weights(int(users.min()), int(users.max()) + 1)[0]))
+        return {"Z": weight * algo.central["Z"].clip_rows[0] * env.theta / np.linalg.norm(env.theta)}
+    raise ValueError(f"no secure-aggregation attack written for {algorithm}")
+
+
+def masked_shift(algo, env, messages, users, bad, boost: float) -> None:
+    trust, sent = algo.trust, algo.sum_layout()
+    pull = _secagg_pull(algo.name, algo, env, users)
+    start = (int(users.min()) // algo.config.round_size) * algo.config.round_size
+    scales = trust._scales(algo, start, min(start + algo.config.round_size, algo.config.users))
+    bits = algo.secagg.bits
+    for field, value in pull.items():
+        part = sent.slices[field]
+        shift = np.rint(boost * np.asarray(value).reshape(-1) * scales[part]).astype(np.int64)
+        residues = np.asarray(messages[field][bad], dtype=np.float64).reshape(int(bad.sum()), -1).astype(np.uint64)
+        moved = (residues + shift.astype(np.uint64)) & np.uint64((1 << bits) - 1)
+        messages[field][bad] = moved.astype(np.float64).reshape(messages[field][bad].shape)
 
 
 def in_domain_attack(algorithm: str):
@@ -112,14 +147,18 @@ class PoisonedBackend(Backend):
 
     name = "poisoned"
 
-    def __init__(self, attackers: np.ndarray):
-        self.attackers = attackers
+    def __init__(self, attackers: np.ndarray, boost: float = 1.0):
+        self.attackers, self.boost = attackers, boost
 
     def open(self, config, algo, env, first_round):
         if config.populations != 1:
             raise ValueError("PoisonedBackend simulates one population")
         self.config, self.algo, self.env = config, algo, env
-        self.attack = in_domain_attack(config.algorithm)
+        if algo.trust_model().server_view == "masked":      # the shards see masked residues only
+            self.attack = lambda algo, env, messages, users, bad: masked_shift(algo, env, messages, users, bad,
+                                                                               self.boost)
+        else:
+            self.attack = in_domain_attack(config.algorithm)
         self.plan = make_plan(algo, config, 1, "per-user", "population")
         self.core = ShardCore(self.plan, 0, algo)
         self.regret = 0.0
@@ -139,14 +178,16 @@ class PoisonedBackend(Backend):
             PopulationRow.of(0, users, messages, regret, metrics)]
 
 
-def poisoned_run(algorithm: str, fraction: float, users: int, round_size: int, seed: int, **setting) -> dict:
+def poisoned_run(algorithm: str, fraction: float, users: int, round_size: int, seed: int, boost: float = 1.0,
+                 **setting) -> dict:
     """One run in which `fraction` of the users (a fixed random set per seed, nested as the fraction grows) send
     the algorithm's in-domain attack. Returns regret, estimate (None if the algorithm has none), its error,
     attackers, rejected (messages the shard rejected), round_size, and ok (False: a round was rejected, the run
-    stopped there: regret is that of the rounds before it, reasons the shard's). setting: RunConfig fields."""
+    stopped there: regret is that of the rounds before it, reasons the shard's). setting: RunConfig fields (under
+    trust "secagg" the attack is masked_shift at `boost`)."""
     config = RunConfig(algorithm, users=users, round_size=round_size, populations=1, seed=seed, **setting)
     attackers = np.random.default_rng([seed, 12]).permutation(users) < round(fraction * users)
-    backend = PoisonedBackend(attackers)
+    backend = PoisonedBackend(attackers, boost)
     out = {"attackers": int(attackers.sum()), "round_size": config.round_size}
     try:
         result = drive(config, backend)

@@ -21,10 +21,11 @@ IN_DOMAIN = {"ldp-sgd": {"env_params": {"d": 2, "K": 10}}, "ldp-ols": {"env_para
 
 
 def run_in_domain(algorithms=tuple(IN_DOMAIN), fractions=(0.001, 0.003, 0.01, 0.03, 0.1), users=100_000,
-                  round_size=100, seeds=(0, 1, 2), log=print):
+                  round_size=100, seeds=(0, 1, 2), log=print, trust="local", boost=1.0):
     """Per algorithm and fraction f: runs with f of the users poisoning within the domain (the same seeds as the
     honest runs, f = 0), every message checked and accepted by a shard (per-user mode, in process); figures are
-    means over the seeds. Returns (ok, rows), ok iff no poisoned message was rejected (they are all in the domain)."""
+    means over the seeds. trust: the run's trust model (under "secagg" the attack adds `boost` times the largest
+    pull a central shard lets through to the attacker's masked message: ldpfed.stress.attacks.masked_shift). Returns (ok, rows), ok iff no poisoned message was rejected (they are all in the domain)."""
     rows, ok = [], True
     for algorithm in algorithms:
         setting = dict(IN_DOMAIN.get(algorithm, {}))
@@ -33,7 +34,7 @@ def run_in_domain(algorithms=tuple(IN_DOMAIN), fractions=(0.001, 0.003, 0.01, 0.
         for f in (0.0, *fractions):
             runs = []
             for seed in seeds:
-                run = poisoned_run(algorithm, f, users, size, seed, **setting)
+                run = poisoned_run(algorithm, f, users, size, seed, boost=boost, trust=trust, **setting)
                 if not run["ok"]:
                     log(f"FAIL: {algorithm} f={f} seed {seed}: round {run['round']} rejected: {run['reasons']}")
                 ok = ok and run["ok"]
