@@ -299,36 +299,43 @@ class SecAggTrust(CentralTrust):
             scales[sent.slices[name]] = f.scale / w
         return scales
 
-    def _mirror(self, algo, values: np.ndarray) -> np.ndarray:
-        """The symmetric fields' upper triangles mirrored onto their lower ones, in place (rows of the sent layout)."""
-        sent = algo.sum_layout()
-        for name, f in algo.secagg.fields.items():
-            if f.symmetric:
-                shape = sent.shapes[name]
-                block = values[:, sent.slices[name]].reshape(values.shape[0], *shape)
-                upper = np.triu(block)
-                block[...] = upper + np.swapaxes(np.triu(block, 1), -1, -2)
-                values[:, sent.slices[name]] = block.reshape(values.shape[0], -1)
-        return values
+    @staticmethod
+    def _entries(shape, symmetric: bool) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """(independent, gather) for a field of `shape`: the flat indices of its independent entries (a symmetric
+        field's upper triangles) and, per flat entry, the position of its independent entry; (None, None) when
+        every entry is independent."""
+        if not symmetric:
+            return None, None
+        d = shape[-1]
+        lead = int(np.prod(shape[:-2], dtype=np.int64))
+        i, j = np.triu_indices(d)
+        independent = (np.arange(lead)[:, None] * d * d + i * d + j).reshape(-1)
+        position = np.empty(lead * d * d, dtype=np.int64)
+        k = np.arange(lead)[:, None] * len(i) + np.arange(len(i))
+        for a, b in ((i, j), (j, i)):       # entry (a, b) and its mirror (b, a) read the same independent entry
+            position[(np.arange(lead)[:, None] * d * d + a * d + b).reshape(-1)] = k.reshape(-1)
+        return independent, position
 
     def seal(self, algo, rows, users, rng):
         """Weigh or fold, scale, round at random, add the Skellam shares, mask: what leaves each user (as float64
-        residues of Z_m, exact integers)."""
+        residues of Z_m, exact integers). A symmetric field is rounded and noised on its upper triangle, mirrored."""
         config, plan = algo.config, algo.secagg
         B = config.round_size
         r = int(users[0]) // B
         start, stop = r * B, min(r * B + B, config.users)
-        contributions = algo.client_sums(rows, users)
-        x = contributions * self._scales(algo, start, stop)
-        q = self._mirror(algo, secagg.randomized_round(x, rng.random(x.shape)).astype(np.float64)).astype(np.int64)
+        x = algo.client_sums(rows, users)
+        x *= self._scales(algo, start, stop)
         n_cal = self._calibrated(plan, stop - start)
         sent = algo.sum_layout()
+        q = np.empty(x.shape, dtype=np.int64)
         for name, f in plan.fields.items():
-            if f.source is None:
-                continue
             part = sent.slices[name]
-            shares = secagg.skellam_shares(rng, len(users), part.stop - part.start, f.variance / n_cal)
-            q[:, part] += self._mirror_block(algo, name, shares)
+            independent, gather = self._entries(sent.shapes[name], f.symmetric)
+            block = x[:, part] if independent is None else x[:, part][:, independent]
+            values = secagg.randomized_round(block, rng.random(block.shape))
+            if f.source is not None:
+                values += secagg.skellam_shares(rng, len(users), block.shape[1], f.variance / n_cal)
+            q[:, part] = values if gather is None else values[:, gather]
         senders, _ = self._flags(config, r)
         local = np.asarray(users, dtype=np.int64) - start
         out = np.zeros(q.shape, dtype=np.float64)          # a user who drops before sending sends nothing
@@ -338,14 +345,6 @@ class SecAggTrust(CentralTrust):
             masked = secagg.mask(q[sending], local[sending], graph, plan.key, r, plan.bits)
             out[sending] = masked.astype(np.float64)
         return out
-
-    def _mirror_block(self, algo, name, block):
-        f = algo.secagg.fields[name]
-        if not f.symmetric:
-            return block
-        shape = algo.sum_layout().shapes[name]
-        b = block.reshape(block.shape[0], *shape)
-        return (np.triu(b) + np.swapaxes(np.triu(b, 1), -1, -2)).reshape(block.shape[0], -1)
 
     # ---- the server's side -----------------------------------------------------------------------------------------
     def server_noise(self, algo, sums, start, stop, rng):
