@@ -108,6 +108,9 @@ def test_a_results_folder_names_its_store_and_its_sweep(swept):
     assert index["parent_run_id"] in shown["Its runs"] and shown["Sweep"].startswith("outside")
 
 
+UI_HANG_S = 400
+
+
 def test_ui_starts_on_loopback_and_prints_the_latest_sweep(swept):
     folder, _ = swept
     parent = json.loads((folder / "results" / "run_all" / "outside" / "sweep.json").read_text())["parent_run_id"]
@@ -117,7 +120,9 @@ def test_ui_starts_on_loopback_and_prints_the_latest_sweep(swept):
         proc = subprocess.Popen([sys.executable, "-m", "ldpfed", "ui", "--port", str(port)], cwd=folder, env=_env(),
                                 stdout=stream, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        deadline = time.monotonic() + 120
+        # bounds only a hang, not a loaded machine's start (the MLflow server's imports and its database migration
+        # take minutes on a machine whose cores the rest of the suite holds): the fault tests' rule
+        deadline = time.monotonic() + UI_HANG_S
         while "Its runs:" not in out.read_text():
             assert proc.poll() is None, out.read_text()
             assert time.monotonic() < deadline, out.read_text()

@@ -523,6 +523,9 @@ def test_ray_engine_summary_becomes_tags_and_metrics(tmp_path):
     assert metrics["peak_rss_driver_mb"] == 300 and "peak_rss_driver" not in metrics
     assert metrics["messages_per_s"] == 1234.5 and metrics["rejected_messages"] == 3 and metrics["messages"] == 300
     assert "fold_latency_p99_ms" not in metrics and "actors" not in metrics and "eps" not in metrics
+    summary.update(privacy_shuffle_amplified=True, privacy_secagg_below_target=np.bool_(False))     # yes/no: 1/0
+    metrics = final_metrics(result)
+    assert metrics["privacy_shuffle_amplified"] == 1.0 and metrics["privacy_secagg_below_target"] == 0.0
     steps, counts = metric_curves(result)["rejected_messages"]              # a running count, step = users
     assert steps[-1] == 300 and counts[-1] == table["rejected_messages"].sum()
     tracker = Tracker("x", out_dir=tmp_path, enabled=False)

@@ -237,11 +237,15 @@ MB = 2 ** 20
 def final_metrics(result) -> dict[str, float]:
     """The run's numbers, each logged once: final regret and error, elapsed time, throughput, counters, and every
     other numeric entry of the summary (e.g. the Ray engine's fold latencies); byte counts (`peak_rss_X`) are
-    given in MB as `peak_rss_X_mb`."""
+    given in MB as `peak_rss_X_mb`; a yes/no entry (e.g. privacy_shuffle_amplified) as 1 or 0, which MLflow can
+    filter on (`metrics.privacy_shuffle_amplified = 1`) and plot."""
     summary = result.summary or {}
     out = {key: float(summary[key]) for key in SCALAR_KEYS if finite(summary.get(key))}
     for key, value in summary.items():
-        if key in NOT_METRICS or key in ENGINE_SETTINGS or key in out or isinstance(value, (bool, np.bool_)):
+        if key in NOT_METRICS or key in ENGINE_SETTINGS or key in out:
+            continue
+        if isinstance(value, (bool, np.bool_)):
+            out[mlflow_key(key)] = float(bool(value))
             continue
         if isinstance(value, (int, float, np.integer, np.floating)) and finite(value):
             if key.startswith("peak_rss") or key.endswith("_bytes"):
