@@ -8,6 +8,15 @@ mechanism's own (eps, delta) claim and, set by the algorithm that knows its prot
 * `composition`: why that number is right (one message per arrival; a tree release that is one mechanism on the
   node sums; k of K slots by parallel composition; an episode count ...).
 
+**Every claim is checked against its own noise, fail closed** (`check_claim`, run by `compose` on every row, so
+built-ins, plugin algorithms and plugin trust models alike): a row whose noise the accountant models states its
+noise and sensitivity, and its claimed (eps, delta) must be at least what that noise gives one output at the claimed
+delta (`noise_epsilon`: the Gaussian's exact curve of Balle and Wang 2018, the Laplace's pure eps or, at delta > 0,
+its PLD, the Skellam RDP bound of Agarwal, Kairouz and Liu 2021 through dp-accounting's RDP conversion; a row's
+`nodes` draws composed). A claim below it is refused with a ConfigError naming `ledger[<row>].eps` and both
+numbers; a modelled row missing a number it needs (its sensitivity, its scale) is refused naming that field.
+Randomized response's event carries no scale (its eps is its keep probability): nothing to contradict.
+
 `compose(rows, delta)` adds the rows up by basic composition (sum of eps, sum of delta: always valid) -- that is
 the guarantee the run claims and what `check_budget` holds against the configured (eps, delta) -- and also asks
 Google's dp-accounting (privacy loss distributions, PLD) for the eps of the same composition at the configured
@@ -22,6 +31,8 @@ PLD per row, from the noise the mechanism actually draws (its `dp_event()`, see 
   dp-accounting's LaplaceDpEvent).
 * randomized response: binary RR with keep probability expit(eps), i.e. dp-accounting's noise parameter
   p = 2 / (1 + e^eps).
+* Skellam (secure aggregation's discrete noise, `noise_variance` per entry, L2 `sensitivity` and
+  `l1_sensitivity` in quantized units): its RDP bound converted to (eps, delta), composed as its claim.
 * an empty event (l2-ball, Wishart and its tree, sparse vector, LinUCB-DGS's dynamic tree): the generic
   (eps, delta) PLD of the row's claim.
 Our sensitivities are the largest change between two users' inputs (replace-one neighbours); dp-accounting's
@@ -101,12 +112,91 @@ def compose(rows, delta_target: float, pld: bool = True) -> Composition | None:
     void = "; ".join(sorted({str(row["claim_void"]) for row in rows if row.get("claim_void")})) or None
     if void:     # the rows' eps are not a guarantee: nothing to compose
         return Composition(math.inf, math.inf, float(delta_target), None, reasons, void)
+    for row in rows:          # a claim its own noise contradicts is refused, whoever wrote the row
+        check_claim(row)
     eps = sum(_per_user(row) * float(row["eps"]) for row in rows)
     delta = sum(_per_user(row) * float(row["delta"]) for row in rows)
     key = tuple(_pld_key(row) for row in rows)
     beyond = max(float(row["eps"]) for row in rows) > PLD_MAX_EPS
     tight = None if beyond or not pld else _pld_eps(key, float(delta_target))
     return Composition(eps, delta, float(delta_target), tight, reasons)
+
+
+# ---------------------------------------------------------------- claims against their noise
+# Relative slack of the comparison: floating point only (an analytic calibration meets its claim with equality).
+CLAIM_RTOL = 1e-6
+# The PLD's discretization where a row is checked through it (Laplace at delta > 0): its eps is pessimistic by at
+# most this much, which the check forgives.
+CLAIM_PLD_INTERVAL = 1e-4
+
+
+def _needs(row, key: str) -> float:
+    value = row.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
+        raise ConfigError(f"ledger[{row.get('message')}].{key}", value,
+                          f"a {row.get('noise')} row is checked against its noise: it needs a finite {key} > 0")
+    return float(value)
+
+
+def gaussian_delta(eps: float, std: float, sensitivity: float) -> float:
+    """The exact delta(eps) of the Gaussian mechanism (Balle and Wang 2018, Theorem 8): Phi(D/(2s) - eps s/D) -
+    e^eps Phi(-D/(2s) - eps s/D)."""
+    from scipy.stats import norm
+
+    a, b = sensitivity / (2.0 * std), eps * std / sensitivity
+    return float(norm.cdf(a - b) - math.exp(eps) * norm.cdf(-a - b)) if eps < 700 else 0.0
+
+
+def noise_epsilon(row) -> float | None:
+    """The eps that a ledger row's own noise gives one output of its mechanism at the row's claimed delta (its
+    `nodes` draws composed), or None when the noise is not one the accountant models (an empty event; randomized
+    response, whose event's eps is its keep probability: nothing to contradict). ConfigError naming the field when
+    a modelled noise misses a number it needs (a check with missing input rejects)."""
+    noise = row.get("noise")
+    if noise not in ("gaussian", "laplace", "skellam"):
+        return None
+    count = int(row.get("nodes", 1))
+    delta = float(row["delta"])
+    sensitivity = _needs(row, "sensitivity")
+    if noise == "gaussian":
+        std = _needs(row, "noise_std") / math.sqrt(count)    # k equal Gaussians: one with sigma / sqrt(k)
+        low, high = 0.0, 1.0
+        while gaussian_delta(high, std, sensitivity) > delta:
+            low, high = high, 2.0 * high
+            if high > 1e4:
+                return math.inf
+        for _ in range(100):
+            mid = (low + high) / 2.0
+            low, high = (mid, high) if gaussian_delta(mid, std, sensitivity) > delta else (low, mid)
+        return high
+    if noise == "laplace":
+        scale = _needs(row, "noise_scale")
+        if delta == 0.0:
+            return count * sensitivity / scale
+        from dp_accounting.pld import privacy_loss_distribution as pld
+
+        one = pld.from_laplace_mechanism(scale, sensitivity=sensitivity,
+                                         value_discretization_interval=CLAIM_PLD_INTERVAL)
+        return float((one if count == 1 else one.self_compose(count)).get_epsilon_for_delta(delta)) - \
+            count * CLAIM_PLD_INTERVAL
+    return skellam_epsilon(_needs(row, "noise_variance"), sensitivity, _needs(row, "l1_sensitivity"), delta, count)
+
+
+def check_claim(row) -> None:
+    """ConfigError naming the row's eps when its claimed (eps, delta) is below what its own noise gives."""
+    if row.get("claim_void"):
+        return
+    got = noise_epsilon(row)
+    if got is None:
+        return
+    claimed = float(row["eps"])
+    if claimed < got * (1.0 - CLAIM_RTOL):
+        scale = {key: row[key] for key in ("noise_std", "noise_scale", "noise_variance") if key in row}
+        raise ConfigError(f"ledger[{row.get('message')}].eps", claimed,
+                          f"the row's own {row['noise']} noise ({', '.join(f'{k} {v:.6g}' for k, v in scale.items())}"
+                          f", sensitivity {float(row['sensitivity']):.6g}, {int(row.get('nodes', 1))} draw(s)) gives "
+                          f"eps = {got:.6g} at delta = {float(row['delta']):.3g}: the claim is below what its noise "
+                          f"gives (a miscalibrated mechanism)")
 
 
 def check_budget(composition: Composition | None, eps: float, delta: float, algorithm: str = "") -> None:
