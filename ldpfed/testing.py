@@ -51,6 +51,8 @@ import numpy as np
 from ldpfed.algorithms import REGISTRY, Algorithm
 from ldpfed.algorithms.compiled import CompiledAlgorithm
 from ldpfed.algorithms.contract import check_instance
+from ldpfed.trust import trust_model
+from ldpfed.trust.local import LocalTrust
 from ldpfed.trust.shuffling import GroupsBroken, check_groups
 from ldpfed.config import RunConfig
 from ldpfed.engine.core import simulate_population
@@ -96,7 +98,8 @@ class ConformanceError(AssertionError):
 
 # ---- the one entry point -------------------------------------------------------------------------------------
 def check_algorithm(cls_or_name, env=None, *, params=None, env_params=None, eps=1.0, delta=0.01, users=120,
-                    round_size=12, seed=0, ray=True, checks=None, settings=None) -> dict:
+                    round_size=12, seed=0, ray=True, checks=None, settings=None, trust="local",
+                    trust_options=None) -> dict:
     """Run the conformance checks on an algorithm (an Algorithm subclass, or a registered name) on env (None: its
     default env); returns {check: "passed" | "skipped: why"} in CHECKS order, raises ConformanceError at the first
     failure. A class not in the registry is registered for the duration of the call (the engines build algorithms
@@ -108,10 +111,16 @@ def check_algorithm(cls_or_name, env=None, *, params=None, env_params=None, eps=
     `--env-param` checks them. settings: a list of settings to check in turn, each a dict of this function's
     keyword arguments (env, params, env_params, eps, delta, users, round_size, seed) overriding the ones given
     here; the result is then {label: report} with one label per setting (`setting_label`), and a failure's
-    ConformanceError names the setting in its `algorithm`."""
+    ConformanceError names the setting in its `algorithm`.
+
+    trust, trust_options: the run's trust model (RunConfig.trust) and its options. Under another model than local,
+    the algorithm is built by that model (its reach refused as a ConfigError naming trust), "contract", "ledger",
+    "no_truth" and "engines" check what it builds and runs (the model's messages and ledger rows; the same bits on
+    every engine), and the checks of the local model's messages ("clipping", "privacy_audit", "public_fields") are
+    skipped, saying so."""
     selected = _selected(checks)
     base = {"env": env, "params": params, "env_params": env_params, "eps": eps, "delta": delta, "users": users,
-            "round_size": round_size, "seed": seed}
+            "round_size": round_size, "seed": seed, "trust": trust, "trust_options": trust_options}
     runs = [({}, base)] if settings is None else [(s, {**base, **_setting(s)}) for s in settings]
     cls, added = _resolve(cls_or_name)
     try:
@@ -198,25 +207,41 @@ class Subject:
     """The algorithm under test and the run it is checked in; every check builds its own instance."""
 
     def __init__(self, cls, env, *, eps, delta, users, round_size, seed, ray, params=None, env_params=None,
-                 name=None):
+                 name=None, trust="local", trust_options=None):
         self.cls = cls
         self.name = name or cls.name     # what a failure calls it (with the setting, when there are several)
         self.eps, self.delta, self.users, self.round_size, self.seed = eps, delta, users, round_size, seed
         self.ray = ray
         self.env_name = env
         self.params, self.env_params = dict(params or {}), dict(env_params or {})
+        self.trust, self.trust_options = trust, dict(trust_options or {})
         self.config()          # usage errors (an env it does not run on, bad sizes or options) raise ConfigError here
 
     def config(self, populations: int = 1) -> RunConfig:
         return RunConfig(self.cls.name, env=self.env_name, users=self.users, round_size=self.round_size,
                          populations=populations, eps=self.eps, delta=self.delta, seed=self.seed,
-                         params=dict(self.params), env_params=dict(self.env_params))
+                         params=dict(self.params), env_params=dict(self.env_params), trust=self.trust,
+                         trust_options=dict(self.trust_options))
 
     def build(self):
-        """(config, env, algorithm), built as make_algorithm does but without its contract check (check 1's)."""
+        """(config, env, algorithm), built as make_algorithm does but without its contract check (check 1's): by
+        the run's trust model (the class itself under local)."""
         config = self.config()
         env = make_env(config)
-        return config, env, REGISTRY[self.cls.name](env.public(), config)
+        if self.local():
+            return config, env, REGISTRY[self.cls.name](env.public(), config)
+        return config, env, trust_model(config).build(REGISTRY[self.cls.name], env.public(), config)
+
+    def local(self) -> bool:
+        """Whether the run is under the local model (every check applies)."""
+        return type(trust_model(self.config())) is LocalTrust
+
+    def local_only(self, check: str) -> str | None:
+        """The skip of a check about the local model's messages, under another trust model."""
+        if self.local():
+            return None
+        return (f"skipped: {check} checks the local model's messages; under --trust {self.trust} the users send "
+                f"the trust model's (contract, ledger, no_truth and engines check those)")
 
     def fail(self, check: str, message: str, field: str | None = None):
         raise ConformanceError(check, self.name, message, field)
@@ -355,6 +380,9 @@ def check_clipping(subject: Subject):
     inputs and for inputs far beyond the public bounds, and their aggregates in aggregate_bounds; for the mechanisms
     of ldpfed (Gaussian, symmetric Gaussian, Laplace, l2-ball, randomized response), the data encode hands them
     spreads no further than their ledger rows' sensitivity: the noise was calibrated for that spread."""
+    skip = subject.local_only("clipping")
+    if skip:
+        return skip
     check = "clipping"
     config, env, algo = subject.build()
     domains = algo.cached_domains()
@@ -518,6 +546,9 @@ def check_privacy_audit(subject: Subject):
       composed eps at its composed delta.
 
     Seeds derive from the run's seed."""
+    skip = subject.local_only("privacy_audit")
+    if skip:
+        return skip
     check = "privacy_audit"
     config, env, algo = subject.build()
     if algo.privacy_model != "ldp":
@@ -825,6 +856,9 @@ def check_public_fields(subject: Subject):
     client generator, as in a population) but other contexts and rewards (another draw of the env's) send the
     same public fields, bit for bit. Checked for private algorithms ("ldp", "central"); without privacy every
     field may carry data."""
+    skip = subject.local_only("public_fields")
+    if skip:
+        return skip
     check = "public_fields"
     config, env, algo = subject.build()
     public = sorted(algo.public_fields)

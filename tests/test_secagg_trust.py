@@ -102,3 +102,13 @@ def test_the_ray_engine_gives_the_same_bits(ray_session):
     local = run_local(config)
     for mode in ("pre-aggregated", "per-user"):
         assert_same(local, run_ray_unreserved(config, actors=2, shards=2, mode=mode))
+
+
+@pytest.mark.parametrize("algorithm", ["ldp-ols", "ldp-mab-ucb", "ldp-sgd-multi"])
+def test_the_conformance_kit_runs_under_it(algorithm):
+    from ldpfed.testing import check_algorithm
+
+    report = check_algorithm(algorithm, ray=False, trust="secagg", eps=1.0, delta=1e-6)
+    assert [check for check, result in report.items() if result == "passed"] == ["contract", "ledger", "no_truth"]
+    assert report["engines"].startswith("skipped: ray=False")       # two local runs compared; Ray: tested above
+    assert all("--trust secagg" in report[check] for check in ("clipping", "privacy_audit", "public_fields"))
