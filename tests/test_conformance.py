@@ -195,7 +195,7 @@ class ThinNoise(Tiny):
 
 def test_ledger_rejects_overspending_and_noise_below_the_claim():
     assert "over budget" in str(rejected(Overspends, "ledger"))
-    assert "less noise" in str(rejected(ThinNoise, "ledger"))
+    assert "below what its noise gives" in str(rejected(ThinNoise, "ledger"))     # the accountant refuses it
 
 
 # ---- 3. clipping ------------------------------------------------------------------------------------------------
