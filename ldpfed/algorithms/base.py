@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ldpfed.algorithms.options import Option, options_from_defaults
+from ldpfed.util.options import declare_options, refuse_unknown
 from ldpfed.mechanisms.accounting import noise_fields
 from ldpfed.mechanisms.noise import local_noise
 from ldpfed.mechanisms.protocol import DataBoundRequired
@@ -73,21 +73,7 @@ class Algorithm:
         """`defaults` from the class's own `options` (each Option's default must pass its own check); for a class
         that lists plain `defaults`, options built from them (ldpfed.algorithms.options.options_from_defaults)."""
         super().__init_subclass__(**kwargs)
-        own = cls.__dict__
-        if "options" in own:
-            if "defaults" in own:
-                raise TypeError(f"{cls.__qualname__}: declare `options` only; `defaults` is derived from them")
-            for name, option in cls.options.items():
-                if not isinstance(option, Option):
-                    raise TypeError(f"{cls.__qualname__}.options[{name!r}] must be an Option, not {option!r}")
-                try:
-                    option.validate(name, option.default)
-                except ConfigError as error:
-                    raise TypeError(f"{cls.__qualname__}: the default of option {name!r} fails its own check: "
-                                    f"{error}") from None
-            cls.defaults = {name: option.default for name, option in cls.options.items()}
-        elif isinstance(own.get("defaults"), dict):
-            cls.options = options_from_defaults(own["defaults"], super(cls, cls).options)
+        declare_options(cls, "params")
 
     def __init__(self, world, config):
         """world: the env's PublicWorld (ldpfed.envs.base), never the env itself: an algorithm sees only what its
@@ -113,15 +99,7 @@ class Algorithm:
     def checked_params(cls, params: dict, profile: str) -> dict:
         """A run's options over the defaults (its profile's first), each checked: ConfigError naming params.<name>
         for an unknown or bad one. RunConfig calls it too, so a bad option stops a run before any work."""
-        unknown = set(params) - set(cls.defaults)
-        if unknown:
-            import difflib
-
-            name = sorted(unknown)[0]
-            close = difflib.get_close_matches(name, list(cls.defaults), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ConfigError(f"params.{name}", params[name],
-                              f"unknown option of {cls.name}{hint}; known: {sorted(cls.defaults)}")
+        refuse_unknown(params, cls.defaults, "params", f"of {cls.name}")
         return cls.validate_params({**cls.defaults, **cls.profile_defaults.get(profile, {}), **params})
 
     @classmethod

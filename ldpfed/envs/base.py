@@ -14,7 +14,7 @@ from numba import njit
 
 from ldpfed.util.errors import ConfigError, integer
 from ldpfed.util.jit import loops
-from ldpfed.util.options import Option, options_from_defaults
+from ldpfed.util.options import Option, declare_options, refuse_unknown
 
 
 @dataclass(frozen=True)
@@ -114,21 +114,7 @@ class Env:
         """`defaults` from the class's own `options` (each Option's default must pass its own check); for a class
         that lists plain `defaults`, options built from them (ldpfed.util.options.options_from_defaults)."""
         super().__init_subclass__(**kwargs)
-        own = cls.__dict__
-        if "options" in own:
-            if "defaults" in own:
-                raise TypeError(f"{cls.__qualname__}: declare `options` only; `defaults` is derived from them")
-            for name, option in cls.options.items():
-                if not isinstance(option, Option):
-                    raise TypeError(f"{cls.__qualname__}.options[{name!r}] must be an Option, not {option!r}")
-                try:
-                    option.validate(name, option.default, "env_params")
-                except ConfigError as error:
-                    raise TypeError(f"{cls.__qualname__}: the default of option {name!r} fails its own check: "
-                                    f"{error}") from None
-            cls.defaults = {name: option.default for name, option in cls.options.items()}
-        elif isinstance(own.get("defaults"), dict):
-            cls.options = options_from_defaults(own["defaults"], super(cls, cls).options)
+        declare_options(cls, "env_params")
 
     def __init__(self, rng: np.random.Generator, users: int, **params):
         self.params = self.checked_params(params, users=users)
@@ -145,15 +131,7 @@ class Env:
         `cross_check`: ConfigError naming env_params.<name> for an unknown or bad one."""
         if not isinstance(params, dict):
             raise ConfigError("env_params", params, "must be a mapping")
-        unknown = set(params) - set(cls.defaults)
-        if unknown:
-            import difflib
-
-            name = sorted(unknown, key=str)[0]
-            close = difflib.get_close_matches(str(name), list(cls.defaults), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise ConfigError(f"env_params.{name}", params[name],
-                              f"unknown option of env {cls.name}{hint}; known: {sorted(cls.defaults)}")
+        refuse_unknown(params, cls.defaults, "env_params", f"of env {cls.name}")
         merged = {**cls.defaults, **cls.profile_defaults.get(profile, {}), **params}
         options = cls.options
         values = {name: (options[name].validate(name, _whole(options[name], value), "env_params")

@@ -22,13 +22,12 @@ that reaches it. A model declares (class attributes) and implements (methods wit
 """
 from __future__ import annotations
 
-import difflib
-
 import numpy as np
 
 from ldpfed.mechanisms import accounting
 from ldpfed.mechanisms.noise import local_noise
 from ldpfed.util.errors import ConfigError
+from ldpfed.util.options import refuse_unknown
 
 LOCAL = "local"             # the model every algorithm is written for (the papers' local DP)
 NOISE_AT = ("user", "server", "shares", "none")
@@ -56,26 +55,20 @@ class TrustModel:
     def checked_options(cls, given) -> dict:
         """Every option of this model, the given ones validated and the rest at their defaults (ConfigError naming
         `trust_options.<name>`: unknown, with the model that takes it or the closest name, or a bad value)."""
+        from ldpfed.trust import TRUST_MODELS
+
         if not isinstance(given, dict):
             raise ConfigError("trust_options", given, "must be a mapping of option names to values")
         for key in given:
-            if key not in cls.options:
-                raise ConfigError(f"trust_options.{key}", given[key], cls._unknown(key))
+            takers = [name for name in sorted(TRUST_MODELS) if key in TRUST_MODELS[name].options]
+            if key not in cls.options and takers:      # another model's option: say which
+                raise ConfigError(f"trust_options.{key}", given[key],
+                                  f"only the {' and '.join(takers)} trust model{'s' if len(takers) > 1 else ''} "
+                                  f"take{'' if len(takers) > 1 else 's'} it (this run's trust is {cls.name!r}); "
+                                  f"use --trust {takers[0]} or drop it")
+        refuse_unknown(given, cls.options, "trust_options", f"of the {cls.name} trust model")
         return {key: option.validate(key, given.get(key, option.default), "trust_options")
                 for key, option in cls.options.items()}
-
-    @classmethod
-    def _unknown(cls, key) -> str:
-        from ldpfed.trust import TRUST_MODELS
-
-        takers = [name for name in sorted(TRUST_MODELS) if key in TRUST_MODELS[name].options]
-        if takers:
-            return (f"only the {' and '.join(takers)} trust model{'s' if len(takers) > 1 else ''} take"
-                    f"{'' if len(takers) > 1 else 's'} it (this run's trust is {cls.name!r}); use --trust "
-                    f"{takers[0]} or drop it")
-        close = difflib.get_close_matches(str(key), list(cls.options), n=1, cutoff=0.6)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        return f"the {cls.name} trust model takes {sorted(cls.options) or 'no options'}{hint}"
 
     @classmethod
     def option_table(cls) -> list[dict]:

@@ -147,3 +147,39 @@ def options_from_defaults(defaults: dict, inherited: dict) -> dict:
     the new default; any other option is of kind "any" (accepted as it is)."""
     return {name: (replace(inherited[name], default=value) if name in inherited else Option(value, kind="any"))
             for name, value in defaults.items()}
+
+
+# ---- what every owner of options (algorithm, env, trust model) does with them, in one place ----------------------
+def declare_options(cls, group: str) -> None:
+    """For a class's `__init_subclass__`: `defaults` derived from the class's own `options` (each Option's default
+    must pass its own check: TypeError naming the class otherwise); for a class that lists plain `defaults`,
+    options built from them (options_from_defaults). group: what errors call the options ("params", "env_params")."""
+    own = cls.__dict__
+    if "options" in own:
+        if "defaults" in own:
+            raise TypeError(f"{cls.__qualname__}: declare `options` only; `defaults` is derived from them")
+        for name, option in cls.options.items():
+            if not isinstance(option, Option):
+                raise TypeError(f"{cls.__qualname__}.options[{name!r}] must be an Option, not {option!r}")
+            try:
+                option.validate(name, option.default, group)
+            except ConfigError as error:
+                raise TypeError(f"{cls.__qualname__}: the default of option {name!r} fails its own check: "
+                                f"{error}") from None
+        cls.defaults = {name: option.default for name, option in cls.options.items()}
+    elif isinstance(own.get("defaults"), dict):
+        cls.options = options_from_defaults(own["defaults"], super(cls, cls).options)
+
+
+def refuse_unknown(given: dict, known, group: str, owner: str) -> None:
+    """ConfigError naming <group>.<name> for the first name of `given` that is not `known`, with the closest known
+    name and the list of them (owner: "of ldp-sgd", "of env linear", ...)."""
+    unknown = set(given) - set(known)
+    if not unknown:
+        return
+    import difflib
+
+    name = sorted(unknown, key=str)[0]
+    close = difflib.get_close_matches(str(name), [str(k) for k in known], n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise ConfigError(f"{group}.{name}", given[name], f"unknown option {owner}{hint}; known: {sorted(known)}")
