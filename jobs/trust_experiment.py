@@ -286,6 +286,9 @@ def main(argv=None) -> int:
     parser.add_argument("--dropouts", type=_floats, default=(0.0, 0.1, 0.2, 0.3, 0.4, 0.5),
                         help="part 4: secagg drop-out rates; empty string: no part 4")
     parser.add_argument("--bits", type=_ints, default=(8, 10, 12, 14, 16, 20), help="part 4: secagg bit widths")
+    parser.add_argument("--secagg-users", type=lambda t: int(float(t)), default=None,
+                        help="part 4: T (default --users; heavy drop-outs need many SecAgg+ neighbours, so a round "
+                             "costs more)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("results/trust"))
     parser.add_argument("--replot", action="store_true", help="only redraw the plots from OUT/runs.csv")
@@ -333,8 +336,8 @@ def main(argv=None) -> int:
         horizons = pd.concat([done, run_jobs(todo.to_dict("records"), args.workers)], ignore_index=True)
     secure = None
     if args.dropouts and "secagg" in trusts:
-        base = {"eps": args.batch_eps, "trust": "secagg", "users": args.users, "round_size": args.round_size,
-                "delta": args.delta}
+        base = {"eps": args.batch_eps, "trust": "secagg", "users": args.secagg_users or args.users,
+                "round_size": args.round_size, "delta": args.delta}
         jobs = [{**base, "algorithm": a, "seed": s, "dropout": p, "bits_given": 0,
                  "trust_options": {"dropout": p, "below": "report", "neighbours": 0}}
                 for a in ("ldp-ols", "ldp-sgd") for p in args.dropouts for s in range(args.seeds)]
@@ -358,7 +361,8 @@ def main(argv=None) -> int:
         text += ["", f"Final regret over T, B = {args.round_size:,} (median over seeds; slope of log median regret "
                      f"over log T):", "", *horizon_table(horizons)]
     if secure is not None:
-        text += ["", f"Secure aggregation at central eps {args.batch_eps:g}, B = {args.round_size:,}: final regret "
+        text += ["", f"Secure aggregation at central eps {args.batch_eps:g}, T = {args.secagg_users or args.users:,}, "
+                     f"B = {args.round_size:,}: final regret "
                      f"(median [IQR] over seeds) and the reported eps against the drop-outs before sending (shares "
                      f"calibrated for every user; below=report), then against the bits (0 drop-outs):", "",
                  *secagg_table(secure)]
