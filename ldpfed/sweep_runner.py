@@ -553,7 +553,8 @@ def main(parser, args, spec, job: Job) -> int:
 
 def _cli_options(args) -> dict:
     options = sweeps.api_options(args)
-    overrides = {key: options.pop(key) for _, key, _ in sweeps.OVERRIDES if key in options}
+    overrides = {key: options.pop(key) for key in [key for _, key, _ in sweeps.OVERRIDES] + ["trust_options"]
+                 if key in options}
     ray = {key: options.pop(key) for key in sweeps.RAY_KEYS if key in options}
     return {**options, "overrides": overrides, "ray": ray}
 

@@ -33,6 +33,7 @@ Uniform play, when listed, runs on every distinct world (env, its options, users
 """
 from __future__ import annotations
 
+import json
 import math
 import re
 import tomllib
@@ -385,7 +386,7 @@ def to_toml(sweep: Sweep) -> str:
 OVERRIDES = [("algorithms", "algorithms", None), ("envs", "envs", None), ("eps", "eps", parse_eps),
              ("seeds", "seeds", parse_seeds), ("users", "users", int), ("round_size", "round_size", int),
              ("populations", "populations", int), ("delta", "delta", float), ("engine", "engine", None),
-             ("profile", "profile", None)]
+             ("profile", "profile", None), ("trust", "trust", None)]
 
 
 def add_arguments(parser) -> None:
@@ -410,6 +411,10 @@ def add_arguments(parser) -> None:
     over.add_argument("--engine", choices=ENGINES, default=None, help="engine")
     over.add_argument("--profile", choices=PROFILES, default=None,
                       help="paper: the papers' text; authors-code: the public reference code's choices")
+    over.add_argument("--trust", default=None, help="the trust model of the algorithms in its reach (the others run "
+                                                    "under local); `python -m ldpfed list` names them")
+    over.add_argument("--trust-option", action="append", default=None, metavar="KEY=VALUE",
+                      help="an option of that trust model (repeatable), over the file's [trust_options]")
     parser.add_argument("--actors", type=int, default=None, help="population actors per run (ray; file: [ray])")
     parser.add_argument("--shards", type=int, default=None, help="server shard actors per run (ray; file: [ray])")
     parser.add_argument("--placement", choices=list(PLACEMENTS), default=None,
@@ -455,6 +460,17 @@ def overrides_from_args(args) -> dict:
     """The sweep keys the command line sets (--eps, --users, ...; --actors and --shards as the [ray] table), each
     converted from its text; a bad value is a ConfigError naming the option."""
     overrides = {}
+    if getattr(args, "trust_option", None):
+        options = {}
+        for text in args.trust_option:
+            if "=" not in text:
+                raise ConfigError("--trust-option", text, "expected KEY=VALUE")
+            key, raw = text.split("=", 1)
+            try:
+                options[key.strip()] = json.loads(raw)
+            except json.JSONDecodeError:
+                options[key.strip()] = raw
+        overrides["trust_options"] = options
     for dest, key, convert in OVERRIDES:
         text = getattr(args, dest)
         if text is None:
@@ -481,6 +497,8 @@ def overridden_name(base: str, overrides: dict, limit: int = 80) -> str:
     """A file's sweep run with other keys: its name says which, e.g. "quick+users2000+eps0.5-1" (a sweep's name is
     letters, digits and . _ + -)."""
     def text(value):
+        if isinstance(value, dict):         # e.g. trust_options: "dropout0.1-min_survivors0.85"
+            return "-".join(f"{key}{text(item)}" for key, item in value.items())
         return "-".join(map(text, value)) if isinstance(value, (list, tuple)) else f"{value:g}" \
             if isinstance(value, float) else str(value)
 
@@ -519,6 +537,10 @@ def load(spec=None, overrides: dict | None = None, name: str | None = None, resu
         data["name"] = overridden_name(data.get("name") or path.stem, overrides)
     if "round_size" in overrides and "env_round_size" not in overrides:
         data.pop("env_round_size", None)        # --round-size means every run's round size
+    if "trust" in overrides and overrides["trust"] != data.get("trust") and "trust_options" not in overrides:
+        data.pop("trust_options", None)         # another trust model: its own options, not the file's
+    elif "trust_options" in overrides:          # over the file's table, key by key
+        overrides = {**overrides, "trust_options": {**data.get("trust_options", {}), **overrides["trust_options"]}}
     data.update(overrides)
     if ray:
         data["ray"] = {**data.get("ray", {}), **ray}

@@ -89,3 +89,21 @@ def test_every_built_in_model_declares_itself_through_the_door():
         assert cls.about and cls.noise_at in ("user", "server", "shares", "none")
         assert cls.checked_options({}) == {key: option.default for key, option in cls.options.items()}
     assert TRUST_MODELS["central"].noise_at == "server" and TRUST_MODELS["shuffle"].noise_at == "user"
+
+
+def test_a_sweeps_command_line_gives_the_trust_model_and_its_options_over_the_files():
+    from ldpfed.sweep_spec import add_arguments, configs, load, overrides_from_args
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--trust", "secagg", "--trust-option", "dropout=0.1", "--trust-option",
+                              "min_survivors=0.85", "--users", "2000"])
+    overrides = overrides_from_args(args)
+    assert overrides["trust_options"] == {"dropout": 0.1, "min_survivors": 0.85}
+    sweep, _, _ = load("example", overrides)
+    runs = {c.algorithm: c for c in configs(sweep)}
+    assert runs["ldp-ols"].trust == "secagg" and runs["ldp-ols"].trust_options["dropout"] == 0.1
+    assert runs["ols"].trust == "local"                     # not private: out of the model's reach
+    with pytest.raises(ConfigError, match="trust_options.dropout"):
+        load("example", {"trust": "secagg", "trust_options": {"dropout": 0.9}})
