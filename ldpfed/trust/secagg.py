@@ -49,8 +49,10 @@ from ldpfed.util.rng import derive
 
 BELOW = ("refuse", "report")
 # The default scale makes the rounding's variance (at most 1/4 per user and entry) at most this share of the
-# Skellam noise's in a round's sum.
+# Skellam noise's in a round's sum, and the rounding's inflation of the sensitivity (2 sqrt(dim) in L2) at most
+# INFLATION_SHARE of the scaled one (the noise grows with the square of the sensitivity).
 ROUNDING_SHARE = 0.01
+INFLATION_SHARE = 0.05
 FLOAT_BITS = 53      # the shards add residues as float64: exact while users x 2**bits < 2**53
 WRAP_TARGET = 1e-9   # the default bits make a wrap-around anywhere in the run at most this likely
 
@@ -186,13 +188,13 @@ class SecAggTrust(CentralTrust):
                 continue
             out = twin.output_domain(declared[source].shape, declared[source].data_bound, **declared[source].schedule)
             bound = float(np.max(np.abs([out.data_low, out.data_high])))
-            sigma = twin.scale if twin.noise == "gaussian" else math.sqrt(2.0) * twin.scale
-            scale = options["scale"] or math.sqrt(B / 4.0 / ROUNDING_SHARE) / sigma
             size = int(np.prod(shape))
             symmetric = bool(twin.symmetric)
             dim = (size // shape[-1]) * (shape[-1] + 1) // 2 if symmetric else size
-            sens = twin.guarantee.sensitivity
-            l2_real, l1_real = (sens, sens * math.sqrt(dim)) if twin.guarantee.norm == "l2" else (sens, sens)
+            l2_real, l1_real = self._sensitivities(twin, size)
+            sigma = twin.scale if twin.noise == "gaussian" else math.sqrt(2.0) * twin.scale
+            scale = options["scale"] or max(math.sqrt(B / 4.0 / ROUNDING_SHARE) / sigma,
+                                            2.0 * math.sqrt(dim) / (INFLATION_SHARE * l2_real))
             l2, l1 = secagg.quantized_sensitivity(l2_real, l1_real, dim, scale)
             eps, delta = budget[source]
             variance = accounting.skellam_variance_for(eps, delta, l2, l1)
@@ -226,6 +228,18 @@ class SecAggTrust(CentralTrust):
                               f"than the {self._calibrated(plan, n):,} the noise shares are calibrated for; lower "
                               f"min_survivors (about 1 - dropout, with a margin) or give below=report")
         return plan
+
+    @staticmethod
+    def _sensitivities(twin, size: int) -> tuple[float, float]:
+        """(L2, L1) of the change of one user's field between two inputs, from its central twin: an l2-ball's rows
+        are clipped to the radius R (each row moves by at most 2 R in L2, 2 R sqrt(row) in L1), a Gaussian's
+        sensitivity is L2 (L1 <= sqrt(entries) L2), a Laplace's L1 (L2 <= L1)."""
+        if twin.clip_rows is not None:
+            radius, dim = twin.clip_rows
+            rows = max(1, size // int(dim))
+            return 2.0 * radius * math.sqrt(rows), rows * 2.0 * radius * math.sqrt(dim)
+        sens = float(twin.guarantee.sensitivity)
+        return (sens, sens * math.sqrt(size)) if twin.guarantee.norm == "l2" else (sens, sens)
 
     @staticmethod
     def _round_size(config, r: int) -> int:
