@@ -7,7 +7,7 @@ size and T; and secure aggregation's regret and reported guarantee against its d
 
 Under --trust shuffle the run's --eps/--delta are the shuffled batch's guarantee and the users' randomizers run at
 the largest eps0 that meets it; under --trust central a trusted server adds the noise once per round; under
---trust local the users' randomizers run at --eps (ldpfed.algorithms.trust). So at the same central eps the three
+--trust local the users' randomizers run at --eps (ldpfed.trust). So at the same central eps the three
 runs give each user the same guarantee against the server's output, and the regret ratios shuffle / local and
 central / local say what each trust buys. Part 1: every algorithm x eps x trust x seed at one round size.
 Part 2 (--batch-sweep): ldp-sgd at a fixed central eps over round sizes (amplification grows with the batch,

@@ -1,4 +1,4 @@
-"""The shuffle trust model (ldpfed.algorithms.trust): the same algorithm, its users' randomizers at the largest
+"""The shuffle trust model (ldpfed.trust): the same algorithm, its users' randomizers at the largest
 eps0 whose shuffled batch (a round's users) meets the run's --eps/--delta (ldpfed.mechanisms.shuffle)."""
 import math
 

@@ -1,4 +1,4 @@
-"""Trust models are objects (ldpfed.algorithms.trust): found by name through the entry point group
+"""Trust models are objects (ldpfed.trust): found by name through the entry point group
 ldpfed.trust_models like algorithms, each saying where the noise goes, how the run is accounted and what noise the
 server's aggregate carries (`Algorithm.field_noise`); no code outside them compares trust-model names."""
 import re
