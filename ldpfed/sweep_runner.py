@@ -411,9 +411,11 @@ def _run_task(config, checkpoint_dir: str, driver_ip: str, every_s: float, ray_o
     except KeyboardInterrupt as cancelled:
         # Cancelled (its checkpoint is written). An interrupt that landed inside an import, e.g. numba's first
         # set-up, left that module's registrations half done: importing it again registers twice ("duplicate
-        # registration for ... UnicodeType") and every later run in this process would fail. Such a worker ends
-        # instead of taking the next task (Ray reports the task as cancelled, and warns of the worker's exit).
-        if interrupted_an_import(cancelled):
+        # registration for ... UnicodeType") and every later run in this process would fail; one that landed inside
+        # numba's compiler (a new machine or folder compiles every function) can leave its state broken too ("generator
+        # raised StopIteration" in the next compile). Such a worker ends instead of taking the next task (Ray reports
+        # the task as cancelled, and warns of the worker's exit).
+        if interrupted_an_import(cancelled) or interrupted_the_compiler(cancelled):
             raise SystemExit(0) from None
         raise
     finally:
@@ -427,6 +429,15 @@ def _run_task(config, checkpoint_dir: str, driver_ip: str, every_s: float, ray_o
 def interrupted_an_import(error: BaseException) -> bool:
     """True if `error` was raised while a module's body ran (a `<module>` frame in its traceback): an import."""
     return any(frame.f_code.co_name == "<module>" for frame, _ in traceback.walk_tb(error.__traceback__))
+
+
+COMPILER_PACKAGES = ("numba", "llvmlite")
+
+
+def interrupted_the_compiler(error: BaseException) -> bool:
+    """True if `error` was raised inside numba's or llvmlite's code (a compile, or a cache load)."""
+    return any(set(Path(frame.f_code.co_filename).parts) & set(COMPILER_PACKAGES)
+               for frame, _ in traceback.walk_tb(error.__traceback__))
 
 
 def run_tasks(configs, workers, checkpoint_dir, every_s, bar, finish, ray_options=None, run_cpus=None) -> None:

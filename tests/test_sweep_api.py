@@ -241,8 +241,9 @@ def test_ctrl_c_during_ray_tasks_keeps_finished_runs_and_resume_completes(ray_se
 def test_a_run_task_cancelled_inside_an_import_ends_its_worker_process(monkeypatch, tmp_path):
     """Ray cancels a running task by raising KeyboardInterrupt in it, wherever it is. Inside numba's first set-up
     (an import) that left the process unable to compile ("duplicate registration for ... UnicodeType" in every
-    later run of a resumed sweep on the same Ray). A run task cancelled inside an import therefore ends its process
-    (SystemExit 0, which Ray reports to the driver as a cancelled task); cancelled elsewhere, it stays."""
+    later run of a resumed sweep on the same Ray); inside numba's compiler it can too. A run task cancelled inside
+    an import or the compiler therefore ends its process (SystemExit 0, which Ray reports to the driver as a
+    cancelled task); cancelled elsewhere, it stays."""
     module = tmp_path / "interrupted_while_imported.py"
     module.write_text("raise KeyboardInterrupt\n")
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -253,11 +254,19 @@ def test_a_run_task_cancelled_inside_an_import_ends_its_worker_process(monkeypat
     def between_rounds(*args, **kwargs):
         raise KeyboardInterrupt
 
+    # inside numba's compiler (its file): a compile interrupted there left numba unable to compile the next function
+    # ("generator raised StopIteration"), reproduced by interrupting a first run's compile in one process
+    compiler = tmp_path / "site-packages" / "numba" / "core" / "utils.py"
+    compiler.parent.mkdir(parents=True)
+    space = {}
+    exec(compile("def compiling(*args, **kwargs):\n    raise KeyboardInterrupt\n", str(compiler), "exec"), space)
+
     config = ldpfed.RunConfig("ldp-sgd", users=100, round_size=10)
-    monkeypatch.setattr(sweep_runner, "run", importing)
-    with pytest.raises(SystemExit) as ended:
-        sweep_runner._run_task(config, str(tmp_path), driver_ip="192.0.2.1", every_s=60.0)
-    assert ended.value.code == 0
+    for cancelled_in in (importing, space["compiling"]):
+        monkeypatch.setattr(sweep_runner, "run", cancelled_in)
+        with pytest.raises(SystemExit) as ended:
+            sweep_runner._run_task(config, str(tmp_path), driver_ip="192.0.2.1", every_s=60.0)
+        assert ended.value.code == 0
     monkeypatch.setattr(sweep_runner, "run", between_rounds)
     with pytest.raises(KeyboardInterrupt):
         sweep_runner._run_task(config, str(tmp_path), driver_ip="192.0.2.1", every_s=60.0)
