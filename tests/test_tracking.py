@@ -563,7 +563,8 @@ def test_a_summarys_yes_no_entries_reach_the_mlflow_run_as_1_or_0(tmp_path):
     amplified = run_local(RunConfig("ldp-ols", round_size=100, **shuffled))
     local = run_local(RunConfig("ldp-ols", round_size=10, trust_options={"small_groups": "no-amplification"},
                                 **shuffled))
-    assert amplified.summary["privacy_shuffle_amplified"] is True and local.summary["privacy_shuffle_amplified"] is False
+    assert amplified.summary["privacy_shuffle_amplified"] is True
+    assert local.summary["privacy_shuffle_amplified"] is False
     tracker = Tracker("yes-no", tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", out_dir=tmp_path / "out")
     with tracker.sweep("shuffled") as sweep:
         yes, no = sweep.log_result(amplified)["run_id"], sweep.log_result(local)["run_id"]
@@ -573,7 +574,8 @@ def test_a_summarys_yes_no_entries_reach_the_mlflow_run_as_1_or_0(tmp_path):
     found = client.search_runs([tracker.experiment_id], "metrics.privacy_shuffle_amplified = 1")
     assert [r.info.run_id for r in found] == [yes]
     run = client.get_run(yes)
-    assert amplified.summary["privacy_eps_dp_accounting"] is None and "privacy_eps_dp_accounting" not in run.data.metrics
+    assert amplified.summary["privacy_eps_dp_accounting"] is None
+    assert "privacy_eps_dp_accounting" not in run.data.metrics
     assert run.data.tags["engine.privacy_trust"] == "shuffle"
 
 
