@@ -5,7 +5,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import tomllib
 import urllib.request
 from fnmatch import fnmatch
@@ -18,6 +17,7 @@ from ldpfed import sweep_spec as sweeps
 from ldpfed.cli import main
 from ldpfed.tracking import local_server, ui
 from ldpfed.util.errors import ConfigError
+from ldpfed.util.waits import HANG_S, WaitFailed, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -108,9 +108,6 @@ def test_a_results_folder_names_its_store_and_its_sweep(swept):
     assert index["parent_run_id"] in shown["Its runs"] and shown["Sweep"].startswith("outside")
 
 
-UI_HANG_S = 400
-
-
 def test_ui_starts_on_loopback_and_prints_the_latest_sweep(swept):
     folder, _ = swept
     parent = json.loads((folder / "results" / "run_all" / "outside" / "sweep.json").read_text())["parent_run_id"]
@@ -121,12 +118,12 @@ def test_ui_starts_on_loopback_and_prints_the_latest_sweep(swept):
                                 stdout=stream, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         # bounds only a hang, not a loaded machine's start (the MLflow server's imports and its database migration
-        # take minutes on a machine whose cores the rest of the suite holds): the fault tests' rule
-        deadline = time.monotonic() + UI_HANG_S
-        while "Its runs:" not in out.read_text():
-            assert proc.poll() is None, out.read_text()
-            assert time.monotonic() < deadline, out.read_text()
-            time.sleep(0.25)
+        # take minutes on a machine whose cores the rest of the suite holds)
+        try:
+            wait_until(lambda: "Its runs:" in out.read_text(), f"`ldpfed ui --port {port}` to print its links",
+                       HANG_S, exited=proc.poll, detail=out.read_text)
+        except WaitFailed as failed:
+            pytest.fail(str(failed))
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as page:
             assert page.status == 200 and b"<html" in page.read().lower()
         text = out.read_text()

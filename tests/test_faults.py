@@ -20,6 +20,7 @@ from ldpfed.algorithms import REGISTRY
 from ldpfed.config import RunConfig
 from ldpfed.engine import run_local
 from ldpfed.engine.checkpoint import Checkpointer, CheckpointError, decode, encode, load
+from ldpfed.util.waits import HANG_S, WaitFailed, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -406,9 +407,12 @@ def test_cli_sigterm_writes_a_checkpoint_and_resume_finishes_the_run_identically
     child = subprocess.Popen([sys.executable, *RUN, "--out", str(out)], env=env, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
     checkpoint = out / "checkpoint" / "checkpoint.npz"
-    deadline = time.monotonic() + 120
-    while not checkpoint.exists() and child.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
+    # bounds only a hang: a loaded machine's imports and compile before the first checkpoint take minutes
+    try:
+        wait_until(checkpoint.exists, f"`ldpfed run` to write {checkpoint}", HANG_S, exited=child.poll, every=0.05)
+    except WaitFailed as failed:
+        child.kill()
+        pytest.fail(f"{failed}\n{child.communicate()[1][-3000:]}")
     child.send_signal(signal.SIGTERM)
     _, err = child.communicate(timeout=60)
     assert child.returncode == 143, err
@@ -525,9 +529,11 @@ def test_ray_run_stops_cleanly_on_a_signal_checkpoint_and_no_orphans(tmp_path, s
                              env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
     checkpoint = out / "checkpoint" / "checkpoint.npz"
-    deadline = time.monotonic() + 300
-    while not checkpoint.exists() and child.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.2)
+    try:
+        wait_until(checkpoint.exists, f"`ldpfed run --engine ray` to write {checkpoint}", HANG_S, exited=child.poll)
+    except WaitFailed as failed:
+        os.killpg(child.pid, signal.SIGKILL)        # its own session: the driver and the Ray it started
+        pytest.fail(f"{failed}\n{child.communicate()[1][-3000:]}")
     child.send_signal(sig)
     _, err = child.communicate(timeout=120)
     assert child.returncode == status, err[-2000:]

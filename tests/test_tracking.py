@@ -27,6 +27,7 @@ from ldpfed.algorithms import REGISTRY
 from ldpfed.config import RunConfig
 from ldpfed.engine.local import run_local
 from ldpfed.tracking import BOOKKEEPING_POINTS, MAX_POINTS, Tracker, TrackingUnavailable, local_server, metric_curves, run_params
+from ldpfed.util.waits import WaitFailed, wait_until
 
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -83,7 +84,8 @@ def _server_process(tmp_path_factory):
 def mlflow_server(_server_process):
     """The real `mlflow server` on 127.0.0.1, once it answers /health."""
     try:
-        local_server.wait_healthy(_server_process["proc"], _server_process["root"], _server_process["port"], 120)
+        # bounds only a hang (ldpfed.util.waits.HANG_S): a loaded machine's start takes minutes
+        local_server.wait_healthy(_server_process["proc"], _server_process["root"], _server_process["port"])
     except RuntimeError as error:
         pytest.fail(str(error))
     return _server_process
@@ -108,6 +110,22 @@ def stop_group(proc: subprocess.Popen) -> None:
     except ProcessLookupError:
         pass
     proc.wait(timeout=5)
+
+
+def test_a_wait_for_a_start_names_what_it_waited_for_and_how_long(tmp_path):
+    """A server whose process exits is given up at once, its log in the message; a wait that reaches its bound (a
+    hang) names what it waited for and the seconds waited; a process that got there and then exited, between two
+    looks, got there."""
+    (tmp_path / "server.log").write_text("address already in use\n")
+    proc = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    port = local_server.free_port()
+    with pytest.raises(WaitFailed, match=rf"(?s)^waited \d+ s for mlflow server on 127.0.0.1:{port} to answer "
+                                         r"/health: its process exited \(3\):\naddress already in use"):
+        local_server.wait_healthy(proc, tmp_path, port)
+    with pytest.raises(WaitFailed, match=r"^waited 0 s for nothing to come \(the bound: 0.2 s\)$"):
+        wait_until(lambda: False, "nothing to come", 0.2, every=0.05)
+    looks = iter([False, True])
+    assert wait_until(lambda: next(looks), "a file", 0.2, exited=lambda: 0) < 0.2
 
 
 # ---------------------------------------------------------------------------------------- failures
@@ -535,6 +553,30 @@ def test_ray_engine_summary_becomes_tags_and_metrics(tmp_path):
     assert saved["population_nodes"] == {"0": "n1", "1": "n2"} and saved["shard_layout"] == [[0, 1], [2]]
     combined = pd.read_parquet(sweep.local_dir / "summary" / "summary.parquet")
     assert combined.loc[0, "engine"] == "ray" and combined.loc[0, "actors"] == 4
+
+
+def test_a_summarys_yes_no_entries_reach_the_mlflow_run_as_1_or_0(tmp_path):
+    """privacy_shuffle_amplified, True in a shuffled run whose rounds amplify and False in one whose rounds are too
+    small, is a metric of each run in the embedded store (1 or 0): `metrics.privacy_shuffle_amplified = 1` finds
+    the amplified run alone. As for the summary's other entries: a text entry is a tag, a None one is left out."""
+    shuffled = dict(users=200, eps=1.0, delta=1e-6, trust="shuffle")
+    amplified = run_local(RunConfig("ldp-ols", round_size=100, **shuffled))
+    local = run_local(RunConfig("ldp-ols", round_size=10, trust_options={"small_groups": "no-amplification"},
+                                **shuffled))
+    assert amplified.summary["privacy_shuffle_amplified"] is True
+    assert local.summary["privacy_shuffle_amplified"] is False
+    tracker = Tracker("yes-no", tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", out_dir=tmp_path / "out")
+    with tracker.sweep("shuffled") as sweep:
+        yes, no = sweep.log_result(amplified)["run_id"], sweep.log_result(local)["run_id"]
+    client = MlflowClient(tracking_uri=tracker.tracking_uri)
+    assert client.get_run(yes).data.metrics["privacy_shuffle_amplified"] == 1.0
+    assert client.get_run(no).data.metrics["privacy_shuffle_amplified"] == 0.0
+    found = client.search_runs([tracker.experiment_id], "metrics.privacy_shuffle_amplified = 1")
+    assert [r.info.run_id for r in found] == [yes]
+    run = client.get_run(yes)
+    assert amplified.summary["privacy_eps_dp_accounting"] is None
+    assert "privacy_eps_dp_accounting" not in run.data.metrics
+    assert run.data.tags["engine.privacy_trust"] == "shuffle"
 
 
 def test_a_sweep_killed_between_two_writes_of_its_summary_resumes_every_finished_run(tmp_path, monkeypatch):

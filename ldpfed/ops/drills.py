@@ -102,10 +102,10 @@ def driver_kill(config, every_rounds: int = 10) -> dict:
 # ---- MLflow outage -------------------------------------------------------------------------------------------
 def start_mlflow(root: Path, port: int) -> subprocess.Popen:
     """`mlflow server` on 127.0.0.1:port, SQLite and artifacts under root, in its own process group; returns once
-    it answers /health (killed if it does not within 180 s)."""
+    it answers /health (killed if it stays silent for ldpfed.util.waits.HANG_S, a bound on a hang only)."""
     proc = local_server.spawn(root, port)
     try:
-        local_server.wait_healthy(proc, root, port, timeout=180)
+        local_server.wait_healthy(proc, root, port)
     except RuntimeError:
         signal_group(proc, signal.SIGKILL)
         raise

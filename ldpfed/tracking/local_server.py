@@ -7,9 +7,10 @@ import os
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
+
+from ldpfed.util.waits import HANG_S, wait_until
 
 
 def free_port() -> int:
@@ -30,22 +31,19 @@ def spawn(root: Path, port: int) -> subprocess.Popen:
                                 cwd=root, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
 
-def wait_healthy(proc: subprocess.Popen, root: Path, port: int, timeout: float) -> None:
-    """Return once the server answers /health; RuntimeError (with the log's tail) if it exits or stays silent for
-    `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(f"mlflow server exited ({proc.returncode}):\n{_log_tail(root)}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"mlflow server did not answer in {timeout:g} s:\n{_log_tail(root)}")
-        time.sleep(0.25)
+def wait_healthy(proc: subprocess.Popen, root: Path, port: int, timeout: float = HANG_S) -> None:
+    """Return once the server answers /health; WaitFailed (a RuntimeError; the log's tail in its message) if it
+    exits first or stays silent for `timeout` seconds (default: a bound on a hang only, ldpfed.util.waits)."""
+    wait_until(lambda: _healthy(port), f"mlflow server on 127.0.0.1:{port} to answer /health", timeout,
+               exited=proc.poll, detail=lambda: _log_tail(root))
+
+
+def _healthy(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
 
 
 def _log_tail(root: Path) -> str:

@@ -22,9 +22,12 @@ from ldpfed.tracking.store import TrackingUnavailable, is_http, resolve_tracking
 from ldpfed.tracking.tracker import Tracker
 from ldpfed.util.errors import ConfigError
 from ldpfed.util.signals import exit_status, interruptible
+from ldpfed.util.waits import HANG_S
 
 WHERE = "RESULTS_OR_DB"        # the command line's name of the argument, for errors
-START_TIMEOUT_S = 120.0        # a first start migrates a new database: ~10 s on 2 cores
+# a first start migrates a new database: ~10 s on 2 idle cores, minutes on loaded ones; a UI that exits is
+# reported at once, so this bounds only a hang
+START_TIMEOUT_S = HANG_S
 
 
 @dataclass
