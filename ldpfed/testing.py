@@ -163,26 +163,34 @@ def _selected(checks) -> list[str]:
     return [name for name in CHECKS if name in names]
 
 
-def _resolve(cls_or_name):
-    """(class, whether this call registered it)."""
+def _resolve_in(registry, base, cls_or_name, refused):
+    """(class, whether this call registered it) for a kit's subject: a registered name, or a subclass of `base`
+    registered for the call (`refused(name, error)`: the kit's error when the registry's checks refuse it)."""
+    kind = registry.kind
     if isinstance(cls_or_name, str):
-        if cls_or_name not in REGISTRY:
-            raise ConfigError("algorithm", cls_or_name, f"not registered; registered: {sorted(REGISTRY)}")
-        return REGISTRY[cls_or_name], False
+        if cls_or_name not in registry:
+            raise ConfigError(kind, cls_or_name, f"not registered; registered: {sorted(registry)}")
+        return registry[cls_or_name], False
     cls = cls_or_name
-    if not (isinstance(cls, type) and issubclass(cls, Algorithm)):
-        raise ConfigError("algorithm", cls, "must be an Algorithm subclass or a registered name")
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        raise ConfigError(kind, cls, f"must be an {base.__name__} subclass or a registered name")
     name = getattr(cls, "name", "")
-    if name in REGISTRY:
-        if REGISTRY[name] is not cls:
-            raise PluginError(f"algorithm {name!r} is already provided by {REGISTRY.source(name)!r} (another "
-                              f"class): give yours another name", field=f"{name}.name")
+    if name in registry:
+        if registry[name] is not cls:
+            raise PluginError(f"{kind} {name!r} is already provided by {registry.source(name)!r} (another class): "
+                              f"give yours another name", field=f"{name}.name")
         return cls, False
     try:
-        REGISTRY.register(cls)
-    except PluginError as error:       # check_class: what can be told without building it
-        raise ConformanceError("contract", name or repr(cls), str(error), _message_field(error)) from error
+        registry.register(cls)
+    except PluginError as error:       # the registry's checks: what can be told without building it
+        raise refused(name or repr(cls), error) from error
     return cls, True
+
+
+def _resolve(cls_or_name):
+    """(class, whether this call registered it)."""
+    return _resolve_in(REGISTRY, Algorithm, cls_or_name,
+                      lambda name, error: ConformanceError("contract", name, str(error), _message_field(error)))
 
 
 def _run(name: str, subject: "Subject") -> str:
@@ -1074,24 +1082,7 @@ def _resolve_env(cls_or_name):
     """(class, whether this call registered it)."""
     from ldpfed.envs import ENVS
 
-    if isinstance(cls_or_name, str):
-        if cls_or_name not in ENVS:
-            raise ConfigError("env", cls_or_name, f"not registered; registered: {sorted(ENVS)}")
-        return ENVS[cls_or_name], False
-    cls = cls_or_name
-    if not (isinstance(cls, type) and issubclass(cls, Env)):
-        raise ConfigError("env", cls, "must be an Env subclass or a registered name")
-    name = getattr(cls, "name", "")
-    if name in ENVS:
-        if ENVS[name] is not cls:
-            raise PluginError(f"env {name!r} is already provided by {ENVS.source(name)!r} (another class): give "
-                              f"yours another name", field=f"{name}.name")
-        return cls, False
-    try:
-        ENVS.register(cls)
-    except PluginError as error:       # check_env_class: what can be told without building it
-        raise EnvConformanceError("options", name or repr(cls), str(error)) from error
-    return cls, True
+    return _resolve_in(ENVS, Env, cls_or_name, lambda name, error: EnvConformanceError("options", name, str(error)))
 
 
 class EnvSubject:
