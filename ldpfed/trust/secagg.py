@@ -267,6 +267,8 @@ class SecAggTrust(CentralTrust):
     def _worst_round(self, config) -> tuple[float, int]:
         """min over rounds of senders / calibrated users (capped at 1), and the first round where it is."""
         worst, where = 1.0, 0
+        if not config.trust_options["dropout"]:     # every user sends: min_survivors <= 1 of them carry the noise
+            return worst, where
         mins = config.trust_options["min_survivors"]
         for r in range(config.rounds):
             n = self._round_size(config, r)
