@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ldpfed.util.options import declare_options, refuse_unknown
+from ldpfed.util.options import declare_options, option_rows, refuse_unknown
 from ldpfed.mechanisms.accounting import noise_fields
 from ldpfed.mechanisms.noise import local_noise
 from ldpfed.mechanisms.protocol import DataBoundRequired
@@ -115,13 +115,7 @@ class Algorithm:
         """One row per option: name, default, kind, bounds (text: "(0, 1)", "[0, inf)", "one of [...]"), choices,
         allow (values accepted as they are, e.g. "auto"), accepts (what a value must be), doc, and the profiles
         whose default differs (profiles: {"authors-code": value})."""
-        rows = []
-        for name, option in cls.options.items():
-            row = option.row(name)
-            row["profiles"] = {profile: values[name] for profile, values in cls.profile_defaults.items()
-                               if name in values}
-            rows.append(row)
-        return rows
+        return option_rows(cls.options, cls.profile_defaults)
 
     # ---- server half -------------------------------------------------------------------------
     def initial_state(self, rng: np.random.Generator):

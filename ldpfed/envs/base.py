@@ -14,7 +14,7 @@ from numba import njit
 
 from ldpfed.util.errors import ConfigError, integer
 from ldpfed.util.jit import loops
-from ldpfed.util.options import Option, declare_options, refuse_unknown
+from ldpfed.util.options import Option, declare_options, option_rows, refuse_unknown
 
 
 @dataclass(frozen=True)
@@ -148,13 +148,7 @@ class Env:
     def option_table(cls) -> list[dict]:
         """One row per option: name, default, kind, bounds, choices, allow, accepts, doc, and the profiles whose
         default differs (as Algorithm.option_table)."""
-        rows = []
-        for name, option in cls.options.items():
-            row = option.row(name)
-            row["profiles"] = {profile: values[name] for profile, values in cls.profile_defaults.items()
-                               if name in values}
-            rows.append(row)
-        return rows
+        return option_rows(cls.options, cls.profile_defaults)
 
     def contexts(self, users: np.ndarray, rng: np.random.Generator):
         """Contexts of these users (global indices), or None for context-free worlds."""

@@ -51,6 +51,7 @@ from functools import lru_cache
 
 from ldpfed.util.errors import ConfigError
 
+from .gaussian import analytic_delta
 from .protocol import check_dp_event
 
 # Relative slack when comparing a composed total with the configured budget: eps/2 + eps/2 in floating point may
@@ -138,13 +139,19 @@ def _needs(row, key: str) -> float:
     return float(value)
 
 
-def gaussian_delta(eps: float, std: float, sensitivity: float) -> float:
-    """The exact delta(eps) of the Gaussian mechanism (Balle and Wang 2018, Theorem 8): Phi(D/(2s) - eps s/D) -
-    e^eps Phi(-D/(2s) - eps s/D)."""
-    from scipy.stats import norm
-
-    a, b = sensitivity / (2.0 * std), eps * std / sensitivity
-    return float(norm.cdf(a - b) - math.exp(eps) * norm.cdf(-a - b)) if eps < 700 else 0.0
+@lru_cache(maxsize=1024)
+def gaussian_epsilon(unit_sigma: float, delta: float) -> float:
+    """The eps at `delta` of the Gaussian mechanism with sigma / sensitivity = unit_sigma: where its exact curve
+    (gaussian.analytic_delta, decreasing in eps) meets delta; inf when no eps up to 1e4 does (delta 0)."""
+    low, high = 0.0, 1.0
+    while analytic_delta(high, unit_sigma) > delta:
+        low, high = high, 2.0 * high
+        if high > 1e4:
+            return math.inf
+    for _ in range(100):
+        mid = (low + high) / 2.0
+        low, high = (mid, high) if analytic_delta(mid, unit_sigma) > delta else (low, mid)
+    return high
 
 
 def noise_epsilon(row) -> float | None:
@@ -158,17 +165,8 @@ def noise_epsilon(row) -> float | None:
     count = int(row.get("nodes", 1))
     delta = float(row["delta"])
     sensitivity = _needs(row, "sensitivity")
-    if noise == "gaussian":
-        std = _needs(row, "noise_std") / math.sqrt(count)    # k equal Gaussians: one with sigma / sqrt(k)
-        low, high = 0.0, 1.0
-        while gaussian_delta(high, std, sensitivity) > delta:
-            low, high = high, 2.0 * high
-            if high > 1e4:
-                return math.inf
-        for _ in range(100):
-            mid = (low + high) / 2.0
-            low, high = (mid, high) if gaussian_delta(mid, std, sensitivity) > delta else (low, mid)
-        return high
+    if noise == "gaussian":       # k equal Gaussians: one with sigma / sqrt(k)
+        return gaussian_epsilon(_needs(row, "noise_std") / math.sqrt(count) / sensitivity, delta)
     if noise == "laplace":
         scale = _needs(row, "noise_scale")
         if delta == 0.0:

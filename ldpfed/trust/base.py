@@ -27,7 +27,7 @@ import numpy as np
 from ldpfed.mechanisms import accounting
 from ldpfed.mechanisms.noise import local_noise
 from ldpfed.util.errors import ConfigError
-from ldpfed.util.options import refuse_unknown
+from ldpfed.util.options import option_rows, refuse_unknown
 
 LOCAL = "local"             # the model every algorithm is written for (the papers' local DP)
 NOISE_AT = ("user", "server", "shares", "none")
@@ -73,7 +73,7 @@ class TrustModel:
     @classmethod
     def option_table(cls) -> list[dict]:
         """The options as `describe` prints them (name, default, kind, bounds, doc)."""
-        return [option.row(name) for name, option in cls.options.items()]
+        return option_rows(cls.options)
 
     def check(self, config) -> None:
         """ConfigError naming a RunConfig field that this model cannot run with (its options are checked first by

@@ -183,3 +183,15 @@ def refuse_unknown(given: dict, known, group: str, owner: str) -> None:
     close = difflib.get_close_matches(str(name), [str(k) for k in known], n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     raise ConfigError(f"{group}.{name}", given[name], f"unknown option {owner}{hint}; known: {sorted(known)}")
+
+
+def option_rows(options: dict, profile_defaults: dict | None = None) -> list[dict]:
+    """One `Option.row` per option, with the profiles whose default differs ({"authors-code": value}): what
+    `describe` prints of an algorithm's, an env's or a trust model's options."""
+    rows = []
+    for name, option in options.items():
+        row = option.row(name)
+        row["profiles"] = {profile: values[name] for profile, values in (profile_defaults or {}).items()
+                           if name in values}
+        rows.append(row)
+    return rows
