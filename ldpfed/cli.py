@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 
 from ldpfed import sweep_spec as sweeps
+from ldpfed.federation import FEDERATIONS, federation_help
 from ldpfed.trust import TRUST_MODELS, trust_help, trust_model
-from ldpfed.config import DEFAULT_TRUST, PROFILES
+from ldpfed.config import DEFAULT_FEDERATION, DEFAULT_TRUST, PROFILES
 from ldpfed.trust.shuffle import SMALL_GROUPS
 from ldpfed.engine.ray_options import PLACEMENTS, TRANSPORTS
 from ldpfed.engine.ray_shard import MODES
@@ -21,6 +22,7 @@ from ldpfed.util.errors import ConfigError, integer
 OPTION_OF_FIELD = {"algorithm": "ALGORITHM", "env": "--env", "users": "--users", "round_size": "--round-size",
                    "populations": "--populations", "eps": "--eps", "delta": "--delta", "seed": "--seed",
                    "profile": "--profile", "trust": "--trust", "trust_options": "--trust-option",
+                   "federation": "--federation", "federation_options": "--federation-option",
                    "mode": "--mode",
                    "out": "--out", "resume": "--resume", "group_size": "--group-size", "actors": "--actors",
                    "shards": "--shards", "transport": "--transport", "actor_cpus": "--actor-cpus",
@@ -114,6 +116,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--trust-option", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
                      help="an option of the trust model (repeatable; `describe NAME` lists them), e.g. "
                           "shufflers=2")
+    run.add_argument("--federation", choices=sorted(FEDERATIONS), default=DEFAULT_FEDERATION,
+                     help=f"which of a round's users take part ({federation_help()}); docs/federation.md")
+    run.add_argument("--federation-option", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
+                     help="an option of the federation model (repeatable; `describe NAME` lists them), e.g. p=0.8 "
+                          "or per_population=[0.9,0.5]")
     run.add_argument("--shufflers", type=_positive_int, default=None,
                      help="with --trust shuffle: --trust-option shufflers=S (S shufflers, each mixing its share of "
                           "a round; on the ray engine, S shuffler actors, --mode per-user)")
@@ -230,6 +237,8 @@ def trust_options(args) -> dict:
 def _option_name(field: str) -> str:
     if field.startswith("trust_options."):
         return f"--trust-option {field.split('.', 1)[1]}"
+    if field.startswith("federation_options."):
+        return f"--federation-option {field.split('.', 1)[1]}"
     if field.startswith("params."):
         return f"--param {field.split('.', 1)[1]}"
     if field.startswith("env_params."):
@@ -257,6 +266,11 @@ def cmd_list(markdown: bool = False) -> int:
         source = TRUST_MODELS.source(name)
         plugin = "" if source == "ldpfed" else f"  [plugin: {source}]"
         print(f"  {name:<{width}}  {TRUST_MODELS[name].about}{plugin}")
+    print("\nfederation models (--federation NAME; `describe NAME` for its options):")
+    for name in sorted(FEDERATIONS):
+        source = FEDERATIONS.source(name)
+        plugin = "" if source == "ldpfed" else f"  [plugin: {source}]"
+        print(f"  {name:<{width}}  {FEDERATIONS[name].about}{plugin}")
     return 0
 
 
@@ -309,12 +323,34 @@ def _describe_trust(name: str) -> int:
     return 0
 
 
+def _describe_federation(name: str) -> int:
+    """A federation model: what it does, where it comes from, its options."""
+    cls = FEDERATIONS[name]
+    source = FEDERATIONS.source(name)
+    lines = [f"{name} (federation model): {cls.about or (cls.__doc__ or '').strip().splitlines()[0]}",
+             f"provided by:    {source}" + (" (built in)" if source == "ldpfed" else " (plugin)"),
+             "options (--federation-option KEY=VALUE; a sweep file's [federation_options]):"]
+    rows = cls.option_table()
+    width = max([len(row["name"]) for row in rows] or [0])
+    for row in rows:
+        lines.append(f"  {row['name']:<{width}} = {row['default']!r}" +
+                     (f"   [{row['accepts']}]" if row["kind"] != "any" else ""))
+        if row["doc"]:
+            lines.append(f"  {'':<{width}}   {row['doc']}")
+    if not rows:
+        lines.append("  (no options)")
+    print("\n".join(lines))
+    return 0
+
+
 def cmd_describe(name: str) -> int:
     from ldpfed.algorithms import REGISTRY
     from ldpfed.envs import ENVS
 
     if name in TRUST_MODELS and name not in REGISTRY:
         return _describe_trust(name)
+    if name in FEDERATIONS and name not in REGISTRY:
+        return _describe_federation(name)
     if name not in REGISTRY:
         raise ConfigError("algorithm", name, f"unknown; choose from {sorted(REGISTRY)}")
     cls = REGISTRY[name]
@@ -434,7 +470,8 @@ def cmd_run(args) -> int:
     config = RunConfig(algorithm=args.algorithm, env=args.env, users=args.users, round_size=args.round_size,
                        populations=args.populations, eps=args.eps, delta=args.delta, seed=args.seed,
                        params=dict(args.param), env_params=dict(args.env_param), profile=args.profile,
-                       trust=args.trust, trust_options=trust_options(args))
+                       trust=args.trust, trust_options=trust_options(args), federation=args.federation,
+                       federation_options=dict(args.federation_option))
     fast = local_path(config, args.engine, args.path)      # like every option error: before any work
     if args.engine == "ray":
         warn_slow_rounds(config)
@@ -521,6 +558,8 @@ def cmd_run(args) -> int:
     described = trust_model(config).describe(s, config)
     if described:
         print(described)
+    if "total_users_served" in s:
+        print(f"federation ({config.federation}): {s['total_users_served']:,.0f} of {config.users:,} users took part")
     print(f"{s['users_per_s']:,.0f} users/s ({s['engine']}; numba's compile, {s.get('compile_s', 0.0):.2f} s, "
           f"not counted)")
     if tracker is not None:

@@ -52,7 +52,8 @@ def _drive(config, backend, progress, checkpointer):
     recorder = RoundRecorder(config, algo, env)
     # a federation model whose rounds can lose users: its rounds' users served are counted (a metric), and a round
     # in which no one took part folds an empty aggregate (the ideal one never has either: today's tables, bit for bit)
-    partial = not federation_model(config).ideal
+    federation = federation_model(config)
+    partial = not federation.ideal
     first = 0
     if checkpointer is not None:
         checkpointer.check_writable()
@@ -97,6 +98,8 @@ def _drive(config, backend, progress, checkpointer):
     elapsed = time.perf_counter() - recorder.started
     extra = {"messages": recorder.messages,
              "messages_per_s": recorder.messages / elapsed if elapsed > 0 else float("inf"), **extra}
+    if partial:       # the summary names the model and its options (an ideal run's summary is today's)
+        extra.update(federation.summary())
     if first:
         extra["resumed_from_round"] = first
     if checkpointer is not None:
