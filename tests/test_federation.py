@@ -199,7 +199,7 @@ def test_ray_engine_gives_the_same_bits(ray_session):
     from ldpfed.engine.ray_engine import run_ray
 
     # 2 users per population and round at p = 0.5: a quarter of the populations have no one in a round
-    config = small("ldp-ols", users=300, round_size=10, populations=5, federation="availability",
+    config = small("ldp-ols", users=100, round_size=10, populations=5, federation="availability",
                    federation_options={"p": 0.5})
     local = run_local(config)
     assert (local.table["users_served"] < 10).all()
