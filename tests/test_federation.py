@@ -240,3 +240,15 @@ def test_command_line_sweep_file_and_mlflow_params(tmp_path, capsys):
     params = run_params(run_local(small(federation="availability", federation_options={"p": 0.8})))
     assert params["federation"] == "availability" and params["federation_options.p"] == "0.8"
     assert run_params(run_local(small()))["federation"] == "ideal"
+
+
+def test_round_size_one_runs_on_the_round_engine():
+    from ldpfed.engine import run
+
+    config = RunConfig("ldp-sgd", users=200, federation="availability", federation_options={"p": 0.5})
+    result = run(config)       # the compiled sequential loop is the ideal federation's: the round engine runs it
+    assert result.summary["engine"] == "single-process"
+    assert set(result.table["users_served"]) == {0, 1}
+    with pytest.raises(SystemExit) as caught:
+        main(["run", "ldp-sgd", "--users", "200", "--federation", "availability", "--path", "sequential", "--quiet"])
+    assert caught.value.code == 2
