@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 from ldpfed import sweep_spec as sweeps
-from ldpfed.config import DEFAULT_TRUST, PROFILES, did_you_mean
+from ldpfed.config import DEFAULT_FEDERATION, DEFAULT_TRUST, PROFILES, did_you_mean
+from ldpfed.federation import FEDERATIONS, federation_help
 from ldpfed.trust import TRUST_MODELS, trust_help, trust_model
 from ldpfed.trust.shuffle import SMALL_GROUPS
 from ldpfed.engine.ray_options import PLACEMENTS, TRANSPORTS
@@ -21,6 +22,7 @@ from ldpfed.util.errors import ConfigError, integer
 OPTION_OF_FIELD = {"algorithm": "ALGORITHM", "env": "--env", "users": "--users", "round_size": "--round-size",
                    "populations": "--populations", "eps": "--eps", "delta": "--delta", "seed": "--seed",
                    "profile": "--profile", "trust": "--trust", "trust_options": "--trust-option",
+                   "federation": "--federation", "federation_options": "--federation-option",
                    "mode": "--mode",
                    "out": "--out", "resume": "--resume", "group_size": "--group-size", "actors": "--actors",
                    "shards": "--shards", "transport": "--transport", "actor_cpus": "--actor-cpus",
@@ -114,6 +116,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--trust-option", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
                      help="an option of the trust model (repeatable; `describe NAME` lists them), e.g. "
                           "shufflers=2")
+    run.add_argument("--federation", choices=sorted(FEDERATIONS), default=DEFAULT_FEDERATION,
+                     help=f"which of a round's users take part ({federation_help()}); docs/federation.md")
+    run.add_argument("--federation-option", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
+                     help="an option of the federation model (repeatable; `describe NAME` lists them), e.g. p=0.8 "
+                          "or per_population=[0.9,0.5]")
     run.add_argument("--shufflers", type=_positive_int, default=None,
                      help="with --trust shuffle: --trust-option shufflers=S (S shufflers, each mixing its share of "
                           "a round; on the ray engine, S shuffler actors, --mode per-user)")
@@ -231,6 +238,8 @@ def trust_options(args) -> dict:
 def _option_name(field: str) -> str:
     if field.startswith("trust_options."):
         return f"--trust-option {field.split('.', 1)[1]}"
+    if field.startswith("federation_options."):
+        return f"--federation-option {field.split('.', 1)[1]}"
     if field.startswith("params."):
         return f"--param {field.split('.', 1)[1]}"
     if field.startswith("env_params."):
@@ -259,6 +268,11 @@ def cmd_list(markdown: bool = False) -> int:
         source = TRUST_MODELS.source(name)
         plugin = "" if source == "ldpfed" else f"  [plugin: {source}]"
         print(f"  {name:<{width}}  {TRUST_MODELS[name].about}{plugin}")
+    print("\nfederation models (--federation NAME; `describe NAME` for its options):")
+    for name in sorted(FEDERATIONS):
+        source = FEDERATIONS.source(name)
+        plugin = "" if source == "ldpfed" else f"  [plugin: {source}]"
+        print(f"  {name:<{width}}  {FEDERATIONS[name].about}{plugin}")
     return 0
 
 
@@ -295,7 +309,7 @@ def _options(defaults: dict, by_profile: dict, indent: str) -> list[str]:
     return lines
 
 
-def _algorithm_options(cls) -> list[str]:
+def _option_lines(cls) -> list[str]:
     """Per option: name = default (a profile's default where it differs), what values it accepts, what it does."""
     rows = cls.option_table()
     if not rows:
@@ -320,15 +334,18 @@ def _describe_trust(name: str) -> int:
              f"noise added at: {cls.noise_at}",
              f"server sees:    {cls.server_view}",
              "options (--trust-option KEY=VALUE; a sweep file's [trust_options]):"]
-    rows = cls.option_table()
-    width = max([len(row["name"]) for row in rows] or [0])
-    for row in rows:
-        lines.append(f"  {row['name']:<{width}} = {row['default']!r}   [{row['accepts']}]")
-        if row["doc"]:
-            lines.append(f"  {'':<{width}}   {row['doc']}")
-    if not rows:
-        lines.append("  (no options)")
-    print("\n".join(lines))
+    print("\n".join([*lines, *_option_lines(cls)]))
+    return 0
+
+
+def _describe_federation(name: str) -> int:
+    """A federation model: what it does, where it comes from, its options."""
+    cls = FEDERATIONS[name]
+    source = FEDERATIONS.source(name)
+    lines = [f"{name} (federation model): {cls.about or (cls.__doc__ or '').strip().splitlines()[0]}",
+             f"provided by:    {source}" + (" (built in)" if source == "ldpfed" else " (plugin)"),
+             "options (--federation-option KEY=VALUE; a sweep file's [federation_options]):"]
+    print("\n".join([*lines, *_option_lines(cls)]))
     return 0
 
 
@@ -345,7 +362,7 @@ def cmd_describe_env(name: str) -> int:
              f"kinds:          {', '.join(env.kinds_of())}",
              f"algorithms:     {', '.join(sorted(a for a, cls in REGISTRY.items() if cls.runs_on(env))) or 'none'}",
              "options (--env-param KEY=VALUE; default, and the authors-code profile's where it differs):",
-             *_algorithm_options(env)]
+             *_option_lines(env)]
     print("\n".join(lines))
     return 0
 
@@ -358,6 +375,8 @@ def cmd_describe(name: str) -> int:
         return cmd_describe_env(name)
     if name not in REGISTRY and name in TRUST_MODELS:
         return _describe_trust(name)
+    if name in FEDERATIONS and name not in REGISTRY:
+        return _describe_federation(name)
     if name not in REGISTRY:
         raise ConfigError("algorithm", name, f"unknown algorithm or env{did_you_mean(name, [*REGISTRY, *ENVS])}; "
                                              f"choose from {sorted(REGISTRY)} or the envs {sorted(ENVS)}")
@@ -370,7 +389,7 @@ def cmd_describe(name: str) -> int:
              f"privacy model:  {cls.privacy_model}" + ("" if cls.privacy_model != "none" else
                                                        " (not private: --eps and --delta play no part)"),
              "options (--param KEY=VALUE; default, and the authors-code profile's where it differs):",
-             *_algorithm_options(cls),
+             *_option_lines(cls),
              f"envs (--env; default {cls.default_env}):"]
     setting = dict(cls.paper_setting)
     for env in cls.envs():
@@ -479,7 +498,8 @@ def cmd_run(args) -> int:
     config = RunConfig(algorithm=args.algorithm, env=args.env, users=args.users, round_size=args.round_size,
                        populations=args.populations, eps=args.eps, delta=args.delta, seed=args.seed,
                        params=dict(args.param), env_params=dict(args.env_param), profile=args.profile,
-                       trust=args.trust, trust_options=trust_options(args))
+                       trust=args.trust, trust_options=trust_options(args), federation=args.federation,
+                       federation_options=dict(args.federation_option))
     fast = local_path(config, args.engine, args.path)      # like every option error: before any work
     if args.engine == "ray":
         warn_slow_rounds(config)
@@ -566,6 +586,8 @@ def cmd_run(args) -> int:
     described = trust_model(config).describe(s, config)
     if described:
         print(described)
+    if "total_users_served" in s:
+        print(f"federation ({config.federation}): {s['total_users_served']:,.0f} of {config.users:,} users took part")
     print(f"{s['users_per_s']:,.0f} users/s ({s['engine']}; numba's compile, {s.get('compile_s', 0.0):.2f} s, "
           f"not counted)")
     if tracker is not None:

@@ -12,6 +12,9 @@ from ldpfed.util.errors import ConfigError, integer
 # Trust models are objects found by name (ldpfed.trust.TRUST_MODELS, the entry point group ldpfed.trust_models),
 # each with its own options (RunConfig.trust_options): "local", the papers' local DP, is the default.
 DEFAULT_TRUST = "local"
+# Federation models likewise (ldpfed.federation.FEDERATIONS, the group ldpfed.federations), with their options
+# (RunConfig.federation_options): "ideal", every user of every round answers, is the default.
+DEFAULT_FEDERATION = "ideal"
 
 
 def did_you_mean(name, known) -> str:
@@ -35,6 +38,8 @@ class RunConfig:
     profile: str = "paper"            # one of PROFILES: sets the defaults of env_params and params
     trust: str = DEFAULT_TRUST        # a trust model's name: where the noise is added (ldpfed.trust)
     trust_options: dict = field(default_factory=dict)   # the trust model's own options, validated by the model
+    federation: str = DEFAULT_FEDERATION   # a federation model's name: which of a round's users take part
+    federation_options: dict = field(default_factory=dict)   # the federation model's options, validated by it
 
     def __post_init__(self):
         from ldpfed.algorithms import REGISTRY
@@ -69,12 +74,29 @@ class RunConfig:
         # every option of the run's trust model, validated, the ones not given at their defaults (recorded so)
         object.__setattr__(self, "trust_options", TRUST_MODELS[self.trust].checked_options(self.trust_options))
         TRUST_MODELS[self.trust]().check(self)
+        self._check_federation(TRUST_MODELS[self.trust])
         for name in ("env_params", "params"):
             if not isinstance(getattr(self, name), dict):
                 raise ConfigError(name, getattr(self, name), "must be a mapping")
         algo.checked_params(self.params, self.profile)     # a bad option stops the run before any work
         ENVS[self.env].checked_params(self.env_params, self.profile, self.users)     # and so does a bad env option
         check_memory(self, ENVS[self.env], algo)
+
+    def _check_federation(self, trust_cls) -> None:
+        from ldpfed.federation import FEDERATIONS
+
+        if self.federation not in FEDERATIONS:
+            raise ConfigError("federation", self.federation, f"unknown{did_you_mean(self.federation, FEDERATIONS)}; "
+                                                             f"choose from {sorted(FEDERATIONS)}")
+        model = FEDERATIONS[self.federation]
+        object.__setattr__(self, "federation_options", model.checked_options(self.federation_options))
+        model.of(self).check(self)
+        # A shuffled batch's amplification and noise shares that add up to a round's noise both count on every user
+        # of the round being in its aggregate: refused, until such a model accounts for the users really there.
+        if model.partial_rounds and (trust_cls.shuffles or trust_cls.noise_at == "shares"):
+            raise ConfigError("federation", self.federation,
+                              f"its rounds can lose users, and the {self.trust} trust model accounts on every user "
+                              f"of a round being in its aggregate; run it under the local or central trust model")
 
     @property
     def shufflers(self) -> int:
@@ -95,9 +117,12 @@ class RunConfig:
         return asdict(self)
 
     def replace(self, **changes) -> "RunConfig":
-        """A copy with `changes`; another trust model starts from its own default options unless given."""
+        """A copy with `changes`; another trust (federation) model starts from its own default options unless
+        given."""
         if changes.get("trust", self.trust) != self.trust:
             changes.setdefault("trust_options", {})
+        if changes.get("federation", self.federation) != self.federation:
+            changes.setdefault("federation_options", {})
         return RunConfig(**{**self.to_dict(), **changes})
 
 

@@ -26,6 +26,7 @@ from ldpfed.util.errors import ConfigError
 ALGORITHM_GROUP = "ldpfed.algorithms"
 ENV_GROUP = "ldpfed.envs"
 TRUST_GROUP = "ldpfed.trust_models"
+FEDERATION_GROUP = "ldpfed.federations"
 PLUGINS_VAR = "LDPFED_PLUGINS"
 BUILT_IN = "ldpfed"                       # the distribution whose entry points are the built-ins
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]*$")

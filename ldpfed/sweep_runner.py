@@ -122,7 +122,7 @@ class Plan:
 
 def sweep(spec=None, *, name=None, algorithms=None, envs=None, eps=None, seeds=None, users=None, round_size=None,
           populations=None, delta=None, engine=None, profile=None, trust=None, trust_options=None, params=None,
-          env_params=None,
+          env_params=None, federation=None, federation_options=None,
           env_round_size=None, actors=None, shards=None, placement=None, actor_cpus=None, shard_cpus=None,
           workers=None, address=None, tracking=True,
           tracking_uri=None, experiment=sweeps.EXPERIMENT, out=sweeps.OUT, resume=None, checkpoint_every_s=20.0,
@@ -132,7 +132,8 @@ def sweep(spec=None, *, name=None, algorithms=None, envs=None, eps=None, seeds=N
     spec: a sweep file (TOML), a preset's name ("quick", "paper", "example"), a mapping of sweep keys, or None (the
     keyword arguments alone). algorithms ... env_round_size: sweep keys over the spec's (see ldpfed/sweep_spec.py;
     lists or comma-separated text; seeds also a range or "0-9"); with any of them a file's sweep is named "custom"
-    unless `name` is given. actors, shards, placement, actor_cpus, shard_cpus: the ray engine's actors and shards
+    unless `name` is given. federation, federation_options: the federation model of every run and its options
+    (ldpfed.federation; docs/federation.md). actors, shards, placement, actor_cpus, shard_cpus: the ray engine's actors and shards
     per run, their placement ("spread", "pack" or "none") and the CPUs each asks for (see
     ldpfed.engine.ray_engine.RayBackend).
     workers: runs at once. 1 (the default without `address`): in this process, one after another; an integer or
@@ -150,7 +151,8 @@ def sweep(spec=None, *, name=None, algorithms=None, envs=None, eps=None, seeds=N
     plan = prepare(spec, name=name, overrides={
         "algorithms": algorithms, "envs": envs, "eps": eps, "seeds": seeds, "users": users, "round_size": round_size,
         "populations": populations, "delta": delta, "engine": engine, "profile": profile, "trust": trust,
-        "trust_options": trust_options, "params": params, "env_params": env_params, "env_round_size": env_round_size},
+        "trust_options": trust_options, "params": params, "env_params": env_params, "env_round_size": env_round_size,
+        "federation": federation, "federation_options": federation_options},
         ray={"actors": actors, "shards": shards, "placement": placement, "actor_cpus": actor_cpus,
              "shard_cpus": shard_cpus}, workers=workers, address=address,
         tracking=tracking, tracking_uri=tracking_uri, experiment=experiment, out=out, resume=resume,

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
 
-from ldpfed.config import DEFAULT_TRUST
+from ldpfed.config import DEFAULT_FEDERATION, DEFAULT_TRUST
 from ldpfed.engine.ray_options import PLACEMENTS, RayOptions
 from ldpfed.util.errors import ConfigError, integer
 
@@ -67,6 +67,8 @@ class Sweep:
     profile: str = "paper"
     trust: str = DEFAULT_TRUST             # the trust model of the algorithms in its reach (the others: local)
     trust_options: dict = field(default_factory=dict)   # its options (RunConfig.trust_options), validated
+    federation: str = DEFAULT_FEDERATION   # the federation model of every run (ldpfed.federation)
+    federation_options: dict = field(default_factory=dict)   # its options (RunConfig.federation_options), validated
     ray: dict = field(default_factory=dict)
     params: dict = field(default_factory=dict)
     env_params: dict = field(default_factory=dict)
@@ -143,6 +145,7 @@ def build(data: dict, source: str = "sweep") -> Sweep:
     from ldpfed.algorithms import REGISTRY
     from ldpfed.trust import TRUST_MODELS
     from ldpfed.config import PROFILES
+    from ldpfed.federation import FEDERATIONS
     from ldpfed.envs import ENVS
 
     unknown = set(data) - KEYS
@@ -175,6 +178,16 @@ def build(data: dict, source: str = "sweep") -> Sweep:
         trust_options = TRUST_MODELS[trust].checked_options(trust_options)
     except ConfigError as error:
         raise ConfigError(f"{source}: {error.field}", error.value, error.reason) from None
+    federation = data.get("federation", DEFAULT_FEDERATION)
+    if federation not in FEDERATIONS:
+        raise ConfigError(f"{source}: federation", federation, f"choose from {sorted(FEDERATIONS)}")
+    federation_options = data.get("federation_options", {})
+    if not isinstance(federation_options, dict):
+        raise ConfigError(f"{source}: federation_options", federation_options, "must be a table")
+    try:        # the federation model's own checks, before any run
+        federation_options = FEDERATIONS[federation].checked_options(dict(federation_options))
+    except ConfigError as error:
+        raise ConfigError(f"{source}: {error.field}", error.value, error.reason) from None
     delta = data.get("delta")
     if delta is not None and not (isinstance(delta, (int, float)) and 0 < delta < 1):
         raise ConfigError(f"{source}: delta", delta, "must be in (0, 1)")
@@ -189,7 +202,7 @@ def build(data: dict, source: str = "sweep") -> Sweep:
         round_size=integer(f"{source}: round_size", data.get("round_size", 1)),
         populations=integer(f"{source}: populations", data.get("populations", 1)),
         delta=None if delta is None else float(delta), engine=engine, profile=profile, trust=trust,
-        trust_options=trust_options)
+        trust_options=trust_options, federation=federation, federation_options=federation_options)
     for key in ("ray", "params", "env_params", "env_round_size"):
         value = data.get(key, {})
         if not isinstance(value, dict):
@@ -326,7 +339,8 @@ def configs(sweep: Sweep) -> list:
         # eps is a required field of a RunConfig; a non-private algorithm ignores it: one run per seed at eps 1
         runs = [RunConfig(algorithm=name, env=env, users=users, round_size=round_size,
                           populations=min(sweep.populations, round_size), eps=eps, delta=delta, seed=seed,
-                          env_params=env_params, params=params, profile=sweep.profile)
+                          env_params=env_params, params=params, profile=sweep.profile, federation=sweep.federation,
+                          federation_options=sweep.federation_options)
                 for eps in (sweep.eps if private else (1.0,)) for seed in sweep.seeds]
         if runs and in_reach(sweep.trust, runs[0]):      # the others run under local
             runs = [run.replace(trust=sweep.trust, trust_options=sweep.trust_options) for run in runs]
@@ -365,13 +379,17 @@ def to_toml(sweep: Sweep) -> str:
     data = sweep.to_dict()
     lines = []
     for key, value in data.items():
-        if key in ("ray", "params", "env_params", "env_round_size", "trust_options") or value is None:
+        if key in ("ray", "params", "env_params", "env_round_size", "trust_options", "federation_options") \
+                or value is None:
             continue
         if key in ("algorithms", "envs") and not value:
             value = "all" if key == "algorithms" else "paper"
         lines.append(f"{key} = {_toml_value(value)}")
     if data["trust_options"]:
         lines += ["", "[trust_options]"] + [f'"{k}" = {_toml_value(v)}' for k, v in data["trust_options"].items()]
+    given = {k: v for k, v in data["federation_options"].items() if v is not None}   # None: TOML has no null
+    if given:
+        lines += ["", "[federation_options]"] + [f'"{k}" = {_toml_value(v)}' for k, v in given.items()]
     if data["ray"]:
         lines += ["", "[ray]"] + [f"{k} = {_toml_value(v)}" for k, v in data["ray"].items()]
     if data["env_round_size"]:

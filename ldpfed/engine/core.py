@@ -33,6 +33,27 @@ def population_users(start: int, stop: int, population: int, populations: int) -
     return np.arange(start + n * population // populations, start + n * (population + 1) // populations)
 
 
+def round_users(federation, round_index: int, start: int, stop: int, population: int, populations: int) -> np.ndarray:
+    """The users of round [start, stop) in `population` who take part under the run's federation model
+    (ldpfed.federation; None or an ideal one: all of them). The one place a round's users are formed, for the local
+    backend, the Ray population actors and the shard plans alike: a user not in it neither acts nor sends."""
+    users = population_users(start, stop, population, populations)
+    if federation is None or federation.ideal or len(users) == 0:
+        return users
+    return federation.present(round_index, population, users)
+
+
+def empty_aggregate(algo) -> dict:
+    """The aggregate of a round in which no user took part (a federation model's empty round): zeros of the shapes
+    of the algorithm's aggregate (read from the aggregate of one zero message), as float64 sums, so the server's
+    update runs on its clock as in any round."""
+    spec = algo.message_spec()
+    if not spec:
+        return {}
+    probe = algo.aggregate({key: np.zeros((1, *shape)) for key, shape in spec.items()}, np.zeros(1, dtype=np.int64))
+    return {key: np.zeros(np.shape(value)) for key, value in probe.items()}
+
+
 def simulate_population(algo, env, model, seed: int, round_index: int, population: int, users: np.ndarray,
                         pre_aggregate: bool = True):
     """One population's users for one round: contexts, arms, rewards, privatized messages.
@@ -69,17 +90,18 @@ class PopulationRow(NamedTuple):
     regret: float          # the population's pseudo-regret this round
     metrics: dict          # counters of the client half (e.g. clipped users)
     sending: int           # users whose messages were sent (0 when the algorithm sent nothing)
+    served: int = 0        # users who took part (acted) this round
 
     @classmethod
     def of(cls, population: int, users, payload, regret: float, metrics: dict) -> "PopulationRow":
-        return cls(population, regret, metrics, len(users) if payload else 0)
+        return cls(population, regret, metrics, len(users) if payload else 0, len(users))
 
 
 def combine_populations(rows) -> tuple[float, dict, int]:
     """A round's (regret, metric counters, users that sent messages) from its PopulationRows, added in population
     order: both engines add in this one order, which keeps their results bit-identical."""
     regret, metrics, sending = 0.0, {}, 0
-    for _, pop_regret, pop_metrics, pop_sending in sorted(rows, key=lambda row: row.population):
+    for _, pop_regret, pop_metrics, pop_sending, _ in sorted(rows, key=lambda row: row.population):
         regret += pop_regret
         sending += pop_sending
         for key, value in pop_metrics.items():

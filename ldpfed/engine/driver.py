@@ -2,7 +2,8 @@
 
 A backend answers one question: "simulate the users of round r under this model; return the round's aggregate
 and one `PopulationRow` per population (regret, metrics, users sending)". The driver does everything else, in
-the one order that keeps the engines bit-identical: publish, simulate, add the rows in population order
+the one order that keeps the engines bit-identical: publish, simulate (the users the run's federation model lets
+take part: `core.round_users`), add the rows in population order
 (`combine_populations`), `algo.update` with the round's derived server stream, record, report progress, and
 checkpoint (every N rounds or S seconds, and on an interrupt: see `checkpoint`). Recovery from dead or frozen
 workers is the backend's (it re-simulates the round from its derived streams); resuming from a checkpoint is the
@@ -13,8 +14,9 @@ from __future__ import annotations
 import time
 
 from ldpfed.algorithms import make_algorithm
-from ldpfed.engine.core import RoundRecorder, combine_populations, round_bounds
+from ldpfed.engine.core import RoundRecorder, combine_populations, empty_aggregate, round_bounds
 from ldpfed.envs import make_env
+from ldpfed.federation import federation_model
 from ldpfed.util.rng import derive
 from ldpfed.util.threads import limited
 
@@ -48,6 +50,10 @@ def _drive(config, backend, progress, checkpointer):
     algo = make_algorithm(env, config)
     state = algo.initial_state(derive(config.seed, "init"))
     recorder = RoundRecorder(config, algo, env)
+    # a federation model whose rounds can lose users: its rounds' users served are counted (a metric), and a round
+    # in which no one took part folds an empty aggregate (the ideal one never has either: today's tables, bit for bit)
+    federation = federation_model(config)
+    partial = not federation.ideal
     first = 0
     if checkpointer is not None:
         checkpointer.check_writable()
@@ -65,6 +71,10 @@ def _drive(config, backend, progress, checkpointer):
             start, stop = round_bounds(r, config.round_size, config.users)
             sums, rows = backend.simulate(algo.publish(state), r, start, stop)
             regret, metrics, sending = combine_populations(rows)
+            if partial:
+                metrics["users_served"] = sum(row.served for row in rows)
+                if not rows:
+                    sums = empty_aggregate(algo)
             done = None   # update may change the state in place: not consistent until the round is recorded
             state = algo.update(state, sums or {}, start, stop, derive(config.seed, "server", r))
             recorder.record(r, stop, regret, metrics, state, sending)
@@ -88,6 +98,8 @@ def _drive(config, backend, progress, checkpointer):
     elapsed = time.perf_counter() - recorder.started
     extra = {"messages": recorder.messages,
              "messages_per_s": recorder.messages / elapsed if elapsed > 0 else float("inf"), **extra}
+    if partial:       # the summary names the model and its options (an ideal run's summary is today's)
+        extra.update(federation.summary())
     if first:
         extra["resumed_from_round"] = first
     if checkpointer is not None:

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from ldpfed.trust import trust_model
-from ldpfed.engine.core import PopulationRow, add_sums, population_users, shuffled_sums, simulate_population
+from ldpfed.engine.core import PopulationRow, add_sums, round_users, shuffled_sums, simulate_population
+from ldpfed.federation import federation_model
 from ldpfed.engine.driver import Backend, drive
 from ldpfed.util.memory import keep_freed_memory
 
@@ -17,13 +18,14 @@ class LocalBackend(Backend):
     def open(self, config, algo, env, first_round):
         self.config, self.algo, self.env = config, algo, env
         self.shuffled = trust_model(config).shuffles
+        self.federation = federation_model(config)
         keep_freed_memory()     # the populations' arrays reuse freed memory instead of faulting in new pages
 
     def simulate(self, model, round_index, start, stop):
         config = self.config
         sums, rows, messages = None, [], []
         for p in range(config.populations):
-            users = population_users(start, stop, p, config.populations)
+            users = round_users(self.federation, round_index, start, stop, p, config.populations)
             if len(users) == 0:
                 continue
             payload, regret, metrics = simulate_population(self.algo, self.env, model, config.seed, round_index, p,

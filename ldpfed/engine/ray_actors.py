@@ -14,11 +14,12 @@ import ray
 
 from ldpfed.algorithms import make_algorithm
 from ldpfed.engine.channels import RemoteError, Serving, as_ready
-from ldpfed.engine.core import PopulationRow, join_pieces, population_users, shuffler_pieces, simulate_population
+from ldpfed.engine.core import PopulationRow, join_pieces, round_users, shuffler_pieces, simulate_population
 from ldpfed.engine.ray_shard import LatencyHistogram, ShardCore, ShuffledChunk, WireMessage, current_rss_bytes, \
     peak_rss_bytes
 from ldpfed.trust.shuffling import check_groups, shard_of_chunk, shuffle_share
 from ldpfed.envs import make_env
+from ldpfed.federation import federation_model
 from ldpfed.util.memory import keep_freed_memory
 from ldpfed.util.threads import limit as limit_threads
 
@@ -75,6 +76,7 @@ class PopulationActor(ServesRounds):
         keep_freed_memory()     # the populations' arrays reuse freed memory instead of faulting in new pages
         self.env = make_env(config)
         self.algo = make_algorithm(self.env, config)
+        self.federation = federation_model(config)
         self.pre_aggregate = plan.mode == "pre-aggregated"
         self.shards = plan.shards
         self.shufflers = plan.shufflers      # > 0: the messages go to the shufflers, not to the shards
@@ -92,7 +94,7 @@ class PopulationActor(ServesRounds):
         outgoing = [[] for _ in range(self.shufflers or self.shards)]   # per shard, or per shuffler
         metrics = []
         for p in self.populations:
-            users = population_users(start, stop, p, config.populations)
+            users = round_users(self.federation, round_index, start, stop, p, config.populations)
             if len(users) == 0:
                 continue
             payload, regret, pop_metrics = simulate_population(self.algo, self.env, model, config.seed, round_index,

@@ -61,7 +61,8 @@ import numpy as np
 
 from ldpfed.trust.shuffling import anonymous_aggregate, chunk_bounds, chunks_of_shard, share_bounds
 from ldpfed.trust import trust_model
-from ldpfed.engine.core import add_sums, population_users, round_bounds, sample_messages
+from ldpfed.engine.core import add_sums, round_bounds, round_users, sample_messages
+from ldpfed.federation import federation_model
 from ldpfed.mechanisms.domains import symmetric_reason
 
 FLOAT = np.dtype(np.float64)
@@ -123,6 +124,7 @@ class ShardPlan:
                                  # or "shuffled" (per-user mode through shufflers: whole messages by chunk)
     message_dtypes: dict = None  # field -> dtype of the per-user messages `encode` produces (per-user wire format)
     shufflers: int = 0           # S under the shuffle trust model (layout "shuffled"), else 0
+    federation: object = None    # the run's federation model (ldpfed.federation): who of a round takes part
 
     # ---- what a round looks like ---------------------------------------------------------------
     def round_bounds(self, round_index: int) -> tuple[int, int]:
@@ -134,14 +136,16 @@ class ShardPlan:
 
     def users_of(self, round_index: int, population: int) -> np.ndarray:
         start, stop = self.round_bounds(round_index)
-        return population_users(start, stop, population, self.populations)
+        return round_users(self.federation, round_index, start, stop, population, self.populations)
 
     def populations_of(self, round_index: int, shard: int | None = None) -> list[int]:
         """Populations with at least one user in the round (sending to `shard`), in order."""
         start, stop = self.round_bounds(round_index)
         n = stop - start
         P = self.populations
-        return [p for p in range(P) if n * (p + 1) // P > n * p // P and (shard is None or self.sends_to(p, shard))]
+        partial = self.federation is not None and not self.federation.ideal   # a population may have no one there
+        return [p for p in range(P) if (len(self.users_of(round_index, p)) if partial else n * (p + 1) // P > n * p // P)
+                and (shard is None or self.sends_to(p, shard))]
 
     def sends_to(self, population: int, shard: int) -> bool:
         if not self.segments[shard] or self.layout == "shuffled":     # shuffled: populations send to shufflers
@@ -296,7 +300,7 @@ def make_plan(algo, config, shards: int, mode: str, layout: str | None = None) -
     return ShardPlan(algorithm=config.algorithm, mode=mode, shards=shards, users=config.users,
                      round_size=config.round_size, populations=config.populations, message_spec=spec,
                      sum_spec=sum_spec, segments=segments, layout=layout, message_dtypes=dtypes,
-                     shufflers=config.shufflers if shuffled else 0)
+                     shufflers=config.shufflers if shuffled else 0, federation=federation_model(config))
 
 
 class LatencyHistogram:

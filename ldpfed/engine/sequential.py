@@ -30,6 +30,7 @@ from numba import njit
 
 from ldpfed.algorithms import make_algorithm
 from ldpfed.algorithms.compiled import CompiledAlgorithm
+from ldpfed.federation import FEDERATIONS
 from ldpfed.engine.core import RunResult, checkpoint_rounds, make_result, privacy_summary
 from ldpfed.envs import make_env
 from ldpfed.util.errors import ConfigError
@@ -175,6 +176,8 @@ def _plan(config):
         return f"round size {config.round_size} (the sequential engine runs round size 1)"
     if config.populations != 1:
         return f"{config.populations} populations (the sequential engine runs one)"
+    if not FEDERATIONS[config.federation].ideal:
+        return f"the {config.federation} federation model (the round engines decide who of a round takes part)"
     env = make_env(config)
     algo = make_algorithm(env, config)
     if not (isinstance(algo, CompiledAlgorithm) and algo.compiled_steps() is not None):

@@ -106,12 +106,15 @@ def is_private(config: dict) -> bool:
 # env as built is `world.X` (both sort after `seed`).
 def run_params(result) -> dict:
     """Every param of a run: the RunConfig's fields (`algorithm`, `env`, `eps` ("n/a" when the algorithm is
-    not private), `seed`, `delta`, `users`, `round_size`, `populations`, `trust` and each of its options as `trust_options.X`), derived `rounds`, the env as built
+    not private), `seed`, `delta`, `users`, `round_size`, `populations`, `trust` and each of its options as `trust_options.X`, `federation` and each of its options as
+    `federation_options.X`), derived `rounds`, the env as built
     (`world.X`, e.g. d, K) and every algorithm option with its default filled in (`setting.X`). The options as
     given (config.params, config.env_params) are in config.json."""
     config = config_dict(result.config)
-    params = {k: v for k, v in config.items() if k not in ("params", "env_params", "trust_options")}
+    params = {k: v for k, v in config.items() if k not in ("params", "env_params", "trust_options",
+                                                          "federation_options")}
     params.update(flatten(dict(config.get("trust_options") or {}), "trust_options."))   # the trust model's options
+    params.update(flatten(dict(config.get("federation_options") or {}), "federation_options."))   # the federation's
     if not is_private(config):
         params["eps"] = "n/a"
     if config.get("users") and config.get("round_size"):

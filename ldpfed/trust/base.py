@@ -27,7 +27,7 @@ import numpy as np
 from ldpfed.mechanisms import accounting
 from ldpfed.mechanisms.noise import local_noise
 from ldpfed.util.errors import ConfigError
-from ldpfed.util.options import option_rows, refuse_unknown
+from ldpfed.util.options import checked_model_options, option_rows
 
 LOCAL = "local"             # the model every algorithm is written for (the papers' local DP)
 NOISE_AT = ("user", "server", "shares", "none")
@@ -57,18 +57,7 @@ class TrustModel:
         `trust_options.<name>`: unknown, with the model that takes it or the closest name, or a bad value)."""
         from ldpfed.trust import TRUST_MODELS
 
-        if not isinstance(given, dict):
-            raise ConfigError("trust_options", given, "must be a mapping of option names to values")
-        for key in given:
-            takers = [name for name in sorted(TRUST_MODELS) if key in TRUST_MODELS[name].options]
-            if key not in cls.options and takers:      # another model's option: say which
-                raise ConfigError(f"trust_options.{key}", given[key],
-                                  f"only the {' and '.join(takers)} trust model{'s' if len(takers) > 1 else ''} "
-                                  f"take{'' if len(takers) > 1 else 's'} it (this run's trust is {cls.name!r}); "
-                                  f"use --trust {takers[0]} or drop it")
-        refuse_unknown(given, cls.options, "trust_options", f"of the {cls.name} trust model")
-        return {key: option.validate(key, given.get(key, option.default), "trust_options")
-                for key, option in cls.options.items()}
+        return checked_model_options(cls, given, TRUST_MODELS, "trust_options", "trust model", "--trust")
 
     @classmethod
     def option_table(cls) -> list[dict]:

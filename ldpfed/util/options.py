@@ -185,6 +185,25 @@ def refuse_unknown(given: dict, known, group: str, owner: str) -> None:
     raise ConfigError(f"{group}.{name}", given[name], f"unknown option {owner}{hint}; known: {sorted(known)}")
 
 
+def checked_model_options(cls, given, registry, group: str, kind: str, flag: str) -> dict:
+    """Every option of a pluggable model (a trust model, a federation model), the given ones validated and the rest
+    at their defaults. ConfigError naming `<group>.<name>`: an option of another registered model says which one
+    takes it; an unknown one gets the closest name; a bad value says what is accepted.
+    registry: the models by name; kind: "trust model"; flag: the CLI flag that picks the model ("--trust")."""
+    if not isinstance(given, dict):
+        raise ConfigError(group, given, "must be a mapping of option names to values")
+    for key in given:
+        takers = [name for name in sorted(registry) if key in registry[name].options]
+        if key not in cls.options and takers:      # another model's option: say which
+            plural = len(takers) > 1
+            raise ConfigError(f"{group}.{key}", given[key],
+                              f"only the {' and '.join(takers)} {kind}{'s' if plural else ''} "
+                              f"take{'' if plural else 's'} it (this run's {kind} is {cls.name!r}); "
+                              f"use {flag} {takers[0]} or drop it")
+    refuse_unknown(given, cls.options, group, f"of the {cls.name} {kind}")
+    return {key: option.validate(key, given.get(key, option.default), group) for key, option in cls.options.items()}
+
+
 def option_rows(options: dict, profile_defaults: dict | None = None) -> list[dict]:
     """One `Option.row` per option, with the profiles whose default differs ({"authors-code": value}): what
     `describe` prints of an algorithm's, an env's or a trust model's options."""

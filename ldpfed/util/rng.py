@@ -20,6 +20,7 @@ PURPOSES = {
     "sequential-between": 10,  # the sequential engine: a compiled algorithm's `between` step after a user
     "shuffle": 11,   # a shuffler's permutation of a round's share (ldpfed.trust.shuffling), by (round, shuffler)
     "secagg": 12,    # secure aggregation (ldpfed.trust.secagg): the masks' key, and each round's drop-outs
+    "federation": 13,  # a federation model's draws (ldpfed.federation), e.g. who is available, by (population, round)
 }
 
 
