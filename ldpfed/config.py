@@ -83,6 +83,7 @@ class RunConfig:
         check_memory(self, ENVS[self.env], algo)
 
     def _check_federation(self, trust_cls) -> None:
+        from ldpfed.algorithms import REGISTRY
         from ldpfed.federation import FEDERATIONS
 
         if self.federation not in FEDERATIONS:
@@ -90,7 +91,14 @@ class RunConfig:
                                                              f"choose from {sorted(FEDERATIONS)}")
         model = FEDERATIONS[self.federation]
         object.__setattr__(self, "federation_options", model.checked_options(self.federation_options))
-        model.of(self).check(self)
+        federation = model.of(self)
+        federation.check(self)
+        algo = REGISTRY[self.algorithm]
+        if federation.late and not algo.late_messages:
+            raise ConfigError("federation", self.federation,
+                              f"its messages can arrive rounds late, and {self.algorithm}'s server reads a round's "
+                              f"messages through the model it published for that round (importance weights): a "
+                              f"late message would be misread; run it under a federation without delays")
         # A shuffled batch's amplification and noise shares that add up to a round's noise both count on every user
         # of the round being in its aggregate: refused, until such a model accounts for the users really there.
         if model.partial_rounds and (trust_cls.shuffles or trust_cls.noise_at == "shares"):

@@ -41,18 +41,18 @@ def test_built_in_models_and_their_options():
     assert FEDERATIONS.source("ideal") == FEDERATIONS.source("availability") == "ldpfed"
     assert RunConfig("ldp-sgd").federation == "ideal" and RunConfig("ldp-sgd").federation_options == {}
     config = RunConfig("ldp-sgd", federation="availability")
-    assert config.federation_options == {"p": 0.9, "per_population": None}      # the defaults, recorded
-    for bad, field, says in (({"q": 0.5}, "federation_options.q", r"known: \['p', 'per_population'\]"),
+    assert config.federation_options == {"p": 0.9, "p_by_population": None}      # the defaults, recorded
+    for bad, field, says in (({"q": 0.5}, "federation_options.q", r"known: \['p', 'p_by_population'\]"),
                              ({"pp": 0.5}, "federation_options.pp", "did you mean 'p'"),
                              ({"p": 0.0}, "federation_options.p", r"must be a finite number in \(0, 1\]"),
                              ({"p": "half"}, "federation_options.p", "must be"),
-                             ({"per_population": [0.5, 2.0]}, "federation_options.per_population", r"in \(0, 1\]")):
+                             ({"p_by_population": [0.5, 2.0]}, "federation_options.p_by_population", r"in \(0, 1\]")):
         with pytest.raises(ConfigError, match=says) as caught:
             RunConfig("ldp-sgd", federation="availability", federation_options=bad)
         assert caught.value.field == field
     with pytest.raises(ConfigError, match="3 populations") as caught:
-        small(federation="availability", federation_options={"per_population": [0.5, 0.9]})
-    assert caught.value.field == "federation_options.per_population"
+        small(federation="availability", federation_options={"p_by_population": [0.5, 0.9]})
+    assert caught.value.field == "federation_options.p_by_population"
     with pytest.raises(ConfigError, match="only the availability federation model takes it") as caught:
         RunConfig("ldp-sgd", federation_options={"p": 0.5})
     assert caught.value.field == "federation_options.p"
@@ -98,7 +98,7 @@ def test_a_plugin_model_through_the_door():
         def present(self, round_index, population, users):
             return users[:1]
 
-    with pytest.raises(PluginError, match="an ideal federation model keeps every user"):
+    with pytest.raises(PluginError, match="an ideal federation model changes nothing"):
         FEDERATIONS.register(Liar)
 
 
@@ -119,7 +119,7 @@ def test_ideal_is_todays_run_and_draws_nothing(monkeypatch):
 def test_availability_matches_p_within_a_binomial_bound():
     # per population p: each population's share of a round, over every round (independent Bernoulli(p) draws)
     config = RunConfig("ldp-sgd", users=40_000, round_size=400, populations=2, seed=11, federation="availability",
-                       federation_options={"per_population": [0.9, 0.3]})
+                       federation_options={"p_by_population": [0.9, 0.3]})
     federation = federation_model(config)
     for p, prob in enumerate((0.9, 0.3)):
         offered = served = 0
@@ -220,20 +220,20 @@ def test_command_line_sweep_file_and_mlflow_params(tmp_path, capsys):
         main(["run", "ldp-sgd", "--federation", "availability", "--federation-option", "p=2", "--quiet"])
     assert caught.value.code == 2 and "--federation-option p" in capsys.readouterr().err
     assert main(["describe", "availability"]) == 0
-    assert "per_population" in capsys.readouterr().out
+    assert "p_by_population" in capsys.readouterr().out
 
     from ldpfed.sweep_spec import build, configs, read, to_toml
 
     path = tmp_path / "s.toml"
     path.write_text('name = "fed"\nalgorithms = ["ldp-sgd"]\nusers = 1000\nround_size = 50\npopulations = 2\n'
-                    'federation = "availability"\n\n[federation_options]\nper_population = [0.9, 0.4]\n')
+                    'federation = "availability"\n\n[federation_options]\np_by_population = [0.9, 0.4]\n')
     sweep = build(read(path))
     (run,) = configs(sweep)
-    assert run.federation == "availability" and run.federation_options["per_population"] == [0.9, 0.4]
+    assert run.federation == "availability" and run.federation_options["p_by_population"] == [0.9, 0.4]
     again = tmp_path / "again.toml"
     again.write_text(to_toml(sweep))
     assert build(read(again)) == sweep
-    path.write_text(path.read_text().replace("per_population", "per_pop"))
+    path.write_text(path.read_text().replace("p_by_population", "per_pop"))
     with pytest.raises(ConfigError, match="federation_options.per_pop"):
         build(read(path))
 

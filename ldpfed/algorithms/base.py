@@ -55,6 +55,9 @@ class Algorithm:
     options: dict = {}               # option name -> Option: default (the paper's value), kind, bounds, doc
     defaults: dict = {}              # option name -> default, derived from `options` (see __init_subclass__)
     public_fields: frozenset = frozenset()  # message fields that the protocol makes public (e.g. a public arm)
+    # a message folded rounds after it was made (a federation model's late messages) means what it meant when made:
+    # False when the update reads the round's sums through the model published for that round (importance weights)
+    late_messages: bool = True
     # Public fields each user draws with its own coins from the round's published distribution, the same for every
     # user of the round (a Thompson or Tsallis arm): part of one randomizer, so they split no shuffled batch.
     public_draws: frozenset = frozenset()

@@ -199,6 +199,7 @@ class LdpMabAdversarial(_OnePointMab):
     State: the cumulative loss estimates `L`, the published `p` and `t` (users folded in, a (1,) int64 array).
     """
 
+    late_messages = False   # the server divides each loss by the probability it published for the loss's round
     name = "ldp-mab-adversarial"
     paper = "seed 002 Zheng et al. 2020, Algorithm 1 with a Tsallis-INF black box (Appendix B.1)"
     env_kinds = MAB_ENVS

@@ -130,9 +130,10 @@ def write_atomic(path: Path, data: bytes) -> None:
         pass
 
 
-def save(path: Path, config, next_round: int, state, recorder_snapshot: dict) -> None:
+def save(path: Path, config, next_round: int, state, recorder_snapshot: dict, in_flight=None) -> None:
     arrays: list = []
     state_tree = encode(state, arrays)
+    in_flight_tree = None if in_flight is None else encode(in_flight, arrays)
     table = recorder_snapshot["table"]
     meta = {
         "format": FORMAT, "config": _jsonable_config(config), "next_round": int(next_round),
@@ -140,6 +141,7 @@ def save(path: Path, config, next_round: int, state, recorder_snapshot: dict) ->
                 "next_round": int(next_round)},
         "recorder": {k: v for k, v in recorder_snapshot.items() if k != "table"},
         "state": state_tree, "written_at": time.time(),
+        **({} if in_flight_tree is None else {"in_flight": in_flight_tree}),
     }
     entries = {f"a{i}": a for i, a in enumerate(arrays)}
     entries.update({f"table.{c}": np.asarray(v) for c, v in table.items()})
@@ -167,6 +169,7 @@ def load(path: Path, config=None) -> dict:
     except Exception as error:   # truncated or foreign file: say which and why
         raise CheckpointError(f"{path}: unreadable checkpoint ({type(error).__name__}: {error})") from error
     return {"next_round": meta["next_round"], "state": decode(meta["state"], arrays),
+            "in_flight": decode(meta["in_flight"], arrays) if "in_flight" in meta else None,
             "recorder": {**meta["recorder"], "table": table}, "written_at": meta.get("written_at")}
 
 
@@ -212,10 +215,10 @@ class Checkpointer:
             return True
         return self.every_s is not None and time.monotonic() - self.last_time >= self.every_s
 
-    def save(self, config, next_round: int, state, recorder) -> None:
+    def save(self, config, next_round: int, state, recorder, in_flight=None) -> None:
         started = time.perf_counter()
         with deferred():   # a checkpoint is written whole, and counted, whatever signal comes
-            save(self.path, config, next_round, state, recorder.snapshot())
+            save(self.path, config, next_round, state, recorder.snapshot(), in_flight)
             self.last_round, self.last_time = next_round, time.monotonic()
             self.written += 1
             self.write_s += time.perf_counter() - started

@@ -12,6 +12,7 @@ from ldpfed.algorithms import make_algorithm
 from ldpfed.trust.shuffling import anonymous_aggregate, check_groups, share_bounds, shuffle_share
 from ldpfed.trust import trust_model
 from ldpfed.envs import make_env
+from ldpfed.federation.base import LOST
 from ldpfed.util.jit import compile_seconds
 from ldpfed.util.rng import derive
 
@@ -27,20 +28,93 @@ def round_bounds(round_index: int, round_size: int, users: int) -> tuple[int, in
     return start, min(users, start + round_size)
 
 
-def population_users(start: int, stop: int, population: int, populations: int) -> np.ndarray:
-    """Global indices of the users of round [start, stop) that belong to `population`."""
+def population_users(start: int, stop: int, population: int, populations: int, shares=None) -> np.ndarray:
+    """Global indices of the users of round [start, stop) that belong to `population`: equal shares, or the
+    relative sizes `shares` (one positive number per population: a federation model's `shares()`)."""
     n = stop - start
-    return np.arange(start + n * population // populations, start + n * (population + 1) // populations)
+    if shares is None:
+        return np.arange(start + n * population // populations, start + n * (population + 1) // populations)
+    edges = population_edges(n, shares)
+    return np.arange(start + edges[population], start + edges[population + 1])
+
+
+def population_edges(n: int, shares) -> np.ndarray:
+    """Where n users are cut into populations of relative sizes `shares`: P + 1 integer edges, 0 first, n last."""
+    cumulative = np.cumsum(np.asarray(shares, dtype=float))
+    return np.concatenate([[0], np.floor(n * cumulative / cumulative[-1] + 1e-9).astype(np.int64)]).clip(0, n)
 
 
 def round_users(federation, round_index: int, start: int, stop: int, population: int, populations: int) -> np.ndarray:
     """The users of round [start, stop) in `population` who take part under the run's federation model
     (ldpfed.federation; None or an ideal one: all of them). The one place a round's users are formed, for the local
     backend, the Ray population actors and the shard plans alike: a user not in it neither acts nor sends."""
-    users = population_users(start, stop, population, populations)
-    if federation is None or federation.ideal or len(users) == 0:
+    if federation is None or federation.ideal:
+        return population_users(start, stop, population, populations)
+    users = population_users(start, stop, population, populations, federation.shares())
+    if len(users) == 0:
         return users
     return federation.present(round_index, population, users)
+
+
+def message_delays(federation, round_index: int, population: int, users: np.ndarray) -> np.ndarray | None:
+    """Per present user, the rounds its message is late (0 on time, federation.LOST never), or None: all on time."""
+    if federation is None or federation.ideal or len(users) == 0:
+        return None
+    delays = federation.delays(round_index, population, users)
+    if delays is None:
+        return None
+    delays = np.asarray(delays, dtype=np.int64)
+    if delays.shape != users.shape or (delays < LOST).any():
+        raise ValueError(f"federation model {federation.name}: delays must be one int >= {LOST} per present user")
+    return None if not delays.any() else delays
+
+
+def on_time_users(federation, round_index: int, start: int, stop: int, population: int, populations: int):
+    """The users of a population's share of a round whose messages reach the server in that round: what a shard
+    of the Ray engine expects from the population."""
+    users = round_users(federation, round_index, start, stop, population, populations)
+    delays = message_delays(federation, round_index, population, users)
+    return users if delays is None else users[delays == 0]
+
+
+class LateSum(NamedTuple):
+    """Messages of one population's users of one round that reach the server `arrival` rounds later: their sum
+    (post-processing of privatized values) and their users (public), for the server's check of the sum."""
+
+    arrival: int
+    users: np.ndarray
+    sums: dict
+
+
+def population_round(federation, algo, env, model, seed: int, round_index: int, population: int,
+                     users: np.ndarray, pre_aggregate: bool = True):
+    """One population's present users for one round under the run's federation model: (payload of the messages on
+    time, regret, metrics, late sums, the users on time). The population's own world acts (federation.world); the
+    messages of late users are summed per arrival round (LateSum); lost ones are dropped. Without delays this is
+    simulate_population."""
+    world = env if federation is None else federation.world(env, population)
+    delays = message_delays(federation, round_index, population, users)
+    if delays is None:
+        payload, regret, metrics = simulate_population(algo, world, model, seed, round_index, population, users,
+                                                       pre_aggregate)
+        if federation is not None and federation.late:
+            metrics = {**metrics, "users_late": 0, "users_lost": 0}
+        return payload, regret, metrics, (), users
+    messages, regret, metrics = simulate_population(algo, world, model, seed, round_index, population, users,
+                                                    pre_aggregate=False)
+    metrics = {**metrics, "users_late": int((delays > 0).sum()), "users_lost": int((delays == LOST).sum())}
+    late = []
+    for delay in np.unique(delays[delays > 0]):
+        keep = delays == delay
+        if messages:
+            late.append(LateSum(round_index + int(delay), users[keep],
+                                algo.aggregate({k: v[keep] for k, v in messages.items()}, users[keep])))
+    keep = delays == 0
+    on_time = users[keep]
+    payload = {k: v[keep] for k, v in messages.items()} if messages and len(on_time) else {}
+    if payload and pre_aggregate:
+        payload = algo.aggregate(payload, on_time)
+    return payload, regret, metrics, tuple(late), on_time
 
 
 def empty_aggregate(algo) -> dict:
@@ -89,22 +163,26 @@ class PopulationRow(NamedTuple):
     population: int
     regret: float          # the population's pseudo-regret this round
     metrics: dict          # counters of the client half (e.g. clipped users)
-    sending: int           # users whose messages were sent (0 when the algorithm sent nothing)
+    sending: int           # users whose messages were sent in the round (0 when the algorithm sent nothing)
     served: int = 0        # users who took part (acted) this round
+    late: tuple = ()       # LateSums: this round's messages that reach the server in a later round
 
     @classmethod
-    def of(cls, population: int, users, payload, regret: float, metrics: dict) -> "PopulationRow":
-        return cls(population, regret, metrics, len(users) if payload else 0, len(users))
+    def of(cls, population: int, users, payload, regret: float, metrics: dict, late: tuple = (),
+           on_time=None) -> "PopulationRow":
+        """users: who acted; on_time: whose messages are in the round's payload (default: all of them)."""
+        sent = len(users if on_time is None else on_time)
+        return cls(population, regret, metrics, sent if payload else 0, len(users), late)
 
 
 def combine_populations(rows) -> tuple[float, dict, int]:
     """A round's (regret, metric counters, users that sent messages) from its PopulationRows, added in population
     order: both engines add in this one order, which keeps their results bit-identical."""
     regret, metrics, sending = 0.0, {}, 0
-    for _, pop_regret, pop_metrics, pop_sending, _ in sorted(rows, key=lambda row: row.population):
-        regret += pop_regret
-        sending += pop_sending
-        for key, value in pop_metrics.items():
+    for row in sorted(rows, key=lambda row: row.population):
+        regret += row.regret
+        sending += row.sending
+        for key, value in row.metrics.items():
             metrics[key] = metrics.get(key, 0) + value
     return regret, metrics, sending
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ldpfed.trust import trust_model
-from ldpfed.engine.core import PopulationRow, add_sums, round_users, shuffled_sums, simulate_population
+from ldpfed.engine.core import PopulationRow, add_sums, population_round, round_users, shuffled_sums
 from ldpfed.federation import federation_model
 from ldpfed.engine.driver import Backend, drive
 from ldpfed.util.memory import keep_freed_memory
@@ -28,13 +28,14 @@ class LocalBackend(Backend):
             users = round_users(self.federation, round_index, start, stop, p, config.populations)
             if len(users) == 0:
                 continue
-            payload, regret, metrics = simulate_population(self.algo, self.env, model, config.seed, round_index, p,
-                                                           users, pre_aggregate=not self.shuffled)
+            payload, regret, metrics, late, on_time = population_round(
+                self.federation, self.algo, self.env, model, config.seed, round_index, p, users,
+                pre_aggregate=not self.shuffled)
             if self.shuffled:
-                messages.append((users, payload))
-            else:
+                messages.append((on_time, payload))
+            elif payload:
                 sums = add_sums(sums, payload)
-            rows.append(PopulationRow.of(p, users, payload, regret, metrics))
+            rows.append(PopulationRow.of(p, users, payload, regret, metrics, late, on_time))
         if self.shuffled:
             sums = shuffled_sums(self.algo, config, round_index, messages)
         return sums or {}, rows

@@ -14,7 +14,7 @@ import ray
 
 from ldpfed.algorithms import make_algorithm
 from ldpfed.engine.channels import RemoteError, Serving, as_ready
-from ldpfed.engine.core import PopulationRow, join_pieces, round_users, shuffler_pieces, simulate_population
+from ldpfed.engine.core import PopulationRow, join_pieces, population_round, round_users, shuffler_pieces
 from ldpfed.engine.ray_shard import LatencyHistogram, ShardCore, ShuffledChunk, WireMessage, current_rss_bytes, \
     peak_rss_bytes
 from ldpfed.trust.shuffling import check_groups, shard_of_chunk, shuffle_share
@@ -97,15 +97,17 @@ class PopulationActor(ServesRounds):
             users = round_users(self.federation, round_index, start, stop, p, config.populations)
             if len(users) == 0:
                 continue
-            payload, regret, pop_metrics = simulate_population(self.algo, self.env, model, config.seed, round_index,
-                                                               p, users, pre_aggregate=self.pre_aggregate)
-            metrics.append(PopulationRow.of(p, users, payload, regret, pop_metrics))
+            payload, regret, pop_metrics, late, on_time = population_round(
+                self.federation, self.algo, self.env, model, config.seed, round_index, p, users,
+                pre_aggregate=self.pre_aggregate)
+            # late messages travel with the population's row to the coordinator, which folds them on arrival
+            metrics.append(PopulationRow.of(p, users, payload, regret, pop_metrics, late, on_time))
             if payload and self.shufflers:     # the shuffler knows who sent a piece; it tells no one
-                for s, piece in enumerate(shuffler_pieces(payload, users, start, stop, self.shufflers)):
+                for s, piece in enumerate(shuffler_pieces(payload, on_time, start, stop, self.shufflers)):
                     if piece is not None:
                         outgoing[s].append((p, piece))
             elif payload and plan.sum_spec:
-                for s, part in enumerate(plan.split(payload, len(users), p)):
+                for s, part in enumerate(plan.split(payload, len(on_time), p)):
                     if part is not None:
                         outgoing[s].append(WireMessage(config.algorithm, round_index, p, part))
         return (*outgoing, metrics)

@@ -61,7 +61,7 @@ import numpy as np
 
 from ldpfed.trust.shuffling import anonymous_aggregate, chunk_bounds, chunks_of_shard, share_bounds
 from ldpfed.trust import trust_model
-from ldpfed.engine.core import add_sums, round_bounds, round_users, sample_messages
+from ldpfed.engine.core import add_sums, on_time_users, round_bounds, sample_messages
 from ldpfed.federation import federation_model
 from ldpfed.mechanisms.domains import symmetric_reason
 
@@ -136,7 +136,7 @@ class ShardPlan:
 
     def users_of(self, round_index: int, population: int) -> np.ndarray:
         start, stop = self.round_bounds(round_index)
-        return round_users(self.federation, round_index, start, stop, population, self.populations)
+        return on_time_users(self.federation, round_index, start, stop, population, self.populations)
 
     def populations_of(self, round_index: int, shard: int | None = None) -> list[int]:
         """Populations with at least one user in the round (sending to `shard`), in order."""

@@ -1,34 +1,49 @@
-"""The federation-model door: who of a round's users really takes part, for the built-ins and a plugin's alike.
+"""The federation-model door: how a federation really behaves, for the built-ins and a plugin's alike.
 
 A federation model is how the federation behaves, not a different algorithm or trust model: the same run under
-another federation model has the same users, world and noise, and the model decides which of each round's users
-answer. A model declares (class attributes) and implements (methods with defaults here):
+another federation model has the same users, world and noise, and the model decides how the populations differ,
+which of each round's users answer and when their messages reach the server. A model declares (class
+attributes) and implements (methods with defaults here, which are today's ideal federation):
 
 * `name`, `about` (one line: the CLI's --federation help and `list`), `options` ({name: Option}: the model's own
   options, given as `--federation-option K=V`, a sweep file's `[federation_options]` table or
   `RunConfig.federation_options`; validated before any work by `checked_options`, recorded in the config,
   checkpoints and MLflow (`federation_options.X`));
-* `ideal`: True when every user of every round answers (the model draws nothing and the engines skip it);
+* `ideal`: True when the model changes nothing (it draws nothing and the engines skip it);
+* `partial_rounds`: True when a round's aggregate may lack some of the round's users (absent, late or lost);
+* `shares()`: the populations' relative sizes (None: equal), how each round's users are split among them;
+* `world(env, population)`: the env of a population's users (default: the run's env). The algorithm never sees
+  it: its public world is the run's env, one world, and regret is measured against each user's own population's
+  best arm (`Env.varied` builds a world drawn around the run's one);
 * `present(round_index, population, users)`: the users of one population's share of a round who take part, a
-  subset of `users` in their order, drawn only from Generators derived from the run's seed
-  (`ldpfed.util.rng.derive(seed, "federation", ...)`) so that a run stays a function of its config: the same on
-  every engine, after a retried round and after a resume;
+  subset of `users` in their order;
+* `delays(round_index, population, users)`: for each present user, the rounds its message reaches the server
+  late (0: in its own round; LOST (-1): never), or None when every message is on time;
 * `check(config)`: a ConfigError naming a field this model cannot run with.
 
-The semantics every engine implements (ldpfed.engine.core `round_users`): a user who is not present neither acts
-nor sends. It is not served in that round: no context, no action, no regret, no message; its message cannot reach
-the aggregate because it is never made. The server folds the round's aggregate of the present users as usual,
-with the round's user indices [start, stop) as its clock (an empty round folds an empty aggregate). A trust model
-whose accounting counts on every user of a round being in its aggregate (a shuffled batch, noise shares that add
-up to the round's noise) is refused with a model whose rounds can lose users (`partial_rounds`).
+Every draw comes from Generators derived from the run's seed (`stream`), so that a run stays a function of its
+config: the same on every engine, after a retried round and after a resume.
+
+The semantics every engine implements (ldpfed.engine.core `round_users` and `population_round`): a user who is not
+present neither acts nor sends: no context, no action, no regret, no message. A present user acts in its round
+(its regret is that round's) and its message, made with the model published for that round, reaches the server
+`delay` rounds later: the server folds it into that later round's aggregate (after the round's own messages, in
+the order of their rounds and populations), checked against the sum bounds of its users as a pre-aggregated
+population's sum is. A reward that comes late is a message that comes late: in every algorithm here a user's
+message carries its reward. A message due after the last round is never folded. An empty round folds an empty
+aggregate, on its clock [start, stop) as any round.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from ldpfed.util.rng import derive
 from ldpfed.util.options import checked_model_options, option_rows
 
 IDEAL = "ideal"          # every user answers, at once: the default
+LOST = -1                # a message's delay when it never reaches the server
+# the aspects a model draws for, each from its own stream (Federation.stream): adding one changes no other's draws
+ASPECTS = {"present": 0, "delay": 1, "reward_delay": 2, "world": 3, "shares": 4}
 
 
 class Federation:
@@ -69,11 +84,34 @@ class Federation:
         """ConfigError naming a RunConfig field that this model cannot run with (its options are checked first by
         checked_options); none by default."""
 
-    # ---- the rounds ------------------------------------------------------------------------------------------------
+    # ---- the populations and the rounds ------------------------------------------------------------------------
+    def stream(self, aspect: str, population: int, round_index: int = 0) -> np.random.Generator:
+        """The Generator of one aspect's draws (ASPECTS) for one (population, round): a function of the run's seed."""
+        keys = (population, round_index) if ASPECTS[aspect] == 0 else (population, round_index, ASPECTS[aspect])
+        return derive(self.seed, "federation", *keys)
+
+    def shares(self) -> np.ndarray | None:
+        """The populations' relative sizes (positive, one per population), or None: equal shares."""
+        return None
+
+    def world(self, env, population: int):
+        """The env of `population`'s users (the run's env by default; built once per population and kept)."""
+        return env
+
     def present(self, round_index: int, population: int, users: np.ndarray) -> np.ndarray:
         """The users of `population`'s share of round `round_index` who take part (a subset of `users`, in order);
         all of them by default."""
         return users
+
+    def delays(self, round_index: int, population: int, users: np.ndarray) -> np.ndarray | None:
+        """Per present user, the rounds its message reaches the server late (int64; 0 on time, LOST never), or
+        None: every message of these users is on time (the default)."""
+        return None
+
+    @property
+    def late(self) -> bool:
+        """True when this model can make messages late or lose them (it writes `delays`): the runs count them."""
+        return type(self).delays is not Federation.delays
 
     def summary(self) -> dict:
         """The run's summary entries: `federation` and each option as `federation_<name>` (lists as text)."""
@@ -87,11 +125,12 @@ def check_federation_class(cls, where: str) -> None:
     from ldpfed.plugins import PluginError
     from ldpfed.util.options import Option
 
-    if not callable(getattr(cls, "present", None)):
-        raise PluginError(f"{where}: a federation model writes present", field=f"{cls.name}.present")
     if not isinstance(cls.options, dict) or not all(isinstance(o, Option) for o in cls.options.values()):
         raise PluginError(f"{where}: options must be a dict of ldpfed.util.options.Option",
                           field=f"{cls.name}.options")
-    if cls.ideal and cls.present is not Federation.present:
-        raise PluginError(f"{where}: an ideal federation model keeps every user (it writes no present)",
-                          field=f"{cls.name}.ideal")
+    if cls.ideal:
+        changed = [hook for hook in ("shares", "world", "present", "delays")
+                   if getattr(cls, hook) is not getattr(Federation, hook)]
+        if changed:
+            raise PluginError(f"{where}: an ideal federation model changes nothing (it writes {', '.join(changed)})",
+                              field=f"{cls.name}.ideal")
