@@ -99,12 +99,18 @@ class RunConfig:
                               f"its messages can arrive rounds late, and {self.algorithm}'s server reads a round's "
                               f"messages through the model it published for that round (importance weights): a "
                               f"late message would be misread; run it under a federation without delays")
-        # A shuffled batch's amplification and noise shares that add up to a round's noise both count on every user
-        # of the round being in its aggregate: refused, until such a model accounts for the users really there.
-        if model.partial_rounds and (trust_cls.shuffles or trust_cls.noise_at == "shares"):
-            raise ConfigError("federation", self.federation,
-                              f"its rounds can lose users, and the {self.trust} trust model accounts on every user "
-                              f"of a round being in its aggregate; run it under the local or central trust model")
+        # a trust model says which federation models it cannot account for (a shuffled batch that loses users, noise
+        # shares that arrive late): TrustModel.federation_refusal
+        why = trust_cls().federation_refusal(federation)
+        if why:
+            raise ConfigError("federation", self.federation, f"under the {self.trust} trust model: {why}")
+
+    def federation_model(self):
+        """The run's federation model, built from this config (ldpfed.federation): what a trust model's accounting
+        reads to count the users a round really holds."""
+        from ldpfed.federation import federation_model
+
+        return federation_model(self)
 
     @property
     def shufflers(self) -> int:

@@ -59,9 +59,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ldpfed.trust.shuffling import anonymous_aggregate, chunk_bounds, chunks_of_shard, share_bounds
+from ldpfed.trust.shuffling import anonymous_aggregate, chunk_bounds, chunks_of_shard, share_bounds, share_senders
 from ldpfed.trust import trust_model
-from ldpfed.engine.core import add_sums, on_time_users, round_bounds, sample_messages
+from ldpfed.engine.core import add_sums, on_time_users, round_bounds, round_senders, sample_messages
 from ldpfed.federation import federation_model
 from ldpfed.mechanisms.domains import symmetric_reason
 
@@ -154,15 +154,22 @@ class ShardPlan:
 
     # ---- shuffled layout (ldpfed.trust.shuffling) -------------------------------------------------------
     def share_users(self, round_index: int, shuffler: int) -> np.ndarray:
-        """The users shuffler `shuffler` mixes in round `round_index` (public), in user order."""
+        """The users shuffler `shuffler` mixes in round `round_index` (public), in user order: the senders at its
+        share's positions (under a federation model whose rounds lose users, fewer than the share's positions)."""
         start, stop = self.round_bounds(round_index)
-        lo, hi = share_bounds(stop - start, shuffler, self.shufflers)
-        return np.arange(start + lo, start + hi)
+        if self.federation is None or self.federation.ideal:
+            lo, hi = share_bounds(stop - start, shuffler, self.shufflers)
+            return np.arange(start + lo, start + hi)
+        senders = round_senders(self.federation, round_index, start, stop, self.populations)
+        return share_senders(senders, start, stop - start, shuffler, self.shufflers)
 
     def chunks_of(self, round_index: int, shard: int) -> list[tuple[int, int]]:
         """The (shuffler, chunk) keys shard `shard` receives in round `round_index`, in fold order."""
         start, stop = self.round_bounds(round_index)
-        return chunks_of_shard(stop - start, self.shufflers, self.shards, shard)
+        sizes = None
+        if self.federation is not None and not self.federation.ideal:
+            sizes = [len(self.share_users(round_index, s)) for s in range(self.shufflers)]
+        return chunks_of_shard(stop - start, self.shufflers, self.shards, shard, sizes)
 
     def senders_of(self, round_index: int, shard: int) -> list:
         """What shard `shard` must receive to close round `round_index`: (shuffler, chunk) keys (shuffled layout)

@@ -108,6 +108,13 @@ class Federation:
         None: every message of these users is on time (the default)."""
         return None
 
+    def senders(self, round_index: int, start: int, stop: int, populations: int) -> np.ndarray:
+        """Every user of round [start, stop) whose message is in the round's own aggregate (present and on time), in
+        user order (ldpfed.federation.rounds): what a trust model's accounting counts a round's participants by."""
+        from ldpfed.federation.rounds import round_senders
+
+        return round_senders(self, round_index, start, stop, populations)
+
     @property
     def late(self) -> bool:
         """True when this model can make messages late or lose them (it writes `delays`): the runs count them."""

@@ -17,7 +17,8 @@ that reaches it. A model declares (class attributes) and implements (methods wit
 * the accounting: `noise_makers` (which objects' guarantee and dp_event make the ledger rows), `label_rows` (the
   rows' `trust` and `scope`), `summary`, `ledger_rows`, `describe`;
 * the reach: `refusal(algo)`, why the model cannot run an algorithm, decided on the algorithm built under local
-  (`reach`); a sweep runs the algorithms out of reach under local;
+  (`reach`); a sweep runs the algorithms out of reach under local; `federation_refusal(federation)`, why it cannot
+  account for a run under a federation model (users absent, messages late: ldpfed.federation);
 * the server's view for the engines and the server-view audit: `shuffles`, `server_view`.
 """
 from __future__ import annotations
@@ -71,6 +72,16 @@ class TrustModel:
     # ---- reach ---------------------------------------------------------------------------------------------------
     def refusal(self, algo) -> str | None:
         """Why this model cannot run `algo` (an algorithm built under local, or by this model), None if it can."""
+        return None
+
+    def federation_refusal(self, federation) -> str | None:
+        """Why this model cannot account for a run under `federation` (a federation model, ldpfed.federation), None
+        if it can. By default a model whose guarantee counts on every user of a round being in the round's aggregate
+        (a shuffled batch, noise shares that add up to the round's noise) refuses a federation whose rounds can lose
+        users: a model that counts the users really there (`federation.senders`) says so by overriding this."""
+        if federation.partial_rounds and (self.shuffles or self.noise_at == "shares"):
+            return ("its rounds can lose users, and this trust model accounts on every user of a round being in its "
+                    "aggregate; run it under the local or central trust model")
         return None
 
     def reach(self, cls, world, config) -> str | None:

@@ -5,7 +5,8 @@ and the accounting (the batch of a shuffler) compute the same thing.
 
 * Shuffler s of S gets the round's users at positions [n s // S, n (s + 1) // S) (n users in the round): contiguous
   shares whose sizes differ by at most one (the remainder n mod S is spread one user each, by the floor split:
-  10 users among 3 shufflers get 3, 3, 4). The accounting's batch is the smallest share, n // S.
+  10 users among 3 shufflers get 3, 3, 4). The accounting's batch is the smallest share, n // S. Under a federation
+  model whose rounds lose users a share holds the senders at its positions (`share_senders`): fewer, never others.
 * It permutes its share with `derive(seed, "shuffle", round, shuffler)`, drops who sent what, and cuts the
   permuted messages into chunks of CHUNK_MESSAGES (the last one shorter): chunk c goes to shard (s + c) % shards.
 * A shuffler hides a user only among the users of its share that run the same local randomizer (FMT's
@@ -45,22 +46,37 @@ def group_sizes(labels: np.ndarray | None, size: int) -> np.ndarray:
     return np.unique(labels, return_counts=True)[1]
 
 
-def smallest_groups(algo, n_users: int, round_size: int, shufflers: int) -> tuple[np.ndarray, np.ndarray]:
+def share_senders(senders: np.ndarray, start: int, n_users: int, shuffler: int, shufflers: int) -> np.ndarray:
+    """The senders (users of round [start, start + n_users) whose messages are in the round, in user order) that
+    shuffler `shuffler` mixes: those at positions [lo, hi) of its share. Shares are cut on the round's positions, not
+    on who sends, so a user's shuffler does not depend on who else takes part."""
+    lo, hi = share_bounds(n_users, shuffler, shufflers)
+    a, b = np.searchsorted(senders, [start + lo, start + hi])
+    return senders[a:b]
+
+
+def smallest_groups(algo, n_users: int, round_size: int, shufflers: int,
+                    senders=None) -> tuple[np.ndarray, np.ndarray]:
     """(smallest, largest): per round, the fewest and the most users one shuffler's share holds of one randomizer
     group (`algo.randomizer_groups`): the anonymity set of the round's worst-off user, and the largest batch any
-    user is shuffled in. Labels are computed round by round, so memory follows the round size."""
+    user is shuffled in. `senders(round, start, stop)`: the users whose messages are in the round (None: every
+    user of the round); a group none of whose users sends counts for nothing, a round with no sender is 0. Labels
+    are computed round by round, so memory follows the round size."""
     rounds = -(-n_users // round_size)
     smallest, largest = np.empty(rounds, dtype=np.int64), np.empty(rounds, dtype=np.int64)
     for r in range(rounds):
         start = r * round_size
         stop = min(start + round_size, n_users)
-        labels = algo.randomizer_groups(np.arange(start, stop, dtype=np.int64))
+        users = np.arange(start, stop, dtype=np.int64) if senders is None else \
+            np.asarray(senders(r, start, stop), dtype=np.int64)
+        labels = algo.randomizer_groups(users) if len(users) else None
         sizes = []
         for s in range(shufflers):
             lo, hi = share_bounds(stop - start, s, shufflers)
-            if hi > lo:
-                sizes.append(group_sizes(None if labels is None else labels[lo:hi], hi - lo))
-        sizes = np.concatenate(sizes)
+            a, b = np.searchsorted(users, [start + lo, start + hi])
+            if b > a:
+                sizes.append(group_sizes(None if labels is None else labels[a:b], b - a))
+        sizes = np.concatenate(sizes) if sizes else np.zeros(1, dtype=np.int64)
         smallest[r], largest[r] = sizes.min(), sizes.max()
     return smallest, largest
 
@@ -109,12 +125,14 @@ def shard_of_chunk(shuffler: int, chunk: int, shards: int) -> int:
     return (shuffler + chunk) % shards
 
 
-def chunks_of_shard(n_users: int, shufflers: int, shards: int, shard: int) -> list[tuple[int, int]]:
-    """The (shuffler, chunk) keys shard `shard` receives in a round of n_users, in fold order."""
+def chunks_of_shard(n_users: int, shufflers: int, shards: int, shard: int, sizes=None) -> list[tuple[int, int]]:
+    """The (shuffler, chunk) keys shard `shard` receives in a round of n_users, in fold order. sizes: the messages
+    in each shuffler's share when not every user of the round sends (None: the shares' full sizes)."""
     keys = []
     for s in range(shufflers):
         lo, hi = share_bounds(n_users, s, shufflers)
-        keys += [(s, c) for c in range(len(chunk_bounds(hi - lo))) if shard_of_chunk(s, c, shards) == shard]
+        size = hi - lo if sizes is None else int(sizes[s])
+        keys += [(s, c) for c in range(len(chunk_bounds(size))) if shard_of_chunk(s, c, shards) == shard]
     return keys
 
 
