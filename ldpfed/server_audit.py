@@ -37,6 +37,14 @@ and the pilot only chooses the event, so the bound exceeds the true eps with pro
 the algorithm. The two worlds' runs share their coins, which changes neither world's own law: each count is binomial,
 and the two one-sided intervals (alpha / 2 each) hold jointly by the union bound.
 
+Under a federation model (`federation`, `federation_options`: ldpfed.federation) the round's users are those whose
+messages are in its aggregate (`round_senders` of round 0: present, on time), as the engines simulate them: the
+others neither act nor send, a shuffler's share holds the senders at its positions, a secure sum only their shares.
+The claim is what the run reports under that model (shuffle: amplified at its planned lower bound of senders, or
+refused or reported below it as `below` says). The canary is a present user: the default canary is chosen among
+the senders; a canary given that is absent is refused (ConfigError naming `canary`): the server sees nothing of an
+absent user, there is no view to audit.
+
 `whole_batch=True` audits the accounting this module is a check on, as it was before randomizer groups: the
 shuffle plan computed as if every user of a round ran one randomizer (`shuffle_plan` without the algorithm: eps0
 the largest the whole round amplifies to eps), viewed as the shuffled multiset, claiming what that plan reported.
@@ -54,7 +62,7 @@ from ldpfed.trust.shuffling import anonymous_aggregate, check_groups, share_boun
 from ldpfed.trust import LOCAL, TRUST_MODELS, trust_model
 from ldpfed.trust.shuffle import check_shuffled, shuffle_plan
 from ldpfed.config import RunConfig
-from ldpfed.engine.core import join_pieces, privacy_summary, shuffler_pieces, simulate_population
+from ldpfed.engine.core import join_pieces, privacy_summary, round_senders, shuffler_pieces, simulate_population
 from ldpfed.envs import make_env
 from ldpfed.mechanisms.audit import eps_lower_bound
 from ldpfed.util.errors import ConfigError
@@ -128,7 +136,7 @@ class Setup:
     algo: object
     worlds: tuple            # (NeighbourEnv a, NeighbourEnv b)
     model: dict
-    users: np.ndarray
+    users: np.ndarray        # the round's senders (every user of it under the ideal federation)
     canary: int
     group: int | None        # the canary's randomizer group in its share (shuffle)
     share: int               # the canary's shuffler
@@ -136,6 +144,17 @@ class Setup:
     key_values: np.ndarray | None
     summary: dict            # privacy_summary: the run's reported guarantee
     accounting: str
+
+    @property
+    def position(self) -> int:
+        """The canary's row among the round's senders."""
+        return int(np.searchsorted(self.users, self.canary))
+
+    def share_rows(self) -> tuple[int, int]:
+        """[a, b): the rows of the round's senders in the canary's shuffler share (cut on the round's positions)."""
+        lo, hi = share_bounds(self.config.users, self.share, self.config.shufflers)
+        a, b = np.searchsorted(self.users, [lo, hi])
+        return int(a), int(b)
 
     @property
     def pair(self) -> str:
@@ -164,23 +183,27 @@ def _whole_batch(config: RunConfig, env, built):
 
 
 def _smallest_groups(algo, config, users) -> list[tuple[int, int, int]]:
-    """(size, first user, shuffler) of the smallest randomizer groups of any share (`algo.randomizer_groups`), or of
-    the last user when the round is one randomizer (past any warm-up)."""
+    """(size, first user, shuffler) of the smallest randomizer groups of any share (`algo.randomizer_groups`) among
+    the round's senders `users`, or of the last sender when the round is one randomizer (past any warm-up). Shares
+    are cut on the round's positions (ldpfed.trust.shuffling)."""
     try:
         labels = algo.randomizer_groups(users)
     except NotImplementedError:
         labels = None
-    n = len(users)
-    if labels is None:
-        s = config.shufflers - 1
-        lo, hi = share_bounds(n, s, config.shufflers)
-        return [(hi - lo, int(users[-1]), s)]
-    found = []
+    n = config.users
+    shares = []
     for s in range(config.shufflers):
         lo, hi = share_bounds(n, s, config.shufflers)
-        if hi > lo:
-            _, first, counts = np.unique(labels[lo:hi], return_index=True, return_counts=True)
-            found += [(int(c), int(users[lo + f]), s) for c, f in zip(counts, first)]
+        a, b = np.searchsorted(users, [lo, hi])
+        if b > a:
+            shares.append((s, int(a), int(b)))
+    if labels is None:
+        s, a, b = shares[-1]
+        return [(b - a, int(users[b - 1]), s)]
+    found = []
+    for s, a, b in shares:
+        _, first, counts = np.unique(labels[a:b], return_index=True, return_counts=True)
+        found += [(int(c), int(users[a + f]), s) for c, f in zip(counts, first)]
     smallest = min(size for size, _, _ in found)
     return sorted(group for group in found if group[0] == smallest)
 
@@ -188,7 +211,8 @@ def _smallest_groups(algo, config, users) -> list[tuple[int, int, int]]:
 def build(algorithm: str, trust: str, *, eps: float, delta: float, users: int, seed: int, shufflers: int = 1,
           small_groups: str = "no-amplification", whole_batch: bool = False, env: str | None = None,
           env_params: dict | None = None, params: dict | None = None, canary: int | None = None,
-          trust_options: dict | None = None) -> Setup:
+          trust_options: dict | None = None, federation: str = "ideal",
+          federation_options: dict | None = None) -> Setup:
     """The audited round (ConfigError when the system refuses the run: the reason names it)."""
     where = trust_model(trust)
     if where.server_view not in VIEWS:
@@ -199,7 +223,8 @@ def build(algorithm: str, trust: str, *, eps: float, delta: float, users: int, s
              if name in where.options}             # the options only that trust model takes
     config = RunConfig(algorithm, env=env, users=users, round_size=users, eps=eps, delta=delta, seed=seed,
                        env_params=dict(env_params or {}), params=dict(params or {}), trust=trust,
-                       trust_options={**taken, **(trust_options or {})})
+                       trust_options={**taken, **(trust_options or {})}, federation=federation,
+                       federation_options=dict(federation_options or {}))
     real_env = make_env(config)
     algo = make_algorithm(real_env, config)
     if whole_batch:
@@ -207,7 +232,15 @@ def build(algorithm: str, trust: str, *, eps: float, delta: float, users: int, s
     if algo.privacy_model != "ldp":
         raise ConfigError("algorithm", algorithm, "not a local-DP algorithm: its users send no randomized message")
     summary = privacy_summary(config, algo)
-    round_users = np.arange(users, dtype=np.int64)
+    # the users whose messages are in the round (all of them under the ideal federation), as the engines form them
+    round_users = round_senders(config.federation_model(), 0, 0, users, config.populations)
+    if not len(round_users):
+        raise ConfigError("federation_options", config.federation_options,
+                          "no user of the audited round takes part: there is nothing the server sees")
+    if canary is not None and int(canary) not in set(round_users.tolist()):
+        raise ConfigError("canary", canary, f"user {canary} is absent from the audited round under the "
+                                            f"{config.federation} federation model: it sends nothing and the server "
+                                            f"sees nothing of it, so there is no view to audit; give a present user")
     model = algo.publish(algo.initial_state(derive(seed, "init")))
     c_r = float(algo.world.reward_bound)
     bound = algo.world.context_bound if algo.world.name != "sparse-linear" else None   # sparse: per coordinate
@@ -218,7 +251,8 @@ def build(algorithm: str, trust: str, *, eps: float, delta: float, users: int, s
                   if canary is not None else _smallest_groups(algo, config, round_users))
     best = None
     for size, user, share in candidates:
-        worlds = tuple(NeighbourEnv(real_env, seed, user, sign, c_r, bound) for sign in (1.0, -1.0))
+        position = int(np.searchsorted(round_users, user))       # the canary's row among the senders
+        worlds = tuple(NeighbourEnv(real_env, seed, position, sign, c_r, bound) for sign in (1.0, -1.0))
         setup = Setup(config, algo, worlds, model, round_users, user, size if where.shuffles else None, share, keys,
                       None, summary, accounting)
         setup.key_values, alike = _public_values(setup)
@@ -240,7 +274,7 @@ def _public_values(setup: Setup) -> tuple[np.ndarray | None, int]:
     """(the canary's public fields the server groups by, how many messages of its share show them). They are
     fixed by the public schedule, so the same in both worlds and every run: checked on a few runs (a field that
     varied would carry the canary's coins or data)."""
-    lo, hi = share_bounds(len(setup.users), setup.share, setup.config.shufflers)
+    lo, hi = setup.share_rows()
     seen, alike = set(), hi - lo
     for r in range(4 if setup.keys else 1):
         for world in setup.worlds:
@@ -249,7 +283,7 @@ def _public_values(setup: Setup) -> tuple[np.ndarray | None, int]:
             if not setup.keys:        # (the run taught the worlds the reward's shape and whether there are contexts)
                 return None, alike
             public = _flat(messages, setup.keys)
-            values = public[setup.canary]
+            values = public[setup.position]
             seen.add(values.tobytes())
             if r == 0 and world is setup.worlds[0]:
                 alike = int((public[lo:hi] == values).all(axis=1).sum())
@@ -270,16 +304,18 @@ def server_view(setup: Setup, world: int, seed_r: int) -> np.ndarray:
     payload, _, _ = simulate_population(algo, setup.worlds[world], setup.model, seed_r, 0, 0, users,
                                         pre_aggregate=view in SUMS)
     if view == "messages":
-        return _flat({key: value[setup.canary:setup.canary + 1] for key, value in payload.items()})[0]
+        at = setup.position
+        return _flat({key: value[at:at + 1] for key, value in payload.items()})[0]
+    n = config.users         # the round [0, n): its senders are `users`
     if view in SUMS:        # the round's sum as the server's half forms it (ldpfed.trust.base's hooks)
         trust = algo.trust_model()
-        aggregate = trust.decode(algo, algo.sum_layout().join(payload), 0, len(users))
-        noise = trust.server_noise(algo, payload, 0, len(users), derive(seed_r, "server", 0))
+        aggregate = trust.decode(algo, algo.sum_layout().join(payload), 0, n)
+        noise = trust.server_noise(algo, payload, 0, n, derive(seed_r, "server", 0))
         return aggregate if noise is None else aggregate + noise
     # shuffle: the canary's shuffler share, as shuffled_sums cuts, checks and permutes it
-    n, s = len(users), setup.share
+    s = setup.share
     share = join_pieces([shuffler_pieces(payload, users, 0, n, config.shufflers)[s]])
-    lo, hi = share_bounds(n, s, config.shufflers)
+    lo, hi = setup.share_rows()
     check_groups(algo, 0, users[lo:hi], share)
     chunks = shuffle_share(seed_r, 0, s, share)
     multiset = {key: np.concatenate([chunk[key] for chunk in chunks]) for key in share}
@@ -354,7 +390,8 @@ def audit_server_view(algorithm: str, trust: str, *, eps: float = 1.0, delta: fl
                       repetitions: int = REPETITIONS, pilot: int | None = None, seed: int = 0,
                       alpha: float = AUDIT_ALPHA, **options) -> dict:
     """The audit of one algorithm under one trust model (see the module doc); options: shufflers, small_groups,
-    whole_batch, env, env_params, params, canary. ConfigError when the system refuses the run.
+    whole_batch, env, env_params, params, canary, trust_options, federation, federation_options. ConfigError when
+    the system refuses the run.
 
     Returns {algorithm, trust, claimed_eps, claimed_delta, lower_bound, flagged (lower_bound > claimed_eps), canary,
     group, view, eps0 (the users' local randomizer), amplified, accounting, pair, event, counts (k in the likelier
@@ -370,7 +407,8 @@ def audit_server_view(algorithm: str, trust: str, *, eps: float = 1.0, delta: fl
                   "eps0": float(setup.algo.eps), "amplified": summary.get("privacy_shuffle_amplified"),
                   "accounting": setup.accounting if trust_model(trust).shuffles else None, "pair": setup.pair,
                   "event": None, "counts": None, "repetitions": int(repetitions), "pilot": pilot, "users": users,
-                  "delta": float(delta), "alpha": float(alpha)}
+                  "delta": float(delta), "alpha": float(alpha), "federation": setup.config.federation,
+                  "senders": int(len(setup.users))}
         pilot_a, pilot_b = views(setup, 1, pilot)
         chosen = statistic(pilot_a, pilot_b)
         if chosen is not None:

@@ -158,6 +158,9 @@ def _drive(config, backend, progress, checkpointer):
              "messages_per_s": recorder.messages / elapsed if elapsed > 0 else float("inf"), **extra}
     if partial:       # the summary names the model and its options (an ideal run's summary is today's)
         extra.update(federation.summary())
+        # the users whose messages are in some round's aggregate: each once, in its own round or on arrival
+        extra["users_in_aggregates"] = recorder.messages + int(sum(row.get("late_folded", 0)
+                                                                         for row in recorder.metric_rows))
         if federation.late:
             extra["late_messages_never_folded"] = in_flight.waiting()
     if first:

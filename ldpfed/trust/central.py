@@ -2,7 +2,12 @@
 the server's estimator is unchanged), and the server adds each mechanism's central twin's noise once to the
 round's aggregate, calibrated to one user's contribution at the run's (eps, delta) (ldpfed.mechanisms.central).
 The algorithm is the same class, at the same budget; its confidence widths and shifts still assume the local
-noise, which is larger: they are conservative, not wrong."""
+noise, which is larger: they are conservative, not wrong.
+
+Under a federation model (ldpfed.federation) a user's message is in exactly one round's aggregate: its own, or the
+one it arrives in when late (or none: absent, lost). The noise is calibrated to one user's contribution to one
+aggregate, so each user's guarantee is the same whatever the number of users in the round; the summary's
+`users_in_aggregates` counts the messages really folded."""
 from __future__ import annotations
 
 import numpy as np
@@ -107,6 +112,7 @@ class CentralTrust(TrustModel):
         return [{**row, "trust": self.name, "scope": CENTRAL_SCOPE} for row in rows]
 
     def describe(self, s: dict, config) -> str:
-        return (f"privacy (central): clipped data to a trusted server, which adds the noise once per round of "
-                f"{config.round_size:,} users; each user's guarantee (eps, delta) = ({s['privacy_eps_composed']:.6g}, "
+        return (f"privacy (central): clipped data to a trusted server, which adds the noise once per round of up "
+                f"to {config.round_size:,} users (each user's data in one round's aggregate, whoever else is there); "
+                f"each user's guarantee (eps, delta) = ({s['privacy_eps_composed']:.6g}, "
                 f"{s['privacy_delta_composed']:.3g})")
