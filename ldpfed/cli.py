@@ -589,10 +589,12 @@ def cmd_run(args) -> int:
         print(described)
     if "total_users_served" in s:
         print(f"federation ({config.federation}): {s['total_users_served']:,.0f} of {config.users:,} users took part")
-    if "total_users_late" in s:
+    if "total_late_folded" in s:
         print(f"late messages: {s['total_users_late']:,.0f} ({s['total_late_folded']:,.0f} folded in a later round, "
               f"{s.get('late_messages_never_folded', 0):,.0f} due after the last round, "
-              f"{s['total_late_rejected']:,.0f} rejected); lost: {s['total_users_lost']:,.0f}")
+              f"{s['total_late_rejected']:,.0f} rejected)")
+    if "total_users_lost" in s:
+        print(f"lost messages: {s['total_users_lost']:,.0f} (their users acted; their messages never reached the server)")
     print(f"{s['users_per_s']:,.0f} users/s ({s['engine']}; numba's compile, {s.get('compile_s', 0.0):.2f} s, "
           f"not counted)")
     if tracker is not None:

@@ -97,7 +97,7 @@ def population_round(federation, algo, env, model, seed: int, round_index: int, 
     if delays is None:
         payload, regret, metrics = simulate_population(algo, world, model, seed, round_index, population, users,
                                                        pre_aggregate)
-        if federation is not None and federation.late:
+        if federation is not None and (federation.late or federation.loses):
             metrics = {**metrics, "users_late": 0, "users_lost": 0}
         return payload, regret, metrics, (), users
     messages, regret, metrics = simulate_population(algo, world, model, seed, round_index, population, users,

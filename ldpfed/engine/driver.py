@@ -129,8 +129,9 @@ def _drive(config, backend, progress, checkpointer):
             regret, metrics, sending = combine_populations(rows)
             if partial:
                 metrics["users_served"] = sum(row.served for row in rows)
-                in_flight.send(r, model, rows)
-                sums, metrics["late_folded"], metrics["late_rejected"] = in_flight.fold(r, sums)
+                if federation.late:
+                    in_flight.send(r, model, rows)
+                    sums, metrics["late_folded"], metrics["late_rejected"] = in_flight.fold(r, sums)
                 if not sums:
                     sums = empty_aggregate(algo)
             done = None   # update may change the state in place: not consistent until the round is recorded

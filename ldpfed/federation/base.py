@@ -110,7 +110,13 @@ class Federation:
 
     @property
     def late(self) -> bool:
-        """True when this model can make messages late or lose them (it writes `delays`): the runs count them."""
+        """True when this model's messages can arrive in a later round (a delay > 0): the runs count and hold them.
+        Default: whether the class writes `delays`; a model says better per instance."""
+        return type(self).delays is not Federation.delays
+
+    @property
+    def loses(self) -> bool:
+        """True when this model's messages can be lost (a delay LOST). Default: whether the class writes `delays`."""
         return type(self).delays is not Federation.delays
 
     def summary(self) -> dict:

@@ -69,6 +69,12 @@ class Latency(Federation):
             raise ConfigError("federation_options.factor_by_population", per,
                               f"has {len(per)} factors for {config.populations} populations")
 
+    late = True
+
+    @property
+    def loses(self) -> bool:
+        return self.options["deadline"] is not None
+
     def delays(self, round_index, population, users):
         factor, law = self.factors[population], self.options["law"]
         n = len(users)
