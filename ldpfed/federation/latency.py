@@ -64,6 +64,7 @@ class Latency(Federation):
         return options
 
     def check(self, config) -> None:
+        super().check(config)
         per = self.options["factor_by_population"]
         if per is not None and len(per) != config.populations:
             raise ConfigError("federation_options.factor_by_population", per,
