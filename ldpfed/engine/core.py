@@ -37,6 +37,7 @@ class LateSum(NamedTuple):
     arrival: int
     users: np.ndarray
     sums: dict
+    sent: int | None = None     # the round the messages were made in (None: the round of the row that brings them)
 
 
 def population_round(federation, algo, env, model, seed: int, round_index: int, population: int,

@@ -388,6 +388,7 @@ class ShardCore:
         self.next_round = first_round  # rounds below are closed (a recreated or resumed shard starts later)
         self.rounds: dict[int, _Round] = {}
         self.models: dict = {}        # round -> the model the server published for it (public schedules)
+        self.closing: dict = {}       # round -> the populations the coordinator closes it with (deadline mode)
         self.accepted = 0             # (population, round) messages folded
         self.user_messages = 0        # users those messages carried
         self.rejected = 0
@@ -453,7 +454,8 @@ class ShardCore:
             sender = int(sender)
             users = plan.users_of(round_index, sender)
             size = len(users)
-            if size == 0 or not plan.sends_to(sender, self.shard):
+            if size == 0 or not plan.sends_to(sender, self.shard) or (
+                    round_index in self.closing and sender not in self.closing[round_index]):
                 return "unknown population"
         state = self.rounds.get(round_index)
         if state is not None and sender in state.seen:
@@ -501,7 +503,7 @@ class ShardCore:
             return "total would overflow"     # checked before adding: a running total stays finite
         # Accepted: only now does the state change.
         if state is None:
-            state = self.rounds[round_index] = _Round(plan.senders_of(round_index, self.shard))
+            state = self.rounds[round_index] = _Round(self._senders(round_index))
         state.seen.add(sender)
         state.pending[sender] = part
         self.accepted += 1
@@ -570,11 +572,22 @@ class ShardCore:
         return None
 
     # ---- closing a round --------------------------------------------------------------------------
+    def expect(self, round_index: int, populations) -> None:
+        """Close round `round_index` with these populations only (deadline mode: the others missed it); a message
+        of any other population for that round is then rejected, as one of a population with no users."""
+        self.closing[round_index] = [p for p in self.plan.senders_of(round_index, self.shard) if p in set(populations)]
+
+    def _senders(self, round_index: int) -> list:
+        if round_index in self.closing:
+            return self.closing[round_index]
+        return self.plan.senders_of(round_index, self.shard)
+
     def collect(self, round_index: int) -> dict:
         """The totals of a complete round ({field: flat segment}); closes it. Rounds close in order."""
         if round_index != self.next_round:
             raise RuntimeError(f"shard {self.shard}: collect({round_index}) but round {self.next_round} is next")
-        expected = self.plan.senders_of(round_index, self.shard)
+        expected = self._senders(round_index)
+        self.closing.pop(round_index, None)
         self.models.pop(round_index, None)
         if not expected:
             self.next_round += 1
