@@ -8,6 +8,8 @@
     python jobs/stress_server.py --attack in-domain [--fraction 0.001,0.003,0.01,0.03,0.1] [--plot out.png]
                                  [--trust central|secagg [--boost 1,10,100]]
     python jobs/stress_server.py --trust secagg [--round-users 1e3,1e4,1e5,1e6]   (secure aggregation's cost)
+    python jobs/stress_server.py --stragglers 0,0.25,0.5 [--deadlines none,0.5] [--straggle-s 1.0]
+                                 [--users 40000 --round-size 2000 --populations 8 --senders 4] [--late fold|drop]
     python jobs/stress_server.py --capacity [--algorithm ldp-sgd --users-per-message 1250 --populations 8]
                                  [--shards 1,2,4] [--levels 25,50,75,100,125] [--level-seconds 4]
                                  [--batch 256] [--linger-ms 20] [--max-in-flight 2] [--probe-rounds 8000]
@@ -26,6 +28,9 @@ Three jobs, each a module of ldpfed.stress (its docstring says what is measured 
       here --boost times the largest pull the central shard lets through, and nothing is rejected);
   --trust secagg (no attack): the cost of a round under secure aggregation against the same round under central
       (jobs/bench_secagg_round.py's table, at --round-users);
+  --stragglers: real rounds on the Ray engine with a share of the population actors slow, against a round
+      deadline: rounds/s and the fraction of messages folded later or never reaching the server
+      (ldpfed/stress/stragglers.py);
   --capacity: an open-loop load generator; per S, the closed-loop capacity then levels at percents of it (the
       capacity table of docs/figures.md), every aggregate checked bit for bit. With --shufflers, the shuffler stage
       of the shuffle trust model too: messages/s through S shuffler actors and the latency of a share (closed
@@ -82,6 +87,11 @@ def parse_args(argv=None):
                         help="capacity: rounds of the closed-loop probe (8000 x 10,000 users by default)")
     parser.add_argument("--no-domain-checks", action="store_true",
                         help="turn the shards' domain checks off: ONLY to measure what they cost")
+    parser.add_argument("--stragglers", default=None, help="comma-separated shares of straggling population actors")
+    parser.add_argument("--deadlines", default="none,0.5", help="stragglers: comma-separated round deadlines in "
+                                                               "seconds ('none': wait for every actor)")
+    parser.add_argument("--straggle-s", type=float, default=1.0, help="stragglers: a straggler's delay per round")
+    parser.add_argument("--late", choices=["fold", "drop"], default="fold", help="stragglers: late messages")
     parser.add_argument("--max-seconds", type=float, default=300)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", default=None, help="write the report rows here")
@@ -113,6 +123,27 @@ def in_domain(args):
         plot_in_domain(rows, args.plot)
         print(f"stress: plot written to {args.plot}")
     return ok, rows
+
+
+def stragglers(args):
+    from ldpfed.config import RunConfig
+    from ldpfed.stress.stragglers import straggler_rows
+
+    shares = [float(x) for x in args.stragglers.split(",")]
+    deadlines = [None if x.strip() == "none" else float(x) for x in args.deadlines.split(",")]
+    users = args.users if args.users != 100_000 else 40_000
+    round_size = args.round_size if args.round_size != 100 else 2_000
+    config = RunConfig(args.algorithm or "ldp-ols", users=users, round_size=round_size,
+                       populations=args.populations or 8, seed=args.seed)
+    print(f"stress: stragglers: {config.algorithm}, {users:,} users in {config.rounds} rounds of {round_size:,}, "
+          f"{args.senders} population actors", flush=True)
+    rows = straggler_rows(config, args.senders, shares, deadlines, args.straggle_s, args.late, log=log)
+    print("| stragglers | deadline | rounds/s | late, folded later | never reached the server |")
+    print("|---|---|---|---|---|")
+    for row in rows:
+        print(f"| {row['stragglers']:.0%} ({row['straggle_s']:g} s) | {row['deadline_s'] or 'none'} | "
+              f"{row['rounds_per_s']:.2f} | {row['late_folded']:.1%} | {row['never_reached']:.1%} |")
+    return True, rows
 
 
 def capacity(args, shard_counts, checks):
@@ -172,7 +203,9 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     shard_counts = [int(x) for x in args.shards.split(",") if x.strip()]
     checks = not args.no_domain_checks
-    if args.attack == "in-domain":
+    if args.stragglers is not None:
+        ok, rows = stragglers(args)
+    elif args.attack == "in-domain":
         ok, rows = in_domain(args)
     elif args.trust == "secagg":
         import bench_secagg_round

@@ -26,6 +26,7 @@ OPTION_OF_FIELD = {"algorithm": "ALGORITHM", "env": "--env", "users": "--users",
                    "mode": "--mode",
                    "out": "--out", "resume": "--resume", "group_size": "--group-size", "actors": "--actors",
                    "shards": "--shards", "transport": "--transport", "actor_cpus": "--actor-cpus",
+                   "deadline_s": "--deadline-s", "straggle_share": "--straggle-share", "straggle_s": "--straggle-s",
                    "shard_cpus": "--shard-cpus", "placement": "--placement"}
 
 
@@ -155,6 +156,17 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--placement", choices=list(PLACEMENTS), default=None,
                      help="ray engine: how the run's placement group lays its actors on the nodes (default: spread); "
                           "none: no group, actors ask for no CPUs and are reused by any later run")
+    run.add_argument("--deadline-s", type=_float, default=None,
+                     help="ray engine: close each round this many seconds after sending it; a population whose "
+                          "messages are not in is late (--late); the record goes to OUT/deadline-record.json and "
+                          "replays with --federation replay --federation-option record=PATH")
+    run.add_argument("--late", choices=["fold", "drop"], default="fold",
+                     help="with --deadline-s: fold a late population's messages into the round they arrive in, "
+                          "or drop them")
+    run.add_argument("--straggle-share", type=_float, default=0.0,
+                     help="ray engine: this fraction of the population actors (seeded) are stragglers")
+    run.add_argument("--straggle-s", type=_float, default=0.0,
+                     help="ray engine: seconds a straggler's messages take to leave it, every round")
     run.add_argument("--out", type=Path, default=None,
                      help="write the per-round table (OUT/results.parquet) and the summary (OUT/summary.json) "
                           "here; checkpoints go to OUT/checkpoint")
@@ -361,6 +373,7 @@ def cmd_describe_env(name: str) -> int:
              f"provided by:    {source}" + (" (built in)" if source == "ldpfed" else " (plugin)"),
              f"kinds:          {', '.join(env.kinds_of())}",
              f"algorithms:     {', '.join(sorted(a for a, cls in REGISTRY.items() if cls.runs_on(env))) or 'none'}",
+             f"varies:         {env.varies or 'nothing (the heterogeneous federation model needs Env.varied)'}",
              "options (--env-param KEY=VALUE; default, and the authors-code profile's where it differs):",
              *_option_lines(env)]
     print("\n".join(lines))
@@ -541,6 +554,16 @@ def cmd_run(args) -> int:
     if args.engine == "ray":
         options.update({name: getattr(args, name) for name in ("actor_cpus", "shard_cpus", "placement")
                         if getattr(args, name) is not None})
+        if args.straggle_share or args.straggle_s:
+            options.update(straggle_share=args.straggle_share, straggle_s=args.straggle_s)
+    if args.deadline_s is not None:
+        if args.engine != "ray":
+            raise ConfigError("deadline_s", args.deadline_s, "closes rounds of the ray engine: give --engine ray")
+        options.update(deadline_s=args.deadline_s, late=args.late, mode="pre-aggregated", transport="ray",
+                       group_size=1)
+        if args.out is not None:
+            options["deadline_record"] = str(args.out / "deadline-record.json")
+        checkpointer = None       # a deadline run is replayed from its record, not resumed
     try:
         with interruptible():
             result = run(config, engine=args.engine, progress=progress, checkpointer=checkpointer, fast=fast,
@@ -588,6 +611,12 @@ def cmd_run(args) -> int:
         print(described)
     if "total_users_served" in s:
         print(f"federation ({config.federation}): {s['total_users_served']:,.0f} of {config.users:,} users took part")
+    if "total_late_folded" in s:
+        print(f"late messages: {s['total_users_late']:,.0f} ({s['total_late_folded']:,.0f} folded in a later round, "
+              f"{s.get('late_messages_never_folded', 0):,.0f} due after the last round, "
+              f"{s['total_late_rejected']:,.0f} rejected)")
+    if "total_users_lost" in s:
+        print(f"lost messages: {s['total_users_lost']:,.0f} (their users acted; their messages never reached the server)")
     print(f"{s['users_per_s']:,.0f} users/s ({s['engine']}; numba's compile, {s.get('compile_s', 0.0):.2f} s, "
           f"not counted)")
     if tracker is not None:

@@ -99,18 +99,9 @@ class RunConfig:
                               f"its messages can arrive rounds late, and {self.algorithm}'s server reads a round's "
                               f"messages through the model it published for that round (importance weights): a "
                               f"late message would be misread; run it under a federation without delays")
-        # a trust model says which federation models it cannot account for (a shuffled batch that loses users, noise
-        # shares that arrive late): TrustModel.federation_refusal
         why = trust_cls().federation_refusal(federation)
         if why:
-            raise ConfigError("federation", self.federation, f"under the {self.trust} trust model: {why}")
-
-    def federation_model(self):
-        """The run's federation model, built from this config (ldpfed.federation): what a trust model's accounting
-        reads to count the users a round really holds."""
-        from ldpfed.federation import federation_model
-
-        return federation_model(self)
+            raise ConfigError("federation", self.federation, f"the {self.trust} trust model: {why}")
 
     @property
     def shufflers(self) -> int:

@@ -62,7 +62,9 @@ from ldpfed.trust.shuffling import anonymous_aggregate, check_groups, share_boun
 from ldpfed.trust import LOCAL, TRUST_MODELS, trust_model
 from ldpfed.trust.shuffle import check_shuffled, shuffle_plan
 from ldpfed.config import RunConfig
-from ldpfed.engine.core import join_pieces, privacy_summary, round_senders, shuffler_pieces, simulate_population
+from ldpfed.federation import federation_model
+from ldpfed.federation.rounds import round_senders
+from ldpfed.engine.core import join_pieces, privacy_summary, shuffler_pieces, simulate_population
 from ldpfed.envs import make_env
 from ldpfed.mechanisms.audit import eps_lower_bound
 from ldpfed.util.errors import ConfigError
@@ -233,14 +235,15 @@ def build(algorithm: str, trust: str, *, eps: float, delta: float, users: int, s
         raise ConfigError("algorithm", algorithm, "not a local-DP algorithm: its users send no randomized message")
     summary = privacy_summary(config, algo)
     # the users whose messages are in the round (all of them under the ideal federation), as the engines form them
-    round_users = round_senders(config.federation_model(), 0, 0, users, config.populations)
+    round_users = round_senders(federation_model(config), 0, 0, users, config.populations)
     if not len(round_users):
         raise ConfigError("federation_options", config.federation_options,
                           "no user of the audited round takes part: there is nothing the server sees")
     if canary is not None and int(canary) not in set(round_users.tolist()):
-        raise ConfigError("canary", canary, f"user {canary} is absent from the audited round under the "
-                                            f"{config.federation} federation model: it sends nothing and the server "
-                                            f"sees nothing of it, so there is no view to audit; give a present user")
+        raise ConfigError("canary", canary, f"user {canary} does not send in the audited round under the "
+                                            f"{config.federation} federation model (absent, or its message lost): "
+                                            f"the server sees nothing of it, so there is no view to audit; give a "
+                                            f"user who sends, or none")
     model = algo.publish(algo.initial_state(derive(seed, "init")))
     c_r = float(algo.world.reward_bound)
     bound = algo.world.context_bound if algo.world.name != "sparse-linear" else None   # sparse: per coordinate

@@ -1025,7 +1025,7 @@ __all__ = ["CHECKS", "ConformanceError", "check_algorithm"] + [f"check_{name}" f
 # 5. "regret"   pseudo-regret is finite and >= 0 for every user and action; with arms, the best of each user's
 #               arms has regret 0, and regret matches the rewards: with common random numbers, reward + regret has
 #               the same mean (the best arm's mean) whatever arm is pulled (a z-test at ENV_Z standard errors).
-ENV_CHECKS = ("options", "public", "kind", "step", "regret")
+ENV_CHECKS = ("options", "public", "kind", "step", "regret", "varied")
 ENV_Z = 5.0                   # regret: an honest env fails with probability ~6e-7 (two-sided normal tail)
 ENV_TOLERANCE = 1e-9          # regret: rounding of best - chosen
 ENV_MAX_ARMS = 64             # regret: arms stepped per user (every arm up to this many)
@@ -1348,12 +1348,46 @@ def _nonnegative(subject, check, regret, what):
         subject.fail(check, f"pseudo-regret {regret.min()!r} < 0 for {what}: it is the gap to the best action")
 
 
+def check_env_varied(subject: EnvSubject):
+    """A population's world (the heterogeneous federation model): spread 0 is the env itself; a spread > 0 keeps
+    the public world, moves some truth, is a function of its Generator and leaves the run's world alone; its
+    steps give non-negative regret."""
+    check = "varied"
+    env = subject.build()
+    if not env.varies:
+        return "skipped: the env does not say how its world varies (no `varies`)"
+    if env.varied(0.0, np.random.default_rng(0)) is not env:
+        subject.fail(check, "varied(0, rng) must be the env itself (the same world, no draw)")
+    before = [(name, np.copy(value) if isinstance(value, np.ndarray) else value) for name, value in env_arrays(env)]
+    world = env.varied(0.5, np.random.default_rng(1))
+    if world.public() != env.public():
+        subject.fail(check, f"a varied world's public world differs: {world.public()} != {env.public()}")
+    if not all(_equal(a, b) for (_, a), (_, b) in zip(before, env_arrays(env))):
+        subject.fail(check, "varied changed the run's own world (it must change a copy)")
+    truth, moved = env_arrays(world), False
+    for (name, a), (_, b) in zip(before, truth):
+        moved = moved or not _equal(a, b)
+    if not moved:
+        subject.fail(check, f"varied(0.5, rng) moved none of the world's arrays ({[n for n, _ in truth]})")
+    again = env_arrays(env.varied(0.5, np.random.default_rng(1)))
+    if not all(_equal(a, b) for (_, a), (_, b) in zip(truth, again)):
+        subject.fail(check, "two varied worlds from the same Generator state differ")
+    users = subject.spread(min(subject.samples, 200))
+    nature = np.random.default_rng(subject.seed)
+    contexts = world.contexts(users, nature)
+    actions = subject.actions(world, world.public(), len(users), nature)
+    _, regret = world.step(contexts, actions, users, nature)
+    if not (np.isfinite(regret).all() and (regret >= -ENV_TOLERANCE).all()):
+        subject.fail(check, "a varied world's step gives negative or non-finite regret")
+
+
 ENV_CHECK_FUNCTIONS = {
     "options": check_env_options,
     "public": check_env_public,
     "kind": check_env_kind,
     "step": check_env_step,
     "regret": check_env_regret,
+    "varied": check_env_varied,
 }
 
 __all__ += ["ENV_CHECKS", "EnvConformanceError", "check_env"]

@@ -399,8 +399,11 @@ SMALL_ENV = {"sparse-linear": {"d": 40, "s0": 3}, "arm-pool": {"pool": 50, "d": 
 def test_builtin_env_conforms(env):
     report = check_env(env, env_params=SMALL_ENV.get(env), users=300, samples=500)
     assert list(report) == list(ENV_CHECKS)
-    assert all(outcome == "passed" for check, outcome in report.items() if check != "kind"), report
+    assert all(outcome == "passed" for check, outcome in report.items() if check not in ("kind", "varied")), report
     assert report["kind"].startswith("skipped: of its own kind only")      # every built-in is its own kind
+    # every built-in world varies (the heterogeneous federation model) but the digits' data set
+    assert report["varied"] == ("passed" if ENVS[env].varies else report["varied"])
+    assert (report["varied"] == "passed") == (env != "classification")
 
 
 class _KindLinear(Linear):
@@ -507,3 +510,18 @@ def test_the_env_kit_catches_a_broken_env(cls, check, words):
     assert info.value.check == check and info.value.env == cls.name, str(info.value)
     assert words in str(info.value), str(info.value)
     assert cls.name not in ENVS
+
+
+class _VariesInPlace(Linear):
+    """Moves the run's own theta instead of a copy's: the varied check must catch it."""
+    name = "varies-in-place"
+    kinds = ("linear",)
+
+    def _vary(self, spread, rng):
+        self.theta += spread * rng.standard_normal(self.theta.shape)
+
+
+def test_the_env_kit_catches_a_world_that_varies_the_runs_own():
+    with pytest.raises(EnvConformanceError, match="changed the run's own world") as caught:
+        check_env(_VariesInPlace, users=300, samples=500, checks="varied")
+    assert caught.value.check == "varied"

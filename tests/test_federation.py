@@ -41,8 +41,9 @@ def test_built_in_models_and_their_options():
     assert FEDERATIONS.source("ideal") == FEDERATIONS.source("availability") == "ldpfed"
     assert RunConfig("ldp-sgd").federation == "ideal" and RunConfig("ldp-sgd").federation_options == {}
     config = RunConfig("ldp-sgd", federation="availability")
-    assert config.federation_options == {"p": 0.9, "p_by_population": None}      # the defaults, recorded
-    for bad, field, says in (({"q": 0.5}, "federation_options.q", r"known: \['p', 'p_by_population'\]"),
+    assert config.federation_options == {"p": 0.9, "p_by_population": None, "cycle": 0.0, "period": 24,
+                                         "phase_by_population": None, "trace": None, "drop": "before"}  # recorded
+    for bad, field, says in (({"q": 0.5}, "federation_options.q", r"known: \['cycle', 'drop', 'p', 'p_by_population'"),
                              ({"pp": 0.5}, "federation_options.pp", "did you mean 'p'"),
                              ({"p": 0.0}, "federation_options.p", r"must be a finite number in \(0, 1\]"),
                              ({"p": "half"}, "federation_options.p", "must be"),
@@ -53,7 +54,7 @@ def test_built_in_models_and_their_options():
     with pytest.raises(ConfigError, match="3 populations") as caught:
         small(federation="availability", federation_options={"p_by_population": [0.5, 0.9]})
     assert caught.value.field == "federation_options.p_by_population"
-    with pytest.raises(ConfigError, match="only the availability federation model takes it") as caught:
+    with pytest.raises(ConfigError, match="only the availability and realistic federation models take it") as caught:
         RunConfig("ldp-sgd", federation_options={"p": 0.5})
     assert caught.value.field == "federation_options.p"
     with pytest.raises(ConfigError, match="did you mean 'availability'") as caught:
@@ -63,13 +64,12 @@ def test_built_in_models_and_their_options():
     assert config.replace(federation="ideal").federation_options == {}
 
 
-def test_trust_models_that_count_on_whole_rounds_refuse_late_messages():
-    # shuffle and secagg count a round's absent users (tests/test_trust_federation.py), not its late messages
-    for trust in ("shuffle", "secagg"):
-        with pytest.raises(ConfigError, match=f"under the {trust} trust model: its messages can arrive rounds late") \
-                as caught:
-            RunConfig("ldp-sgd", users=2000, round_size=200, trust=trust, federation="latency")
-        assert caught.value.field == "federation"
+def test_trust_models_that_count_on_whole_rounds_plan_on_the_senders():
+    # shuffle plans on every user by default: a round with fewer senders is refused, naming the option to lower
+    with pytest.raises(ConfigError, match="below the 200 the batch is planned on") as caught:
+        RunConfig("ldp-sgd", users=2000, round_size=200, trust="shuffle", federation="availability") and run_local(
+            RunConfig("ldp-sgd", users=2000, round_size=200, trust="shuffle", federation="availability"))
+    assert caught.value.field == "trust_options.min_participants"
     # local and central: the per-user guarantee does not depend on who else is in a round
     for trust in ("local", "central"):
         assert run_local(small(trust=trust, federation="availability")).summary["total_users_served"] < 600

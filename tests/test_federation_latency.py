@@ -116,6 +116,8 @@ def test_ray_engine_gives_the_same_bits(ray_session):
     assert local.table["late_folded"].sum() > 0
     for mode in ("pre-aggregated", "per-user"):
         assert_same(local, run_ray(config, actors=2, shards=2, mode=mode, placement="none"))
+    # Ray calls in the tree shape: the late sums come back through the group's leader
+    assert_same(local, run_ray(config, actors=4, shards=1, transport="ray", group_size=2, placement="none"))
 
 
 def test_an_algorithm_that_reads_sums_through_the_rounds_model_is_refused():

@@ -9,13 +9,12 @@ import numpy as np
 import pandas as pd
 
 from ldpfed.algorithms import make_algorithm
-from ldpfed.trust.shuffling import anonymous_aggregate, check_groups, share_bounds, share_senders, shuffle_share
+from ldpfed.trust.shuffling import anonymous_aggregate, check_groups, share_bounds, shuffle_share
 from ldpfed.trust import trust_model
 from ldpfed.envs import make_env
 from ldpfed.federation.base import LOST
-# who takes part, written once at the federation models' floor (the trust models' accounting reads it too)
-from ldpfed.federation.rounds import (message_delays, on_time_users, population_edges, population_users,  # noqa: F401
-                                     round_senders, round_users)
+from ldpfed.federation.rounds import (message_delays, on_time_users, population_edges,  # noqa: F401
+                                     population_users, round_users)
 from ldpfed.util.jit import compile_seconds
 from ldpfed.util.rng import derive
 
@@ -38,6 +37,7 @@ class LateSum(NamedTuple):
     arrival: int
     users: np.ndarray
     sums: dict
+    sent: int | None = None     # the round the messages were made in (None: the round of the row that brings them)
 
 
 def population_round(federation, algo, env, model, seed: int, round_index: int, population: int,
@@ -51,7 +51,7 @@ def population_round(federation, algo, env, model, seed: int, round_index: int, 
     if delays is None:
         payload, regret, metrics = simulate_population(algo, world, model, seed, round_index, population, users,
                                                        pre_aggregate)
-        if federation is not None and federation.late:
+        if federation is not None and (federation.late or federation.loses):
             metrics = {**metrics, "users_late": 0, "users_lost": 0}
         return payload, regret, metrics, (), users
     messages, regret, metrics = simulate_population(algo, world, model, seed, round_index, population, users,
@@ -157,14 +157,13 @@ def add_sums(total: dict | None, part: dict) -> dict:
 
 # ---- the shuffle trust model (ldpfed.trust.shuffling): what populations, shufflers and the reference engine do
 def shuffler_pieces(payload: dict, users: np.ndarray, start: int, stop: int, shufflers: int) -> list[dict | None]:
-    """One population's messages (its sending users, in order) cut by shuffler share: one piece per shuffler (None:
-    none of the population's senders is in that share). Shares are cut on the round's positions
-    (ldpfed.trust.shuffling.share_senders)."""
-    users = np.asarray(users, dtype=np.int64)
+    """One population's messages (of its sending users, in user order) cut by shuffler share: one piece per shuffler
+    (None: none of the population's senders is in that share)."""
+    positions = np.asarray(users, dtype=np.int64) - start     # sorted; a gap where a user did not send
     pieces = []
     for s in range(shufflers):
         lo, hi = share_bounds(stop - start, s, shufflers)
-        a, b = np.searchsorted(users, [start + lo, start + hi])
+        a, b = np.searchsorted(positions, lo), np.searchsorted(positions, hi)
         pieces.append({key: value[a:b] for key, value in payload.items()} if a < b else None)
     return pieces
 
@@ -176,24 +175,25 @@ def join_pieces(pieces: list) -> dict:
 
 def shuffled_sums(algo, config, round_index: int, populations: list) -> dict:
     """The round's aggregate under the shuffle model, as the shuffler actors and shards of the Ray engine compute it:
-    populations = [(sending users, messages)] in population order; each shuffler's share permuted and cut into
-    chunks (ldpfed.trust.shuffling), each chunk aggregated without its users, the chunks added in (shuffler, chunk)
+    populations = [(users, messages)] in population order; each shuffler's share permuted and cut into chunks
+    (ldpfed.trust.shuffling), each chunk aggregated without its users, the chunks added in (shuffler, chunk)
     order."""
     if not populations:
         return {}
     start, stop = round_bounds(round_index, config.round_size, config.users)
     cut = [shuffler_pieces(messages, users, start, stop, config.shufflers) for users, messages in populations]
-    senders = np.concatenate([np.asarray(users, dtype=np.int64) for users, _ in populations])
     total = None
     for s in range(config.shufflers):
-        pieces = [pieces[s] for pieces in cut if pieces[s] is not None]
-        if not pieces:          # no one of this share sends (a federation model's absent users)
+        parts = [pieces[s] for pieces in cut if pieces[s] is not None]
+        if not parts:           # no one of this share sent (a federation model's dropouts)
             continue
-        share = join_pieces(pieces)
-        check_groups(algo, round_index, share_senders(senders, start, stop - start, s, config.shufflers), share)
+        share = join_pieces(parts)
+        lo, hi = share_bounds(stop - start, s, config.shufflers)
+        senders = np.concatenate([users for users, _ in populations])
+        check_groups(algo, round_index, senders[(senders >= start + lo) & (senders < start + hi)], share)
         for chunk in shuffle_share(config.seed, round_index, s, share):
             total = add_sums(total, anonymous_aggregate(algo, chunk))
-    return total or {}
+    return total
 
 
 def checkpoint_rounds(rounds: int, points: int = 2000) -> set[int]:

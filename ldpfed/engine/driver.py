@@ -28,6 +28,7 @@ class Backend:
     `close` once (ok: the run completed) returning the summary fields it adds."""
 
     name = "?"
+    late_messages = False     # the backend itself can bring messages in a later round (the Ray engine's deadline)
 
     def open(self, config, algo, env, first_round: int) -> None:
         pass
@@ -45,15 +46,21 @@ class InFlight:
     trusts no client) and folded after the round's own messages, in the order of their rounds and populations,
     the one order both engines fold them in. Kept in checkpoints, so a resumed run folds the same sums."""
 
+    KEEP_MODELS = 1024          # published models kept for late sums that name their round (deadline mode)
+
     def __init__(self, algo):
         self.algo = algo
         self.due: dict = {}     # arrival round -> [(round sent, population, users, sums, model published then)]
+        self.published: dict = {}
 
     def send(self, round_index: int, model, rows) -> None:
+        self.published[round_index] = model
+        self.published.pop(round_index - self.KEEP_MODELS, None)
         for row in sorted(rows, key=lambda row: row.population):
             for late in row.late:
-                self.due.setdefault(late.arrival, []).append((round_index, row.population, late.users, late.sums,
-                                                              model))
+                sent = round_index if late.sent is None else late.sent
+                self.due.setdefault(late.arrival, []).append((sent, row.population, late.users, late.sums,
+                                                              self.published.get(sent)))
 
     def fold(self, round_index: int, sums: dict | None) -> tuple[dict | None, int, int]:
         """(the round's sums with the late ones due now, users folded, users rejected)."""
@@ -106,7 +113,8 @@ def _drive(config, backend, progress, checkpointer):
     # a federation model whose rounds can lose users: its rounds' users served are counted (a metric), and a round
     # in which no one took part folds an empty aggregate (the ideal one never has either: today's tables, bit for bit)
     federation = federation_model(config)
-    partial = not federation.ideal
+    late_messages = federation.late or backend.late_messages     # the federation's delays, or a deadline's
+    partial = not federation.ideal or backend.late_messages
     in_flight = InFlight(algo)      # late messages, by the round they reach the server in
     first = 0
     if checkpointer is not None:
@@ -129,8 +137,9 @@ def _drive(config, backend, progress, checkpointer):
             regret, metrics, sending = combine_populations(rows)
             if partial:
                 metrics["users_served"] = sum(row.served for row in rows)
-                in_flight.send(r, model, rows)
-                sums, metrics["late_folded"], metrics["late_rejected"] = in_flight.fold(r, sums)
+                if late_messages:
+                    in_flight.send(r, model, rows)
+                    sums, metrics["late_folded"], metrics["late_rejected"] = in_flight.fold(r, sums)
                 if not sums:
                     sums = empty_aggregate(algo)
             done = None   # update may change the state in place: not consistent until the round is recorded
@@ -161,8 +170,9 @@ def _drive(config, backend, progress, checkpointer):
         # the users whose messages are in some round's aggregate: each once, in its own round or on arrival
         extra["users_in_aggregates"] = recorder.messages + int(sum(row.get("late_folded", 0)
                                                                          for row in recorder.metric_rows))
-        if federation.late:
-            extra["late_messages_never_folded"] = in_flight.waiting()
+        if late_messages:
+            # due after the last round: held by the coordinator, or still on their way (a deadline run's)
+            extra["late_messages_never_folded"] = in_flight.waiting() + extra.pop("late_messages_undelivered", 0)
     if first:
         extra["resumed_from_round"] = first
     if checkpointer is not None:

@@ -251,13 +251,16 @@ class ShardActor(ServesRounds):
     def publish(self, round_index: int, model) -> None:
         self.core.publish(round_index, model)
 
-    def fold_round(self, round_index: int, *batches, model=None, grouped: bool = False):
+    def fold_round(self, round_index: int, *batches, model=None, grouped: bool = False, senders=None):
         """Fold one round's batches (one per population actor) and close it: (totals, accepted, rejected). model:
         what the server published for the round, when the message domains check public choices against it.
         grouped: each batch is a ref to a list of object refs (a group's, in actor order; `PopulationActor.run_group`),
         fetched here from the actors, so the batches are the same and in the same order as with one per actor."""
         if grouped:
             batches = ray.get([ref for refs in ray.get(list(batches)) for ref in refs])
+        if senders is not None:     # deadline mode: the populations whose messages made the round
+            with self.lock:
+                self.core.expect(round_index, senders)
         return self._fold_round(round_index, batches, model)
 
     def _fold_round(self, round_index: int, batches, model):
@@ -305,6 +308,14 @@ class ShardActor(ServesRounds):
 
         return self._serve(key, serve)
 
+
+
+@ray.remote(num_cpus=0)
+def deliver(seconds: float, refs: list) -> list:
+    """A straggler's network (deadline mode's injected delay): hands `refs` (a population actor's objects for the
+    shards, not fetched) on after `seconds`."""
+    time.sleep(seconds)
+    return refs
 
 
 RemotePopulation = ray.remote(PopulationActor)

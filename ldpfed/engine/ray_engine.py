@@ -39,9 +39,11 @@ this module composes them into `RayBackend` and `run_ray`, and hands their names
 from __future__ import annotations
 
 import collections
+import json
 import math
 import time
 import warnings
+from pathlib import Path
 
 import ray
 
@@ -50,10 +52,11 @@ from ldpfed.engine.driver import Backend, drive
 from ldpfed.engine.ray_actors import (PopulationActor, RemotePopulation, RemoteShard, RemoteShuffler,  # noqa: F401
                                       ServesRounds, ShardActor, ShufflerActor)
 from ldpfed.engine.ray_faults import FAULTS, RoundTimeout, RunFault  # noqa: F401
-from ldpfed.engine.ray_options import TRANSPORTS, RayOptions, check_mode, check_transport  # noqa: F401
+from ldpfed.engine.ray_options import TRANSPORTS, RayOptions, check_deadline, check_mode, check_transport  # noqa: F401
 from ldpfed.engine.ray_placement import IDLE_ACTORS, Crew, IdleActors, cluster_nodes, moves_onto, node_for  # noqa: F401
 from ldpfed.engine.ray_recovery import Recovery
 from ldpfed.engine.ray_rounds import (INLINE_MODEL_BYTES, TREE_FROM_ACTORS, Channels, ChannelsUnavailable,  # noqa: F401
+                                      DeadlineCalls,
                                       RayCalls, Shape, auto_group_size, tree_group_size)
 from ldpfed.engine.ray_rounds import model_bytes as _model_bytes  # noqa: F401
 from ldpfed.engine.ray_session import LOOPBACK_NODE_IP, ensure_ray  # noqa: F401
@@ -140,6 +143,7 @@ class RayBackend(Backend):
         self.known_nodes: set = set()     # the nodes the run has seen (a node not in it has joined since)
         self.next_look = 0.0
         self.round_times = collections.deque(maxlen=20)
+        self.late_messages = opts.deadline_s is not None
 
     def counts(self) -> dict:
         """How many actors of each kind this run has."""
@@ -174,8 +178,13 @@ class RayBackend(Backend):
                       self.plan.active_shards(),
                       # the shards get each round's model when a message domain checks a public choice against it
                       any(getattr(d, "published", None) for d in algo.cached_domains().values()))
-        self.rounds = (Channels(self.crew.handles, shape, asked=opts.transport == "direct")
-                       if self.transport == "direct" else RayCalls(self.crew.handles, shape))
+        if opts.deadline_s is not None:
+            check_deadline(config, opts)
+            self.transport = "ray"
+            self.rounds = DeadlineCalls(self.crew.handles, shape, opts, config)
+        else:
+            self.rounds = (Channels(self.crew.handles, shape, asked=opts.transport == "direct")
+                           if self.transport == "direct" else RayCalls(self.crew.handles, shape))
         populations = [[p for p in range(config.populations) if p % self.actors == a] for a in range(self.actors)]
         self.crew.open(config, self.plan, populations, self.shufflers)
         keys = self.crew.keys()
@@ -228,6 +237,23 @@ class RayBackend(Backend):
                           f"the run goes on with Ray calls (transport 'ray')", RuntimeWarning, stacklevel=2)
             return self.rounds.run(model, r, start, stop, deadline)
 
+    def _deadline_record(self) -> dict:
+        """Deadline mode: the record of the population rounds that missed their round (written to
+        options.deadline_record as JSON when given), and its counts for the summary."""
+        self.rounds.finish()
+        record = sorted(self.rounds.record, key=lambda e: (e["round"], e["population"]))
+        if self.options.deadline_record:
+            path = Path(self.options.deadline_record)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"format": "ldpfed-deadline-record-1", "deadline_s": self.options.deadline_s,
+                                        "late": self.options.late, "late_population_rounds": record}, indent=1))
+        return {"deadline_s": self.options.deadline_s, "deadline_late": self.options.late,
+                "deadline_late_population_rounds": sum(e["arrival"] is not None for e in record),
+                "deadline_lost_population_rounds": sum(e["arrival"] is None for e in record),
+                "late_messages_undelivered": sum(len(self.plan.users_of(e["round"], e["population"])) for e in record
+                                                 if e["arrival"] == self.config.rounds),
+                "deadline_record": record}
+
     # ---- nodes that join -------------------------------------------------------------------------
     def _rebalance(self, r: int) -> None:
         """Move population actors onto the nodes that joined since the last look (see rebalance_every; which ones:
@@ -256,7 +282,8 @@ class RayBackend(Backend):
     def close(self, ok):
         if self.rounds is not None:
             self.rounds.close()
-        extra = {
+        deadline = self._deadline_record() if isinstance(self.rounds, DeadlineCalls) else {}
+        extra = {**deadline,
             "actors": self.actors, "shards": self.shards, "shufflers": self.shufflers, "mode": self.mode,
             "transport": self.transport, "transport_fallback": self.transport_fallback,
             "max_in_flight": self.max_in_flight, "groups": len(self.rounds.shape.groups) if self.rounds else 0,

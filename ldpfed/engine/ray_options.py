@@ -61,6 +61,9 @@ def _check_cpus(name, value) -> float | None:
     return float(value)
 
 
+LATE = ("fold", "drop")       # deadline mode: what happens to a population's messages that miss their round
+
+
 @dataclass(frozen=True)
 class RayOptions:
     """Everything a Ray run is asked for besides its config (RayBackend's doc says what each one does). Made once,
@@ -85,6 +88,14 @@ class RayOptions:
     shard_cpus: float | None = None
     placement: str = "spread"
     placement_timeout: float | None = None
+    # deadline mode (RayBackend): a round closes deadline_s seconds after it is sent; a population's messages not
+    # in by then are folded into the round they arrive in ("fold") or lost ("drop"). Stragglers for the systems
+    # question: straggle_share of the population actors (seeded) delay each round's messages by straggle_s.
+    deadline_s: float | None = None
+    late: str = "fold"
+    straggle_share: float = 0.0
+    straggle_s: float = 0.0
+    deadline_record: str | None = None    # where the record of late population rounds is written (JSON)
 
     def __post_init__(self):
         def put(name, value):     # a frozen dataclass normalizes its own fields here only
@@ -120,6 +131,20 @@ class RayOptions:
         if self.placement == "none" and (self.actor_cpus is not None or self.shard_cpus is not None):
             raise ConfigError("placement", self.placement, "reserves no CPUs: leave actor_cpus and shard_cpus unset")
         _check_seconds("placement_timeout", self.placement_timeout)       # None: as long as it takes
+        _check_seconds("deadline_s", self.deadline_s)
+        if self.late not in LATE:
+            raise ConfigError("late", self.late, f"choose from {list(LATE)}")
+        if not (isinstance(self.straggle_share, (int, float)) and 0 <= self.straggle_share <= 1):
+            raise ConfigError("straggle_share", self.straggle_share, "must be a fraction in [0, 1]")
+        _check_seconds("straggle_s", self.straggle_s, zero=True)
+        put("straggle_share", float(self.straggle_share))
+        put("straggle_s", float(self.straggle_s))
+        if self.deadline_s is not None:
+            put("deadline_s", float(self.deadline_s))
+            if self.mode != "pre-aggregated" or self.transport == "direct" or self.tree:
+                raise ConfigError("deadline_s", self.deadline_s, "deadline mode runs pre-aggregated flat rounds over "
+                                                                 "Ray calls: --mode pre-aggregated, --transport ray, "
+                                                                 "group_size 1")
 
     @property
     def tree(self) -> bool:
@@ -133,6 +158,23 @@ def check_mode(config, mode: str) -> None:
     if shuffles and mode != "per-user":
         raise ConfigError("mode", mode, "the shuffle trust model runs in per-user mode: its shuffler actors mix the "
                                         "users' messages, which a population's sum would bypass; use --mode per-user")
+
+
+def check_deadline(config, options) -> None:
+    """ConfigError naming deadline_s when the run cannot close its rounds at a deadline (before Ray starts)."""
+    if options.deadline_s is None:
+        return
+    from ldpfed.federation import federation_model
+
+    where = trust_model(config)
+    if where.shuffles or where.noise_at == "shares":
+        raise ConfigError("deadline_s", options.deadline_s, f"the {config.trust} trust model accounts on a round's "
+                                                            f"whole batch or sum: a round closed without its late "
+                                                            f"populations breaks it; run it without a deadline")
+    if federation_model(config).late:
+        raise ConfigError("deadline_s", options.deadline_s, f"the {config.federation} federation model delays "
+                                                            f"messages itself; a deadline run replays under it only "
+                                                            f"through its record (--federation replay)")
 
 
 def check_transport(config, transport: str) -> None:

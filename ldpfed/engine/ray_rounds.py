@@ -276,3 +276,106 @@ class Channels(Rounds):
             populations, shards = self.channels
             close_all(populations + list(shards.values()))
             self.channels = None
+
+
+class DeadlineCalls(RayCalls):
+    """Ray calls whose rounds close at a wall-clock deadline (RayOptions.deadline_s; pre-aggregated, flat).
+
+    Each population actor simulates its populations and returns their rows (regret, counters: the simulation's
+    bookkeeping, never the server's) at once; its messages for the shards go through its network, `deliver`, which
+    hands them on after the actor's injected delay (stragglers: `straggle_share` of the actors, chosen from the run's
+    seed, `straggle_s` seconds). The coordinator waits `deadline_s` from sending the round, then closes it with the
+    actors whose messages are in: the shards fold those populations only (`ShardCore.expect`). A late actor's
+    messages are lost ("drop") or, when they come in, given to the coordinator as LateSums of the round they arrive
+    in ("fold"; the population's sums from its per-shard slices, with their users), which `InFlight` checks and
+    folds as it does the seeded latency's. `record` says which population rounds missed their round and where they
+    went: the `replay` federation model turns it into the same delays on any engine."""
+
+    def __init__(self, handles: dict, shape: Shape, options, config):
+        super().__init__(handles, shape)
+        self.deadline_s, self.late = options.deadline_s, options.late
+        slow = int(round(options.straggle_share * shape.actors))
+        order = np.random.default_rng([int(config.seed), 14]).permutation(shape.actors)
+        self.slow = {int(a): options.straggle_s for a in order[:slow]}
+        self.rounds_total = config.rounds
+        self.populations = [[p for p in range(config.populations) if p % shape.actors == a]
+                            for a in range(shape.actors)]
+        self.waiting: list = []       # (round sent, actor, its objects' delivery ref)
+        self.arrived: list = []       # this round's arrivals: LateSum rows, made by run
+        self.record: list = []        # {"round", "population", "arrival"} (arrival None: lost)
+
+    def run(self, model, r, start, stop, deadline):
+        from ldpfed.engine.core import LateSum, PopulationRow
+        from ldpfed.engine.ray_actors import deliver
+
+        shape, plan = self.shape, self.shape.plan
+        shards = shape.shards
+        model_ref = model if model_bytes(model) <= INLINE_MODEL_BYTES else ray.put(model)
+        metric_refs, delivered = [], []
+        for a in range(shape.actors):
+            refs = self.handles[("population", a)].run_round.options(num_returns=shards + 1).remote(
+                model_ref, r, start, stop)
+            metric_refs.append(refs[shards])
+            objects = list(refs[:shards])
+            delay = self.slow.get(a, 0.0)
+            delivered.append(deliver.remote(delay, objects) if delay > 0 else objects)
+        sent = time.perf_counter()
+        self.in_flight = list(metric_refs)
+        rows = [row for batch in gather(metric_refs, deadline, r) for row in batch]
+        tasks = [d for d in delivered if isinstance(d, ray.ObjectRef)]
+        close_at = min(deadline, sent + self.deadline_s)
+        ready = set(ray.wait(tasks, num_returns=len(tasks), timeout=left(close_at))[0]) if tasks else set()
+        sending, on_time, late_pops = [[] for _ in range(shards)], [], set()
+        for a, d in enumerate(delivered):
+            if isinstance(d, ray.ObjectRef) and d not in ready:
+                late_pops.update(self.populations[a])
+                if self.late == "fold":
+                    self.waiting.append((r, a, d))
+                else:
+                    self.record += [{"round": r, "population": p, "arrival": None} for p in self.populations[a]
+                                    if len(plan.users_of(r, p))]
+                continue
+            objects = ray.get(d) if isinstance(d, ray.ObjectRef) else d
+            for s in range(shards):
+                sending[s].append(objects[s])
+            on_time += self.populations[a]
+        # earlier rounds' late messages that are in by now arrive in this round
+        arrivals, still = [], []
+        for item in self.waiting:
+            if item[0] < r and ray.wait([item[2]], timeout=0)[0]:
+                arrivals.append(item)
+            else:
+                still.append(item)
+        self.waiting = still
+        published = model_ref if shape.check_model else None
+        round_refs = {s: self.handles[("shard", s)].fold_round.remote(r, *sending[s], model=published,
+                                                                       senders=sorted(on_time))
+                      for s in shape.active}
+        self.fold_calls += len(round_refs)
+        values = gather(list(round_refs.values()), deadline, r)
+        aggregate, _ = shape.assemble(r, dict(zip(round_refs, values)), [])
+        patched = []
+        for row in rows:                 # the counters a federation model with delays gives its rows
+            late = row.population in late_pops
+            counts = {"users_late": row.served if late and self.late == "fold" else 0,
+                      "users_lost": row.served if late and self.late == "drop" else 0}
+            patched.append(row._replace(metrics={**row.metrics, **counts}, sending=0 if late else row.sending))
+        for sent_round, a, ref in arrivals:
+            objects = ray.get(ray.get(ref))
+            for p in self.populations[a]:
+                users = plan.users_of(sent_round, p)
+                if not len(users):
+                    continue
+                parts = [next((m[3] for m in objects[s] if m[2] == p), {}) for s in range(shards)]
+                sums = plan.assemble(parts)
+                patched.append(PopulationRow(p, 0.0, {}, 0, 0, (LateSum(r, users, sums, sent_round),)))
+                self.record.append({"round": sent_round, "population": p, "arrival": r})
+        self.in_flight = []
+        return aggregate, patched
+
+    def finish(self) -> None:
+        """The run is over: what is still on its way never arrives in a round of the run."""
+        for sent_round, a, _ in self.waiting:
+            self.record += [{"round": sent_round, "population": p, "arrival": self.rounds_total}
+                            for p in self.populations[a] if len(self.shape.plan.users_of(sent_round, p))]
+        self.waiting = []

@@ -59,9 +59,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ldpfed.trust.shuffling import anonymous_aggregate, chunk_bounds, chunks_of_shard, share_bounds, share_senders
+from ldpfed.trust.shuffling import anonymous_aggregate, chunk_bounds, chunks_of_shard, share_bounds
 from ldpfed.trust import trust_model
-from ldpfed.engine.core import add_sums, on_time_users, round_bounds, round_senders, sample_messages
+from ldpfed.engine.core import add_sums, on_time_users, round_bounds, sample_messages
+from ldpfed.federation.rounds import round_senders
 from ldpfed.federation import federation_model
 from ldpfed.mechanisms.domains import symmetric_reason
 
@@ -154,22 +155,23 @@ class ShardPlan:
 
     # ---- shuffled layout (ldpfed.trust.shuffling) -------------------------------------------------------
     def share_users(self, round_index: int, shuffler: int) -> np.ndarray:
-        """The users shuffler `shuffler` mixes in round `round_index` (public), in user order: the senders at its
-        share's positions (under a federation model whose rounds lose users, fewer than the share's positions)."""
+        """The users shuffler `shuffler` mixes in round `round_index` (public), in user order: the round's users in
+        its share of positions, those who send in the round under the federation model."""
         start, stop = self.round_bounds(round_index)
+        lo, hi = share_bounds(stop - start, shuffler, self.shufflers)
         if self.federation is None or self.federation.ideal:
-            lo, hi = share_bounds(stop - start, shuffler, self.shufflers)
             return np.arange(start + lo, start + hi)
-        senders = round_senders(self.federation, round_index, start, stop, self.populations)
-        return share_senders(senders, start, stop - start, shuffler, self.shufflers)
+        cached = self.__dict__.get("_senders")      # asked for per chunk: drawn once per round
+        if cached is None or cached[0] != round_index:
+            cached = (round_index, round_senders(self.federation, round_index, start, stop, self.populations))
+            object.__setattr__(self, "_senders", cached)
+        senders = cached[1]
+        return senders[(senders >= start + lo) & (senders < start + hi)]
 
     def chunks_of(self, round_index: int, shard: int) -> list[tuple[int, int]]:
         """The (shuffler, chunk) keys shard `shard` receives in round `round_index`, in fold order."""
-        start, stop = self.round_bounds(round_index)
-        sizes = None
-        if self.federation is not None and not self.federation.ideal:
-            sizes = [len(self.share_users(round_index, s)) for s in range(self.shufflers)]
-        return chunks_of_shard(stop - start, self.shufflers, self.shards, shard, sizes)
+        sizes = [len(self.share_users(round_index, s)) for s in range(self.shufflers)]
+        return chunks_of_shard(sizes, self.shards, shard)
 
     def senders_of(self, round_index: int, shard: int) -> list:
         """What shard `shard` must receive to close round `round_index`: (shuffler, chunk) keys (shuffled layout)
@@ -386,6 +388,7 @@ class ShardCore:
         self.next_round = first_round  # rounds below are closed (a recreated or resumed shard starts later)
         self.rounds: dict[int, _Round] = {}
         self.models: dict = {}        # round -> the model the server published for it (public schedules)
+        self.closing: dict = {}       # round -> the populations the coordinator closes it with (deadline mode)
         self.accepted = 0             # (population, round) messages folded
         self.user_messages = 0        # users those messages carried
         self.rejected = 0
@@ -451,7 +454,8 @@ class ShardCore:
             sender = int(sender)
             users = plan.users_of(round_index, sender)
             size = len(users)
-            if size == 0 or not plan.sends_to(sender, self.shard):
+            if size == 0 or not plan.sends_to(sender, self.shard) or (
+                    round_index in self.closing and sender not in self.closing[round_index]):
                 return "unknown population"
         state = self.rounds.get(round_index)
         if state is not None and sender in state.seen:
@@ -499,7 +503,7 @@ class ShardCore:
             return "total would overflow"     # checked before adding: a running total stays finite
         # Accepted: only now does the state change.
         if state is None:
-            state = self.rounds[round_index] = _Round(plan.senders_of(round_index, self.shard))
+            state = self.rounds[round_index] = _Round(self._senders(round_index))
         state.seen.add(sender)
         state.pending[sender] = part
         self.accepted += 1
@@ -568,11 +572,22 @@ class ShardCore:
         return None
 
     # ---- closing a round --------------------------------------------------------------------------
+    def expect(self, round_index: int, populations) -> None:
+        """Close round `round_index` with these populations only (deadline mode: the others missed it); a message
+        of any other population for that round is then rejected, as one of a population with no users."""
+        self.closing[round_index] = [p for p in self.plan.senders_of(round_index, self.shard) if p in set(populations)]
+
+    def _senders(self, round_index: int) -> list:
+        if round_index in self.closing:
+            return self.closing[round_index]
+        return self.plan.senders_of(round_index, self.shard)
+
     def collect(self, round_index: int) -> dict:
         """The totals of a complete round ({field: flat segment}); closes it. Rounds close in order."""
         if round_index != self.next_round:
             raise RuntimeError(f"shard {self.shard}: collect({round_index}) but round {self.next_round} is next")
-        expected = self.plan.senders_of(round_index, self.shard)
+        expected = self._senders(round_index)
+        self.closing.pop(round_index, None)
         self.models.pop(round_index, None)
         if not expected:
             self.next_round += 1

@@ -6,6 +6,7 @@ Regret is a simulation metric: it never travels to the server.
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -109,6 +110,7 @@ class Env:
     multi: bool = False  # contexts (n, d) with one parameter per arm, instead of (n, K, d)
     reward_bound: float = 1.0  # a public bound |r| <= c_r that clients clip to before privatizing
     link: str | None = None    # GLM link, where the world has one
+    varies: str = ""           # what `varied` changes in a population's world ("": the env does not say: no `varied`)
 
     def __init_subclass__(cls, **kwargs):
         """`defaults` from the class's own `options` (each Option's default must pass its own check); for a class
@@ -189,6 +191,23 @@ class Env:
         """The contexts as the compiled steps take them: a (n, 0) array when the world has none."""
         return np.zeros((n, 0)) if contexts is None else contexts
 
+    def varied(self, spread: float, rng: np.random.Generator) -> "Env":
+        """A world drawn around this one, for a population of its own (the heterogeneous federation model): the same
+        public world (dimension, arms, bounds), its truth moved by `spread` (0: this very world, no draw). An env
+        says what moves in `varies` and does it in `_vary` on a copy; NotImplementedError when it says nothing."""
+        if not self.varies:
+            raise NotImplementedError(f"env {self.name} does not say how its world varies (Env.varied)")
+        if spread == 0:
+            return self
+        world = copy.copy(self)
+        world.__dict__.pop("_steps", None)      # a cached compiled step holds the old truth
+        world._vary(float(spread), rng)
+        return world
+
+    def _vary(self, spread: float, rng: np.random.Generator) -> None:
+        """Replace (never modify in place: the arrays are shared with the run's world) the truth of this copy."""
+        raise NotImplementedError
+
     def estimation_error(self, estimate) -> float | None:
         """Distance of an algorithm's parameter estimate from the truth, where defined."""
         return None
@@ -220,6 +239,17 @@ def unit_sphere(rng: np.random.Generator, shape, d: int) -> np.ndarray:
     """Uniform draws on the unit sphere of R^d, shape (*shape, d)."""
     x = rng.standard_normal((*np.atleast_1d(shape), d))
     return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def turned(vectors: np.ndarray, spread: float, rng: np.random.Generator) -> np.ndarray:
+    """Each row (or the vector) moved by about `spread` of its norm in a uniformly random direction, its norm kept:
+    v' = |v| (v/|v| + spread g/sqrt(d)) / |...|, g standard normal. A world's parameter turned, its bounds unchanged."""
+    vectors = np.asarray(vectors, dtype=float)
+    d = vectors.shape[-1]
+    norms = np.linalg.norm(vectors, axis=-1, keepdims=True)
+    unit = np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
+    moved = unit + spread * rng.standard_normal(vectors.shape) / np.sqrt(d)
+    return norms * moved / np.linalg.norm(moved, axis=-1, keepdims=True)
 
 
 def check_env_class(cls, where: str) -> None:

@@ -28,7 +28,7 @@ from dataclasses import replace
 import numpy as np
 from numba import njit
 
-from ldpfed.envs.base import Env, EnvSteps, nonneg_float, unit_sphere
+from ldpfed.envs.base import Env, EnvSteps, nonneg_float, turned, unit_sphere
 from ldpfed.util.errors import ConfigError, integer
 from ldpfed.util.options import Option
 
@@ -42,6 +42,10 @@ def uniform_ball(rng: np.random.Generator, n: int, d: int, radius: float = 1.0) 
 class ConvexBall(Env):
     """Bandit convex optimization on a ball: user t's loss s ||x - c_t||^2, one or two points per user (seed 002)."""
     name = "convex"
+    varies = "the minimiser x*, turned, its norm kept (so the loss's public scale and bounds are the same)"
+
+    def _vary(self, spread, rng):
+        self.x_star = turned(self.x_star, spread, rng)
     options = {
         "d": Option(2, kind="int", low=1, doc="dimension of the decision set"),
         "radius": Option(1.0, low=0, low_open=True, doc="R: the decision set is the ball of radius R"),

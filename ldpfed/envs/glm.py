@@ -18,7 +18,7 @@ from dataclasses import replace
 import numpy as np
 from numba import njit
 
-from ldpfed.envs.base import Env, EnvSteps, nonneg_float, unit_sphere
+from ldpfed.envs.base import Env, EnvSteps, nonneg_float, turned, unit_sphere
 from ldpfed.envs.links import mean_function
 from ldpfed.envs.sphere import sphere_points
 from ldpfed.util.errors import integer
@@ -41,6 +41,7 @@ def glm_options(d: int, K: int) -> dict:
 class GLMContextual(Env):
     link = "identity"
     options = glm_options(2, 10)
+    varies = "theta (each arm's in a multi-parameter world), turned, its unit norm kept"
 
     def __init__(self, rng, users, **params):
         super().__init__(rng, users, **params)
@@ -72,6 +73,9 @@ class GLMContextual(Env):
             return self.mu(contexts @ self.theta.T)
         n, K, d = contexts.shape   # one (n K, d) @ (d,) product (numpy's (n, K, d) @ (d,) loops over n)
         return self.mu((contexts.reshape(n * K, d) @ self.theta).reshape(n, K))
+
+    def _vary(self, spread, rng):
+        self.theta = turned(self.theta, spread, rng)
 
     def compiled(self):
         # the inherited batched step runs this for every user (one copy of the step: ldpfed.envs.base.EnvSteps)

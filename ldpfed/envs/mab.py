@@ -34,6 +34,11 @@ class PiecewiseBernoulli(Env):
     """
     name = "piecewise-bernoulli"
     options = mab_options(5, 4)
+    varies = "every segment's arm means, each moved by spread x N(0, 1), clipped to [0, 1]"
+
+    def _vary(self, spread, rng):
+        self.segment_means = np.clip(self.segment_means + spread * rng.standard_normal(self.segment_means.shape),
+                                     0.0, 1.0)
 
     @classmethod
     def cross_check(cls, params, users):

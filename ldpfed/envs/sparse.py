@@ -20,7 +20,7 @@ from dataclasses import replace
 import numpy as np
 from numba import njit
 
-from ldpfed.envs.base import Env, EnvSteps, nonneg_float
+from ldpfed.envs.base import Env, EnvSteps, nonneg_float, turned
 from ldpfed.envs.glm import IDENTITY, _single_step
 from ldpfed.util.errors import ConfigError, integer
 from ldpfed.util.options import Option
@@ -63,6 +63,10 @@ class ArmPool(_LinearSingle):
     uniformly from the pool (the lambda_0 of seed 001's Assumption 1; the pool is public item data).
     """
     name = "arm-pool"
+    varies = "theta, turned, its unit norm kept (the arm pool is the same)"
+
+    def _vary(self, spread, rng):
+        self.theta = turned(self.theta, spread, rng)
     options = {
         "d": Option(25, kind="int", low=1, doc="feature dimension"),
         "K": Option(10, kind="int", low=2, doc="arms shown to each user (at most pool)"),
@@ -133,6 +137,12 @@ class SparseLinear(_LinearSingle):
     E[x x^T] = I/3, `sparsity` = s0; `support` is the ground truth (for tests, not for algorithms).
     """
     name = "sparse-linear"
+    varies = "theta's values on its support, turned, its unit norm kept (the support, so the sparsity, is the same)"
+
+    def _vary(self, spread, rng):
+        theta = np.zeros(self.d)
+        theta[self.support] = turned(self.theta[self.support], spread, rng)
+        self.theta = theta
     options = {
         "d": Option(1000, kind="int", low=1, doc="dimension (d >> s0)"),
         "s0": Option(5, kind="int", low=1, doc="sparsity of theta* (public: seed 003 assumes it known); at most d"),

@@ -1,30 +1,110 @@
-"""Availability: each user of a round answers with a probability, per population; the others are offline for that
-round (they neither act nor send: ldpfed.federation.base). The draws come from the run's seed, one Generator per
-(population, round) (purpose "federation"), so every engine, a retried round and a resumed run see the same users."""
+"""Availability: each user of a round answers with a probability, per population, possibly following a daily cycle
+over the rounds or a trace of real participation; the others drop out of the round: before it (offline: they
+neither act nor send, ldpfed.federation.base) or after acting (their message never reaches the server). The draws
+come from the run's seed, one Generator per (population, round) (purpose "federation"), so every engine, a retried
+round and a resumed run see the same users.
+
+The probability of round r in population k: p_k (p, or p_by_population[k]); with a cycle,
+p_k * (1 + cycle * sin(2 pi (r + phase_k) / period)) clipped to [0, 1]; with a trace, the trace's p for (r, k), the
+trace's rounds repeating when the run has more."""
 from __future__ import annotations
 
+import hashlib
 import numbers
+from pathlib import Path
 
 import numpy as np
 
-from ldpfed.federation.base import Federation
+from ldpfed.federation.base import LOST, Federation
 from ldpfed.util.errors import ConfigError
 from ldpfed.util.options import Option
-from ldpfed.util.rng import derive
+
+DROPS = ("before", "after")
+
+
+def _numbers(value, field, what, low, high, low_open=False):
+    """A list of numbers in [low, high] (or (low, high]), else ConfigError naming the field."""
+    if not isinstance(value, (list, tuple)) or not value or not all(
+            isinstance(v, numbers.Real) and not isinstance(v, bool) and (low < v if low_open else low <= v) and v <= high
+            for v in value):
+        raise ConfigError(field, value, f"must be a list of {what}, one per population")
+    return [float(v) for v in value]
+
+
+def read_trace(path, populations: int) -> tuple[np.ndarray, str]:
+    """(per-round probabilities, shape (rounds, populations); the file's SHA-256) from a CSV or Parquet trace with
+    columns `round` and `p` and optionally `population` (one row per round and population); ConfigError naming
+    federation_options.trace for whatever is wrong."""
+    import pandas as pd
+
+    field = "federation_options.trace"
+    file = Path(str(path))
+    if not file.is_file():
+        raise ConfigError(field, str(path), "no such file")
+    try:
+        table = pd.read_parquet(file) if file.suffix.lower() in (".parquet", ".pq") else pd.read_csv(file)
+    except Exception as error:
+        raise ConfigError(field, str(path), f"unreadable as {'Parquet' if file.suffix == '.parquet' else 'CSV'}: "
+                                            f"{error}") from None
+    missing = {"round", "p"} - set(table.columns)
+    if missing:
+        raise ConfigError(field, str(path), f"lacks the column(s) {sorted(missing)} (it needs round and p, and "
+                                            f"optionally population)")
+    p = pd.to_numeric(table["p"], errors="coerce").to_numpy(dtype=float)
+    if not (np.isfinite(p) & (p >= 0) & (p <= 1)).all():
+        raise ConfigError(field, str(path), "has a p outside [0, 1] (or not a number)")
+    rounds = pd.to_numeric(table["round"], errors="coerce").to_numpy(dtype=float)
+    if not (np.isfinite(rounds) & (rounds >= 0) & (rounds == np.round(rounds))).all():
+        raise ConfigError(field, str(path), "has a round that is not an integer >= 0")
+    rounds = rounds.astype(np.int64)
+    if "population" in table.columns:
+        pops = pd.to_numeric(table["population"], errors="coerce").to_numpy(dtype=float)
+        if not (np.isfinite(pops) & (pops >= 0) & (pops < populations) & (pops == np.round(pops))).all():
+            raise ConfigError(field, str(path), f"has a population outside 0..{populations - 1}")
+        pops = pops.astype(np.int64)
+    else:
+        pops = None
+    length = int(rounds.max()) + 1 if len(rounds) else 0
+    if length == 0:
+        raise ConfigError(field, str(path), "has no rows")
+    grid = np.full((length, populations), np.nan)
+    if pops is None:
+        grid[rounds, :] = p[:, None]
+    else:
+        grid[rounds, pops] = p
+    holes = np.argwhere(np.isnan(grid))
+    if len(holes):
+        r, k = holes[0]
+        raise ConfigError(field, str(path), f"has no p for round {r}" + (f", population {k}" if pops is not None
+                                                                           else "") + " (every round from 0 to the "
+                                                                                      "last needs one)")
+    return grid, hashlib.sha256(file.read_bytes()).hexdigest()
 
 
 class Availability(Federation):
-    """Each user of a round answers with probability p (per population with p_by_population), independently."""
+    """Each user of a round answers with its population's probability of the round; the others drop out."""
 
     name = "availability"
-    about = ("each user of a round answers with probability p (per population: p_by_population); the others are "
-             "offline for the round: they neither act nor send")
+    about = ("each user of a round answers with probability p (per population: p_by_population; over the rounds: a "
+             "daily cycle or a trace file); the others drop out, before acting or after (their message lost)")
     options = {
         "p": Option(0.9, low=0, high=1, low_open=True,
                     doc="the probability that a user of a round is available (answers)"),
         "p_by_population": Option(None, kind="any",
-                                 doc="a list of one probability in (0, 1] per population, in population order "
-                                     "(overrides p); none: p for every population"),
+                                  doc="a list of one probability in (0, 1] per population, in population order "
+                                      "(overrides p); none: p for every population"),
+        "cycle": Option(0.0, low=0, high=1, high_open=True,
+                        doc="amplitude of a daily cycle: p x (1 + cycle sin(2 pi (round + phase) / period)), "
+                            "clipped to [0, 1]; 0: none"),
+        "period": Option(24, kind="int", low=2, doc="rounds per cycle (a day)"),
+        "phase_by_population": Option(None, kind="any",
+                                      doc="a list of one offset in rounds per population (time zones); none: 0"),
+        "trace": Option(None, kind="any",
+                        doc="a CSV or Parquet file of per-round participation: columns round, p and optionally "
+                            "population; its rounds repeat when the run has more; none: p (and the cycle)"),
+        "drop": Option("before", kind="choice", choices=DROPS,
+                       doc="where an unavailable user drops: before the round (it neither acts nor sends) or after "
+                           "acting (its message never reaches the server)"),
     }
 
     def __init__(self, seed=0, populations=1, options=None):
@@ -32,28 +112,76 @@ class Availability(Federation):
         per = self.options["p_by_population"]
         self.probabilities = (np.full(self.populations, self.options["p"]) if per is None
                               else np.asarray(per, dtype=float))
+        phase = self.options["phase_by_population"]
+        self.phases = np.zeros(self.populations) if phase is None else np.asarray(phase, dtype=float)
+        self.trace, self.trace_sha256 = (None, None) if self.options["trace"] is None else \
+            read_trace(self.options["trace"], self.populations)
 
     @classmethod
     def checked_options(cls, given) -> dict:
         options = super().checked_options(given)
-        per = options["p_by_population"]
-        if per is not None:
-            if not isinstance(per, (list, tuple)) or not per or not all(
-                    isinstance(v, numbers.Real) and not isinstance(v, bool) and 0 < v <= 1 for v in per):
-                raise ConfigError("federation_options.p_by_population", per,
-                                  "must be a list of numbers in (0, 1], one per population")
-            options["p_by_population"] = [float(v) for v in per]
+        if options["p_by_population"] is not None:
+            options["p_by_population"] = _numbers(options["p_by_population"], "federation_options.p_by_population",
+                                                  "numbers in (0, 1]", 0.0, 1.0, low_open=True)
+        if options["phase_by_population"] is not None:
+            options["phase_by_population"] = _numbers(options["phase_by_population"],
+                                                      "federation_options.phase_by_population",
+                                                      "finite numbers of rounds", -float("inf"), float("inf"),
+                                                      low_open=True)
+        if options["trace"] is not None:
+            if not isinstance(options["trace"], str):
+                raise ConfigError("federation_options.trace", options["trace"], "must be a file path")
+            if options["cycle"] > 0:
+                raise ConfigError("federation_options.cycle", options["cycle"],
+                                  "a trace gives each round's probability: drop the cycle, or the trace")
         return options
 
     def check(self, config) -> None:
-        per = self.options["p_by_population"]
-        if per is not None and len(per) != config.populations:
-            raise ConfigError("federation_options.p_by_population", per,
-                              f"has {len(per)} probabilities for {config.populations} populations")
+        super().check(config)
+        for key in ("p_by_population", "phase_by_population"):
+            given = self.options[key]
+            if given is not None and len(given) != config.populations:
+                raise ConfigError(f"federation_options.{key}", given,
+                                  f"has {len(given)} values for {config.populations} populations")
+
+    @property
+    def loses(self) -> bool:
+        return self.options["drop"] == "after"
+
+    late = False
+
+    def probability(self, round_index: int, population: int) -> float:
+        """The probability that a user of this population answers in this round (module doc)."""
+        if self.trace is not None:
+            return float(self.trace[round_index % len(self.trace), population])
+        p = self.probabilities[population]
+        cycle = self.options["cycle"]
+        if cycle > 0:
+            angle = 2 * np.pi * (round_index + self.phases[population]) / self.options["period"]
+            p = min(1.0, max(0.0, p * (1 + cycle * np.sin(angle))))
+        return float(p)
+
+    def answers(self, round_index, population, users) -> np.ndarray | None:
+        """Which of the users answer (a boolean mask), or None: all of them (p >= 1: no draw)."""
+        p = self.probability(round_index, population)
+        if p >= 1.0:
+            return None
+        return self.stream("present", population, round_index).random(len(users)) < p
 
     def present(self, round_index, population, users):
-        p = self.probabilities[population]
-        if p >= 1.0:
-            return users
-        answers = derive(self.seed, "federation", population, round_index).random(len(users)) < p
-        return users[answers]
+        if self.options["drop"] == "after":
+            return super().present(round_index, population, users)
+        answers = self.answers(round_index, population, users)
+        return users if answers is None else users[answers]
+
+    def delays(self, round_index, population, users):
+        if self.options["drop"] == "before":
+            return super().delays(round_index, population, users)
+        answers = self.answers(round_index, population, users)
+        return None if answers is None else np.where(answers, 0, LOST).astype(np.int64)
+
+    def summary(self) -> dict:
+        entries = super().summary()
+        if self.trace_sha256 is not None:
+            entries["federation_trace_sha256"] = self.trace_sha256
+        return entries

@@ -108,16 +108,15 @@ class Federation:
         None: every message of these users is on time (the default)."""
         return None
 
-    def senders(self, round_index: int, start: int, stop: int, populations: int) -> np.ndarray:
-        """Every user of round [start, stop) whose message is in the round's own aggregate (present and on time), in
-        user order (ldpfed.federation.rounds): what a trust model's accounting counts a round's participants by."""
-        from ldpfed.federation.rounds import round_senders
-
-        return round_senders(self, round_index, start, stop, populations)
-
     @property
     def late(self) -> bool:
-        """True when this model can make messages late or lose them (it writes `delays`): the runs count them."""
+        """True when this model's messages can arrive in a later round (a delay > 0): the runs count and hold them.
+        Default: whether the class writes `delays`; a model says better per instance."""
+        return type(self).delays is not Federation.delays
+
+    @property
+    def loses(self) -> bool:
+        """True when this model's messages can be lost (a delay LOST). Default: whether the class writes `delays`."""
         return type(self).delays is not Federation.delays
 
     def summary(self) -> dict:

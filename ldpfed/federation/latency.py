@@ -64,10 +64,17 @@ class Latency(Federation):
         return options
 
     def check(self, config) -> None:
+        super().check(config)
         per = self.options["factor_by_population"]
         if per is not None and len(per) != config.populations:
             raise ConfigError("federation_options.factor_by_population", per,
                               f"has {len(per)} factors for {config.populations} populations")
+
+    late = True
+
+    @property
+    def loses(self) -> bool:
+        return self.options["deadline"] is not None
 
     def delays(self, round_index, population, users):
         factor, law = self.factors[population], self.options["law"]

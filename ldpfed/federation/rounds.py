@@ -1,6 +1,5 @@
-"""Who of a round takes part and whose message arrives when, written once: the engines (ldpfed.engine.core), the
-shard plans and the trust models' accounting all form a round's users here, so the users a trust model accounts for
-are the users the engines simulate."""
+"""Who of a round acts and whose messages reach the server in it, under a federation model: the one place a round's
+users are formed, for the engines' populations and shard plans and for the trust models' accounting alike."""
 from __future__ import annotations
 
 import numpy as np
@@ -26,8 +25,8 @@ def population_edges(n: int, shares) -> np.ndarray:
 
 def round_users(federation, round_index: int, start: int, stop: int, population: int, populations: int) -> np.ndarray:
     """The users of round [start, stop) in `population` who take part under the run's federation model
-    (None or an ideal one: all of them). The one place a round's users are formed, for the local backend, the Ray
-    population actors, the shard plans and the trust models alike: a user not in it neither acts nor sends."""
+    (ldpfed.federation; None or an ideal one: all of them). The one place a round's users are formed, for the local
+    backend, the Ray population actors and the shard plans alike: a user not in it neither acts nor sends."""
     if federation is None or federation.ideal:
         return population_users(start, stop, population, populations)
     users = population_users(start, stop, population, populations, federation.shares())
@@ -37,7 +36,7 @@ def round_users(federation, round_index: int, start: int, stop: int, population:
 
 
 def message_delays(federation, round_index: int, population: int, users: np.ndarray) -> np.ndarray | None:
-    """Per present user, the rounds its message is late (0 on time, LOST never), or None: all on time."""
+    """Per present user, the rounds its message is late (0 on time, federation.LOST never), or None: all on time."""
     if federation is None or federation.ideal or len(users) == 0:
         return None
     delays = federation.delays(round_index, population, users)
@@ -58,9 +57,7 @@ def on_time_users(federation, round_index: int, start: int, stop: int, populatio
 
 
 def round_senders(federation, round_index: int, start: int, stop: int, populations: int) -> np.ndarray:
-    """Every user of round [start, stop) whose message is in the round's own aggregate (on time), in user order:
-    the users a shuffled batch or a secure sum of the round really holds."""
-    if federation is None or federation.ideal:
-        return np.arange(start, stop, dtype=np.int64)
+    """The users of round [start, stop) whose messages reach the server in that round, every population's, in user
+    order (a population's users are a contiguous block of the round, in population order)."""
     parts = [on_time_users(federation, round_index, start, stop, p, populations) for p in range(populations)]
-    return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64)
+    return np.concatenate(parts) if parts else np.arange(0)

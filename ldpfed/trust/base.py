@@ -65,6 +65,18 @@ class TrustModel:
         """The options as `describe` prints them (name, default, kind, bounds, doc)."""
         return option_rows(cls.options)
 
+    def federation_refusal(self, federation) -> str | None:
+        """Why this model cannot account for a run under `federation` (a federation model: ldpfed.federation), or
+        None. By default a model whose guarantee counts on every user of a round being in the round's aggregate (a
+        shuffled batch, noise shares that add up to the round's noise) refuses a federation whose rounds can lose
+        users or bring messages late; a model that counts the users really there (ldpfed.federation.rounds:
+        round_senders) says so by overriding this. Any other model: none (a user's guarantee does not depend on who
+        else answers, or when)."""
+        if federation.partial_rounds and (self.shuffles or self.noise_at == "shares"):
+            return ("its rounds can lose users or bring messages late, and this trust model accounts on every user "
+                    "of a round being in the round's aggregate; run it under the local or central trust model")
+        return None
+
     def check(self, config) -> None:
         """ConfigError naming a RunConfig field that this model cannot run with (its options are checked first by
         checked_options); none by default."""
@@ -72,16 +84,6 @@ class TrustModel:
     # ---- reach ---------------------------------------------------------------------------------------------------
     def refusal(self, algo) -> str | None:
         """Why this model cannot run `algo` (an algorithm built under local, or by this model), None if it can."""
-        return None
-
-    def federation_refusal(self, federation) -> str | None:
-        """Why this model cannot account for a run under `federation` (a federation model, ldpfed.federation), None
-        if it can. By default a model whose guarantee counts on every user of a round being in the round's aggregate
-        (a shuffled batch, noise shares that add up to the round's noise) refuses a federation whose rounds can lose
-        users: a model that counts the users really there (`federation.senders`) says so by overriding this."""
-        if federation.partial_rounds and (self.shuffles or self.noise_at == "shares"):
-            return ("its rounds can lose users, and this trust model accounts on every user of a round being in its "
-                    "aggregate; run it under the local or central trust model")
         return None
 
     def reach(self, cls, world, config) -> str | None:

@@ -25,10 +25,7 @@ Shares are calibrated for `min_survivors` of a round's users: a round with fewer
 calibrated, and `below` decides: "refuse" the run before it starts (the drop-outs are a function of the seed), or
 "report" it at the guarantee its worst round really gives (never a claim above the noise in the sum). A round in
 which some secret has fewer responding holders than the threshold would abort: refused before the run, naming
-`neighbours`. Under a federation model whose rounds lose users (ldpfed.federation) the users it keeps away are
-drop-outs too: only the shares of a round's senders are in its sum, so the scan counts them (`federation.senders`,
-the users the engines simulate) with the same `min_survivors`/`below`; a federation model whose messages can be
-late is refused (a late share cannot join another round's masked sum).
+`neighbours`.
 
 What the shards can check: only that every entry of a masked vector is in Z_m. A poisoner's in-range message
 reaches the sum unchecked (the price of not seeing messages); verifiable secure aggregation (norm proofs on the
@@ -48,6 +45,8 @@ from ldpfed.mechanisms.noise import FieldNoise
 from ldpfed.trust.central import CentralTrust, around_steps_refusal, central_twins
 from ldpfed.util.errors import ConfigError
 from ldpfed.util.options import Option
+from ldpfed.federation import federation_of
+from ldpfed.federation.rounds import round_senders
 from ldpfed.util.rng import derive
 
 BELOW = ("refuse", "report")
@@ -106,8 +105,6 @@ class Plan:
     wrap_bound: float
     users_per_round: int
     realized: dict = field(default_factory=dict)     # private field -> (eps, delta) at the worst round
-    federation: object = None    # the run's federation model when its rounds lose users (None: every user is there)
-    absent: float = 0.0          # the largest fraction of a round's users the federation model keeps from sending
 
 
 def _weight_max(algo, start: int, stop: int, width: int) -> np.ndarray:
@@ -150,12 +147,9 @@ class SecAggTrust(CentralTrust):
         return around_steps_refusal(algo, "share among the users")
 
     def federation_refusal(self, federation) -> str | None:
-        """Users the federation model keeps away are drop-outs (their shares are not in the sum: the per-round
-        scan counts them); a late share is refused: it cannot join another round's masked sum."""
         if federation.late:
-            return ("its messages can arrive rounds late, and a user's masked share can only be unmasked in its own "
-                    "round's sum (its noise share would be missing there and its masks would not cancel in another); "
-                    "run secagg under a federation model without delays (availability), or this one under central")
+            return ("a late message would join a later round's masked sum, whose masks and noise shares are that "
+                    "round's users'; run it under a federation model without delays")
         return None
 
     def check(self, config) -> None:
@@ -214,11 +208,9 @@ class SecAggTrust(CentralTrust):
             variance = accounting.skellam_variance_for(eps, delta, l2, l1)
             fields[target] = FieldPlan(target, source, scale, bound, variance, l2, l1, eps, delta, symmetric)
         key = int(derive(config.seed, "secagg").integers(0, 2 ** 63))     # the masks' key
-        federation = config.federation_model()
-        federation = None if federation.ideal else federation
-        ratio, worst, absent = self._worst_round(config, federation)
+        ratio, worst = self._worst_round(config)
         plan = Plan(options["bits"], options["neighbours"], fields, key, options["min_survivors"], ratio, worst,
-                    0.0, B, federation=federation, absent=absent)
+                    0.0, B)
         noisy = [f for f in fields.values() if f.source is not None]
         largest = max([f.variance for f in noisy] or [0.0])
         per_user = max(f.scale * f.bound + 1.0 for f in fields.values())
@@ -239,12 +231,10 @@ class SecAggTrust(CentralTrust):
             plan.realized[f.source] = (accounting.skellam_epsilon(real, f.l2, f.l1, f.delta), f.delta)
         if ratio < 1.0 and options["below"] == "refuse":
             n = self._round_size(config, worst)
-            away = "" if federation is None else f" (the {federation.name} federation model's absent users included)"
             raise ConfigError("trust_options.min_survivors", options["min_survivors"],
-                              f"round {worst}: {self._senders(config, worst, federation).sum():,} of {n:,} users "
-                              f"send{away}, fewer than the {self._calibrated(plan, n):,} the noise shares are "
-                              f"calibrated for; lower min_survivors (about 1 - dropout, or the share of users the "
-                              f"federation model lets send, with a margin) or give below=report")
+                              f"round {worst}: {self._senders(config, worst).sum():,} of {n:,} users send, fewer "
+                              f"than the {self._calibrated(plan, n):,} the noise shares are calibrated for; lower "
+                              f"min_survivors (about 1 - dropout, with a margin) or give below=report")
         return plan
 
     @staticmethod
@@ -270,58 +260,61 @@ class SecAggTrust(CentralTrust):
         return max(1, math.ceil(plan.min_survivors * n - 1e-9))
 
     @staticmethod
-    def _flags(config, r: int, federation=None) -> tuple[np.ndarray, np.ndarray]:
-        """(sent, responded) of round r's users: seeded, the same on every engine and after a resume. A user the
-        federation model keeps away (absent, or its message not in the round) sends nothing: its share of noise is
-        not in the round's sum, and its pair masks are removed as a drop-out's."""
+    def _flags(config, r: int) -> tuple[np.ndarray, np.ndarray]:
+        """(sent, responded) of round r's users: seeded, the same on every engine and after a resume."""
         n = SecAggTrust._round_size(config, r)
         draws = derive(config.seed, "secagg", 1, r).random((2, n))
         options = config.trust_options
         sent = draws[0] >= options["dropout"]
-        if federation is not None:
+        federation = federation_of(config)
+        if not federation.ideal:    # the federation model's absent and lost users send no share either
             start = r * config.round_size
-            there = np.zeros(n, dtype=bool)
-            there[federation.senders(r, start, start + n, config.populations) - start] = True
-            sent &= there
+            senders = round_senders(federation, r, start, start + n, config.populations)
+            sent &= np.isin(np.arange(start, start + n), senders)
         return sent, sent & (draws[1] >= options["dropout_after"])
 
     @staticmethod
-    def _senders(config, r: int, federation=None) -> np.ndarray:
-        return SecAggTrust._flags(config, r, federation)[0]
+    def _drops(config) -> bool:
+        """Whether any round can lose a share: the model's own drop-outs or the federation model's."""
+        options = config.trust_options
+        return bool(options["dropout"] or options["dropout_after"] or not federation_of(config).ideal)
 
-    def _worst_round(self, config, federation=None) -> tuple[float, int, float]:
-        """min over rounds of senders / calibrated users (capped at 1), the first round where it is, and the largest
-        fraction of a round's users the federation model keeps from sending."""
-        worst, where, absent = 1.0, 0, 0.0
-        if not config.trust_options["dropout"] and federation is None:     # every user sends: min_survivors <= 1
-            return worst, where, absent                                     # of them carry the noise
+    @staticmethod
+    def _senders(config, r: int) -> np.ndarray:
+        return SecAggTrust._flags(config, r)[0]
+
+    def _worst_round(self, config) -> tuple[float, int]:
+        """min over rounds of senders / calibrated users (capped at 1), and the first round where it is."""
+        worst, where = 1.0, 0
+        if not (config.trust_options["dropout"] or not federation_of(config).ideal):
+            return worst, where        # every user sends: min_survivors <= 1 of them carry the noise
         mins = config.trust_options["min_survivors"]
         for r in range(config.rounds):
             n = self._round_size(config, r)
-            if federation is not None:
-                start = r * config.round_size
-                absent = max(absent, 1.0 - len(federation.senders(r, start, start + n, config.populations)) / n)
-            ratio = float(self._senders(config, r, federation).sum()) / max(1, math.ceil(mins * n - 1e-9))
+            ratio = float(self._senders(config, r).sum()) / max(1, math.ceil(mins * n - 1e-9))
             if ratio < worst:
                 worst, where = ratio, r
-        return worst, where, absent
+        return worst, where
 
     def _graph(self, plan, config, r: int):
         start = r * config.round_size
         users = np.arange(start, start + self._round_size(config, r), dtype=np.int64)
         k = plan.neighbours or None
-        away = config.trust_options["dropout"] + config.trust_options["dropout_after"] + plan.absent
-        if k is None and away:
-            k = secagg.neighbours_for_dropout(len(users), min(away, 0.99))
+        if k is None and self._drops(config):
+            # the federation model's drop-outs of the round (seeded, so known here) add to the model's own rates
+            away = 0.0 if federation_of(config).ideal else 1.0 - float(np.isin(users, round_senders(
+                federation_of(config), r, start, start + len(users), config.populations)).mean())
+            k = secagg.neighbours_for_dropout(len(users), min(0.9, config.trust_options["dropout"]
+                                                              + config.trust_options["dropout_after"] + away))
         return secagg.ring_graph(plan.key, r, users, k)
 
     def _check_rounds(self, config, plan) -> None:
         """Refuse a run one of whose rounds would abort (a needed secret with fewer responding holders than the
         threshold): the drop-outs are seeded, so it is known before the run."""
-        if not (config.trust_options["dropout"] or config.trust_options["dropout_after"] or plan.federation):
+        if not self._drops(config):
             return
         for r in range(config.rounds):
-            sent, responded = self._flags(config, r, plan.federation)
+            sent, responded = self._flags(config, r)
             graph = self._graph(plan, config, r)
             probe = np.zeros(1, dtype=np.uint64)
             try:
@@ -381,7 +374,7 @@ class SecAggTrust(CentralTrust):
             if f.source is not None:
                 values += secagg.skellam_shares(rng, len(users), block.shape[1], f.variance / n_cal)
             q[:, part] = values if gather is None else values[:, gather]
-        senders, _ = self._flags(config, r, plan.federation)
+        senders, _ = self._flags(config, r)
         local = np.asarray(users, dtype=np.int64) - start
         out = np.zeros(q.shape, dtype=np.float64)          # a user who drops before sending sends nothing
         sending = senders[local]
@@ -400,7 +393,7 @@ class SecAggTrust(CentralTrust):
         integers, divide by the scale."""
         config, plan = algo.config, algo.secagg
         r = int(start) // config.round_size
-        sent, responded = self._flags(config, r, plan.federation)
+        sent, responded = self._flags(config, r)
         total = np.asarray(np.round(joined), dtype=np.float64)
         if np.any(total < 0) or np.any(total >= 2.0 ** FLOAT_BITS):
             raise ValueError("secagg: a round's sum of residues out of range")

@@ -10,15 +10,9 @@ FMT's Theorem 3.8 adds (e^eps + 1)(1 + e^-eps0 / 2) n delta0 to delta: half of d
 delta0 is chosen so that the added term is at most the other half whatever eps0 (e^eps <= e^target and
 1 + e^-eps0 / 2 <= 1.5).
 
-Options: `shufflers` (S shufflers, each mixing its share of a round: ldpfed.trust.shuffling), `small_groups`
+Options: `shufflers` (S shufflers, each mixing its share of a round: ldpfed.trust.shuffling) and `small_groups`
 (what a run whose smallest group amplifies too little does: "refuse" it, or run it at the target eps with
-"no-amplification"), and for a federation model whose rounds lose users (ldpfed.federation) `min_participants` and
-`below`: eps0 is planned at a lower bound of the senders of the smallest group (a fraction of its users, or a
-count), and a round whose senders fall below it is refused before the run or reported at its real, weaker
-guarantee. Who sends in which round is a function of the seed (the federation model's draws), so the plan scans the
-rounds' senders when it is built (`federation.senders`, the users the engines simulate): the run is refused before
-any message is released. A federation model whose messages can be late is refused: a late message joins a later
-round's aggregate outside its shuffled batch.
+"no-amplification").
 """
 from __future__ import annotations
 
@@ -29,16 +23,14 @@ import numpy as np
 
 from ldpfed.mechanisms import accounting, shuffle
 from ldpfed.trust.base import LOCAL, TrustModel
-from ldpfed.trust.shuffling import smallest_groups, smallest_share
+from ldpfed.federation import federation_of
+from ldpfed.trust.shuffling import smallest_groups, smallest_sender_groups, smallest_share
 from ldpfed.util.errors import ConfigError
 from ldpfed.util.options import Option
 
 # Under "shuffle", what a run does when its smallest group of users on one randomizer (ldpfed.trust.shuffling)
 # amplifies too little: "refuse" it before it starts, or run every user at the target eps with "no-amplification".
 SMALL_GROUPS = ("refuse", "no-amplification")
-# Under a federation model whose rounds lose users, what a round whose smallest group of senders is below the planned
-# lower bound (min_participants) does: "refuse" the run before it starts, or "report" the run at that round's guarantee.
-BELOW = ("refuse", "report")
 
 SHUFFLE_BOUND = "numerical"       # FMT's numerical bound: the tighter of their two (shuffle.BOUNDS)
 # A batch "too small to amplify": its eps0 is less than 5% above the target (shuffling any batch never hurts, so
@@ -61,10 +53,12 @@ class ShufflePlan:
     smallest_round: int = 0                 # the first round whose smallest group is `batch`
     group_runs: tuple = ()                  # (first round, last round, smallest group) for runs of equal rounds
     amplifies: bool = True                  # False: the smallest group amplifies nothing, eps0 is the target
-    planned: int = 0       # the smallest group with every user of its round there (batch: its lower bound)
-    senders_min: int = 0   # the smallest group of senders any round really has (under ideal: `planned`)
-    worst_round: int = 0   # the first round whose smallest group of senders is `senders_min`
-    rounds_below: int = 0  # rounds whose smallest group of senders is below `batch`
+    # under a federation model whose users drop out: the batch is planned on min_participants of the users; the
+    # rounds whose senders' smallest group falls below the plan, and that smallest group (below="report")
+    rounds_below: int = 0
+    realized_batch: int = 0
+    below_round: int = -1
+    senders_min: int = 0   # the smallest group of senders any round has (0: every user sends, nothing was counted)
 
     def amplified(self, eps0: float, delta0: float, n: int | None = None) -> shuffle.Amplified:
         """The guarantee of the worst-off user (a group of n, by default the run's smallest) for (eps0, delta0)-LDP
@@ -79,18 +73,6 @@ class ShufflePlan:
                   f"(round {self.smallest_round}), {pure.reason.split(' messages, ', 1)[-1].split(';')[0]}; "
                   f"each user sends one message in one batch, so the run's guarantee is its worst user's")
         return shuffle.Amplified(pure.eps, delta, float(eps0), float(delta0), n, self.bound, reason)
-
-    def guarantee_at(self, eps0: float, delta0: float, n: int) -> tuple[float, float]:
-        """(eps, delta) of a user whose group has n senders: the amplified one where a group of n amplifies at all,
-        else the local one (eps0, delta0): shuffling never hurts, and a user alone is seen as itself."""
-        if n >= 2:
-            try:
-                got = self.amplified(eps0, delta0, n)
-            except ConfigError:
-                got = None
-            if got is not None and got.eps < eps0:
-                return got.eps, got.delta
-        return float(eps0), float(delta0)
 
 
 def smallest_batch(config) -> int:
@@ -108,23 +90,12 @@ def _runs(values: np.ndarray) -> tuple:
     return tuple((int(a), int(b), int(values[a])) for a, b in zip(starts, ends))
 
 
-def participants_bound(option: float, smallest: int) -> int:
-    """The senders a group is planned to keep: `option` of its users (a fraction in (0, 1]) or `option` users (a
-    count > 1) of the smallest group, the planned group size."""
-    if option <= 1.0:
-        return max(1, math.ceil(option * smallest - 1e-9))
-    return int(option)
-
-
 def shuffle_plan(config, pure: bool, algo=None) -> ShufflePlan:
     """The largest local eps0 (and its delta0) whose worst-off user meets the run's (eps, delta): the user in the
     smallest randomizer group of any round's shuffler share (`algo.randomizer_groups`; without `algo`, every user
-    of a round on one randomizer), counted at the planned lower bound of its senders (min_participants). When that
-    group amplifies too little, `config.small_groups` decides: "refuse" (ConfigError naming the algorithm, the round
-    and the group size) or "no-amplification" (eps0 = the target: the run's guarantee is the local one, the shuffler
-    changes nothing). Under a federation model whose rounds lose users, every round's senders are scanned
-    (`federation.senders`): a round whose smallest group of senders is below the bound is refused, or with
-    below=report counted (`rounds_below`) and the run reported at its worst round's guarantee."""
+    of a round on one randomizer). When that group amplifies too little, `config.small_groups` decides: "refuse"
+    (ConfigError naming the algorithm, the round and the group size) or "no-amplification" (eps0 = the target:
+    the run's guarantee is the local one, the shuffler changes nothing)."""
     if algo is None:
         smallest = largest = np.full(config.rounds, smallest_batch(config), dtype=np.int64)
     else:
@@ -133,20 +104,18 @@ def shuffle_plan(config, pure: bool, algo=None) -> ShufflePlan:
         except NotImplementedError as error:
             raise ConfigError("trust", "shuffle", f"{error}; the shuffle trust model must know which users a "
                                                   f"shuffled server can tell apart") from None
+    federation = federation_of(config)
+    realized = None
+    if not federation.ideal:   # plan on the lower bound of the senders; the realized groups are checked below
+        realized = smallest_sender_groups(algo, config, federation)
+        floor = config.trust_options.get("min_participants", 1.0)
+        smallest = np.maximum(1, np.ceil(floor * smallest - 1e-9)).astype(np.int64)
     r = int(np.argmin(smallest))
-    planned, top = int(smallest[r]), int(largest.max())
-    option = float(config.trust_options.get("min_participants", 1.0))
-    n = participants_bound(option, planned)
-    if n > planned:
-        raise ConfigError("trust_options.min_participants", option,
-                          f"round {r} has a group of {planned} user(s) on one randomizer in a shuffler's share: it "
-                          f"cannot keep {n} senders; give at most {planned}, or a fraction")
-    split = planned < smallest_batch(config)      # the schedule, not the round size, made the group small
-    base = dict(batch=n, bound=SHUFFLE_BOUND, largest=top, smallest_round=r, group_runs=_runs(smallest),
-                planned=planned, senders_min=planned, worst_round=r)
+    n, top = int(smallest[r]), int(largest.max())
+    split = n < smallest_batch(config)      # the schedule, not the round size, made the group small
+    base = dict(batch=n, bound=SHUFFLE_BOUND, largest=top, smallest_round=r, group_runs=_runs(smallest))
     delta_pure = config.delta if pure else config.delta / 2.0
     delta0 = 0.0 if pure else (config.delta / 2.0) / ((math.exp(config.eps) + 1.0) * 1.5 * top)
-    lower = "" if n == planned else f" (min_participants: {n} of its {planned} users planned to send)"
 
     def too_small(why: str) -> ShufflePlan:
         if config.small_groups == "no-amplification":
@@ -155,15 +124,15 @@ def shuffle_plan(config, pure: bool, algo=None) -> ShufflePlan:
         name = getattr(algo, "name", config.algorithm)
         if split:
             raise ConfigError("trust_options.small_groups", config.small_groups,
-                              f"{name}: round {r} has a group of {n} user{'s' if n != 1 else ''}{lower} that the "
-                              f"public schedule sets apart from the rest of its batch (a shuffled server tells their "
+                              f"{name}: round {r} has a group of {n} user{'s' if n != 1 else ''} that the public "
+                              f"schedule sets apart from the rest of its batch (a shuffled server tells their "
                               f"messages apart, so only users on the same randomizer hide each other): {why}; "
                               f"--small-groups no-amplification runs every user at the target eps unamplified")
         batch = f"{n} users" if config.shufflers == 1 else \
             f"{n} users (a round split among {config.shufflers} shufflers)"
         fewer = "" if config.shufflers == 1 else " or lower --shufflers"
-        raise ConfigError("round_size", config.round_size, f"{name}: round {r}: a shuffled batch of {batch}{lower} "
-                                                           f"{why}; raise --round-size (or --users){fewer}, or --eps")
+        raise ConfigError("round_size", config.round_size, f"{name}: round {r}: a shuffled batch of {batch} {why}; "
+                                                           f"raise --round-size (or --users){fewer}, or --eps")
 
     if n < 2:
         return too_small("a batch needs at least 2 users to hide a user among others")
@@ -174,32 +143,19 @@ def shuffle_plan(config, pure: bool, algo=None) -> ShufflePlan:
     if eps0 < MIN_GAIN * config.eps:
         return too_small(f"amplifies too little at eps = {config.eps:g}, delta = {config.delta:g}: its largest "
                          f"local eps0 is {eps0:.4g} (less than {MIN_GAIN:g} x eps)")
-    federation = config.federation_model() if hasattr(config, "federation_model") else None
-    if federation is not None and federation.partial_rounds and not federation.ideal and algo is not None:
-        base.update(_senders_scan(config, algo, federation, n))
+    if realized is not None:
+        base.update(senders_min=int(realized[realized > 0].min()) if (realized > 0).any() else 0)
+        below = np.flatnonzero((realized > 0) & (realized < smallest))
+        if len(below):
+            worst = int(below[np.argmin(realized[below])])
+            if config.trust_options.get("below", "refuse") == "refuse":
+                raise ConfigError("trust_options.min_participants", config.trust_options.get("min_participants"),
+                                  f"round {worst}: under the {federation.name} federation model the smallest group "
+                                  f"of its senders on one randomizer in a shuffler's share is {realized[worst]} "
+                                  f"user(s), below the {smallest[worst]} the batch is planned on; lower "
+                                  f"min_participants, or give below=report to run it at its real guarantee")
+            base.update(rounds_below=len(below), realized_batch=int(realized[worst]), below_round=worst)
     return ShufflePlan(eps0, delta0, delta_pure=delta_pure, **base)
-
-
-def _senders_scan(config, algo, federation, n: int) -> dict:
-    """The plan's fields from every round's senders under the run's federation model: the smallest group of
-    senders per round (ledger rows), the worst round and the rounds below the bound n; a round below it refuses the
-    run unless below=report."""
-    def senders(r, start, stop):
-        return federation.senders(r, start, stop, config.populations)
-
-    real, _ = smallest_groups(algo, config.users, config.round_size, config.shufflers, senders)
-    sent = np.where(real > 0, real, np.iinfo(np.int64).max)      # a round no one sends in hides no one
-    worst = int(np.argmin(sent))
-    below = np.flatnonzero((real > 0) & (real < n))
-    if below.size and config.trust_options.get("below", "refuse") == "refuse":
-        first = int(below[0])
-        raise ConfigError("trust_options.min_participants", config.trust_options.get("min_participants", 1.0),
-                          f"round {first}: under the {federation.name} federation model its smallest group of "
-                          f"senders on one randomizer has {int(real[first])} user(s), fewer than the {n} the "
-                          f"amplification is accounted at ({below.size} such round(s)); lower min_participants, or "
-                          f"give below=report to run at the guarantee of the smallest group really shuffled")
-    return dict(senders_min=int(real[worst]) if real[worst] > 0 else n, worst_round=worst,
-                rounds_below=int(below.size), group_runs=_runs(real))
 
 
 def local_config(config, probe):
@@ -276,32 +232,23 @@ class ShuffleTrust(TrustModel):
         "shufflers": Option(1, kind="int", low=1,
                             doc="S shufflers, each mixing its share of a round (round size // S users): a user "
                                 "hides among its share only, so the anonymity set shrinks with S"),
-        "min_participants": Option(1.0, low=0, low_open=True,
-                                   doc="under a federation model whose rounds lose users: the senders the "
-                                       "amplification is accounted at, a fraction in (0, 1] of the smallest "
-                                       "randomizer group's users or a count > 1 of them"),
-        "below": Option("refuse", kind="choice", choices=BELOW,
-                        doc="a round whose smallest group of senders is below min_participants: 'refuse' the run "
-                            "before it starts, or 'report' the run at that round's real (weaker) guarantee"),
+        "min_participants": Option(1.0, low=0, high=1, low_open=True,
+                                   doc="under a federation model whose users drop out: the fraction of each randomizer "
+                                       "group's users the batch is planned on (the guarantee assumes at least that "
+                                       "many senders hide each user)"),
+        "below": Option("refuse", kind="choice", choices=("refuse", "report"),
+                        doc="a round whose senders fall below min_participants: 'refuse' the run before it starts, "
+                            "or 'report' the worst round's real (weaker) guarantee"),
         "small_groups": Option("refuse", kind="choice", choices=SMALL_GROUPS,
                                doc="a user hides only among the users of its batch on the same randomizer; when "
                                    "the smallest such group amplifies too little: 'refuse' the run, or run every "
                                    "user at the target eps ('no-amplification': the local guarantee)"),
     }
 
-    def check(self, config) -> None:
-        option = config.trust_options["min_participants"]
-        if option > 1 and option != int(option):
-            raise ConfigError("trust_options.min_participants", option,
-                              "must be a fraction in (0, 1] or a whole count of users > 1")
-
     def federation_refusal(self, federation) -> str | None:
-        """Users who drop out are counted (the plan scans every round's senders); a late message is not: it joins a
-        later round's aggregate outside its shuffled batch."""
         if federation.late:
-            return ("its messages can arrive rounds late, and a late message joins a later round's aggregate outside "
-                    "its round's shuffled batch, which the amplification counts on; run shuffle under a federation "
-                    "model without delays (availability), or run this one under local or central")
+            return ("a late message would join a later round's aggregate outside its shuffled batch, so the "
+                    "batch's amplification would not cover it; run it under a federation model without delays")
         return None
 
     def refusal(self, algo) -> str | None:
@@ -328,17 +275,22 @@ class ShuffleTrust(TrustModel):
                     "privacy_eps0_dp_accounting": local.eps_pld, "privacy_shuffle_batch": plan.batch,
                     "privacy_shuffle_round": plan.smallest_round, "privacy_shuffle_amplified": plan.amplifies,
                     "privacy_shufflers": config.shufflers, "privacy_shuffle_bound": plan.bound,
-                    "privacy_shuffle_planned": plan.planned, "privacy_shuffle_senders_min": plan.senders_min,
-                    "privacy_shuffle_worst_round": plan.worst_round, "privacy_shuffle_rounds_below": plan.rounds_below,
-                    "privacy_shuffle_below_target": bool(plan.amplifies and plan.rounds_below),
                     **self.summary_labels(config)}
         if not plan.amplifies:      # the run's randomizers are at the target: the local guarantee, nothing more
             accounting.check_budget(local, config.eps, config.delta, config.algorithm)
             return {**local.summary(), **shuffled}
         accounting.check_budget(local, plan.eps0, algo.delta, config.algorithm)
-        if plan.rounds_below:     # below=report: the run's guarantee is its worst round's, weaker than the target
-            eps, delta = plan.guarantee_at(local.eps, local.delta if plan.delta0 else 0.0, plan.senders_min)
-            return {"privacy_eps_composed": eps, "privacy_delta_composed": max(delta, plan.delta_pure),
+        if plan.senders_min:        # under a federation model that loses users: what the scan of the rounds found
+            shuffled.update(privacy_shuffle_senders_min=plan.senders_min,
+                            privacy_shuffle_rounds_below=plan.rounds_below,
+                            privacy_shuffle_below_target=bool(plan.rounds_below))
+        if plan.rounds_below:       # below="report": the worst round's real guarantee, whatever the target
+            shuffled.update(privacy_shuffle_rounds_below=plan.rounds_below,
+                            privacy_shuffle_realized_batch=plan.realized_batch, privacy_shuffle_below_target=True)
+            if plan.realized_batch < 2:     # a user alone in its group hides among no one: its local guarantee
+                return {**local.summary(), **shuffled}
+            real = plan.amplified(local.eps, local.delta if plan.delta0 else 0.0, plan.realized_batch)
+            return {"privacy_eps_composed": max(real.eps, config.eps), "privacy_delta_composed": real.delta,
                     "privacy_eps_dp_accounting": None, **shuffled}
         amplified = plan.amplified(local.eps, local.delta if plan.delta0 else 0.0)
         accounting.check_budget(accounting.Composition(amplified.eps, amplified.delta, config.delta, None,
@@ -354,10 +306,9 @@ class ShuffleTrust(TrustModel):
         local = accounting.compose(algo.ledger(), algo.delta)
         rows = []
         for first, last, n in plan.group_runs:
-            if n == 0:            # no one sent in these rounds (a federation model's absent users)
-                continue
             if plan.amplifies:
-                eps, delta = plan.guarantee_at(local.eps, local.delta if plan.delta0 else 0.0, n)
+                got = plan.amplified(local.eps, local.delta if plan.delta0 else 0.0, n)
+                eps, delta = got.eps, got.delta
             else:
                 eps, delta = local.eps, local.delta
             rows.append({"message": f"shuffled rounds {first}-{last}", "rounds": [first, last],
@@ -375,12 +326,6 @@ class ShuffleTrust(TrustModel):
             return (f"privacy (shuffle): no amplification: {smallest} is too small, so every user's randomizer "
                     f"runs at the target; (eps, delta) = ({s['privacy_eps_composed']:.6g}, "
                     f"{s['privacy_delta_composed']:.3g}), as under --trust local")
-        if s.get("privacy_shuffle_below_target"):
-            return (f"privacy (shuffle): each user's randomizer at eps0 = {s['privacy_eps0']:.4g}; planned for groups "
-                    f"of >= {s['privacy_shuffle_batch']:,} senders, but {s['privacy_shuffle_rounds_below']} round(s) "
-                    f"had fewer (round {s['privacy_shuffle_worst_round']}: {s['privacy_shuffle_senders_min']:,}), so "
-                    f"the worst-off user's (eps, delta) = ({s['privacy_eps_composed']:.6g}, "
-                    f"{s['privacy_delta_composed']:.3g}), above the target")
         return (f"privacy (shuffle): each user's randomizer at eps0 = {s['privacy_eps0']:.4g} (delta0 = "
                 f"{s['privacy_delta0']:.3g}); {smallest} gives the worst-off user (eps, delta) = "
                 f"({s['privacy_eps_composed']:.6g}, {s['privacy_delta_composed']:.3g}) "

@@ -5,8 +5,7 @@ and the accounting (the batch of a shuffler) compute the same thing.
 
 * Shuffler s of S gets the round's users at positions [n s // S, n (s + 1) // S) (n users in the round): contiguous
   shares whose sizes differ by at most one (the remainder n mod S is spread one user each, by the floor split:
-  10 users among 3 shufflers get 3, 3, 4). The accounting's batch is the smallest share, n // S. Under a federation
-  model whose rounds lose users a share holds the senders at its positions (`share_senders`): fewer, never others.
+  10 users among 3 shufflers get 3, 3, 4). The accounting's batch is the smallest share, n // S.
 * It permutes its share with `derive(seed, "shuffle", round, shuffler)`, drops who sent what, and cuts the
   permuted messages into chunks of CHUNK_MESSAGES (the last one shorter): chunk c goes to shard (s + c) % shards.
 * A shuffler hides a user only among the users of its share that run the same local randomizer (FMT's
@@ -20,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ldpfed.federation.rounds import round_senders
 from ldpfed.util.rng import derive
 
 # Messages per chunk a shuffler forwards. Part of the results' bits (the sums are grouped by chunk), so it is a
@@ -46,39 +46,44 @@ def group_sizes(labels: np.ndarray | None, size: int) -> np.ndarray:
     return np.unique(labels, return_counts=True)[1]
 
 
-def share_senders(senders: np.ndarray, start: int, n_users: int, shuffler: int, shufflers: int) -> np.ndarray:
-    """The senders (users of round [start, start + n_users) whose messages are in the round, in user order) that
-    shuffler `shuffler` mixes: those at positions [lo, hi) of its share. Shares are cut on the round's positions, not
-    on who sends, so a user's shuffler does not depend on who else takes part."""
-    lo, hi = share_bounds(n_users, shuffler, shufflers)
-    a, b = np.searchsorted(senders, [start + lo, start + hi])
-    return senders[a:b]
-
-
-def smallest_groups(algo, n_users: int, round_size: int, shufflers: int,
-                    senders=None) -> tuple[np.ndarray, np.ndarray]:
+def smallest_groups(algo, n_users: int, round_size: int, shufflers: int) -> tuple[np.ndarray, np.ndarray]:
     """(smallest, largest): per round, the fewest and the most users one shuffler's share holds of one randomizer
     group (`algo.randomizer_groups`): the anonymity set of the round's worst-off user, and the largest batch any
-    user is shuffled in. `senders(round, start, stop)`: the users whose messages are in the round (None: every
-    user of the round); a group none of whose users sends counts for nothing, a round with no sender is 0. Labels
-    are computed round by round, so memory follows the round size."""
+    user is shuffled in. Labels are computed round by round, so memory follows the round size."""
     rounds = -(-n_users // round_size)
     smallest, largest = np.empty(rounds, dtype=np.int64), np.empty(rounds, dtype=np.int64)
     for r in range(rounds):
         start = r * round_size
         stop = min(start + round_size, n_users)
-        users = np.arange(start, stop, dtype=np.int64) if senders is None else \
-            np.asarray(senders(r, start, stop), dtype=np.int64)
-        labels = algo.randomizer_groups(users) if len(users) else None
+        labels = algo.randomizer_groups(np.arange(start, stop, dtype=np.int64))
         sizes = []
         for s in range(shufflers):
             lo, hi = share_bounds(stop - start, s, shufflers)
-            a, b = np.searchsorted(users, [start + lo, start + hi])
-            if b > a:
-                sizes.append(group_sizes(None if labels is None else labels[a:b], b - a))
-        sizes = np.concatenate(sizes) if sizes else np.zeros(1, dtype=np.int64)
+            if hi > lo:
+                sizes.append(group_sizes(None if labels is None else labels[lo:hi], hi - lo))
+        sizes = np.concatenate(sizes)
         smallest[r], largest[r] = sizes.min(), sizes.max()
     return smallest, largest
+
+
+def smallest_sender_groups(algo, config, federation) -> np.ndarray:
+    """Per round, the fewest senders one shuffler's share holds of one randomizer group under a federation model
+    (its absent and lost users send nothing, so they hide no one); 0 for a round in which no one sends. The
+    federation's draws are the run's seed's, so this is known before the run."""
+    smallest = np.zeros(config.rounds, dtype=np.int64)
+    for r in range(config.rounds):
+        start = r * config.round_size
+        stop = min(start + config.round_size, config.users)
+        senders = round_senders(federation, r, start, stop, config.populations)
+        labels = None if algo is None or not len(senders) else algo.randomizer_groups(senders)
+        sizes = []
+        for s in range(config.shufflers):
+            lo, hi = share_bounds(stop - start, s, config.shufflers)
+            inside = (senders >= start + lo) & (senders < start + hi)
+            if inside.any():
+                sizes.append(group_sizes(None if labels is None else labels[inside], int(inside.sum())))
+        smallest[r] = np.concatenate(sizes).min() if sizes else 0
+    return smallest
 
 
 class GroupsBroken(RuntimeError):
@@ -125,13 +130,11 @@ def shard_of_chunk(shuffler: int, chunk: int, shards: int) -> int:
     return (shuffler + chunk) % shards
 
 
-def chunks_of_shard(n_users: int, shufflers: int, shards: int, shard: int, sizes=None) -> list[tuple[int, int]]:
-    """The (shuffler, chunk) keys shard `shard` receives in a round of n_users, in fold order. sizes: the messages
-    in each shuffler's share when not every user of the round sends (None: the shares' full sizes)."""
+def chunks_of_shard(share_sizes: list, shards: int, shard: int) -> list[tuple[int, int]]:
+    """The (shuffler, chunk) keys shard `shard` receives in a round whose shuffler shares hold `share_sizes`
+    messages, in fold order."""
     keys = []
-    for s in range(shufflers):
-        lo, hi = share_bounds(n_users, s, shufflers)
-        size = hi - lo if sizes is None else int(sizes[s])
+    for s, size in enumerate(share_sizes):
         keys += [(s, c) for c in range(len(chunk_bounds(size))) if shard_of_chunk(s, c, shards) == shard]
     return keys
 

@@ -25,7 +25,7 @@ from dataclasses import replace
 import numpy as np
 from numba import njit
 
-from ldpfed.envs.base import Env, EnvSteps, unit_sphere
+from ldpfed.envs.base import Env, EnvSteps, turned, unit_sphere
 from ldpfed.envs.sphere import sphere_points
 from ldpfed.util.options import Option
 
@@ -57,6 +57,15 @@ class DriftingLinear(Env):
         w -= (w @ self.u) * self.u
         self.v = w / np.linalg.norm(w)
         self.reward_bound = 1.0 + 3.0 * self.noise_std     # |x^T theta_t| <= 1; the noise cut at 3 std
+
+    # A population's own world (the heterogeneous federation model): its starting direction turned, the plane of
+    # the turn following it; on a copy of this env (Env.varied), the arrays replaced, never changed in place.
+    varies = "theta's start u, turned (unit norm kept); v re-orthogonalised to it; the drift is the run's"
+
+    def _vary(self, spread, rng):
+        u = turned(self.u, spread, rng)
+        w = self.v - (self.v @ u) * u
+        self.u, self.v = u, w / np.linalg.norm(w)
 
     def public(self):
         # what "linear" makes public: contexts on the unit sphere. The drift itself is not public (nor u, v).

@@ -1,0 +1,109 @@
+"""Heterogeneous populations (docs/federation.md): each population has its own size and its own world drawn around
+the run's (Env.varied), the algorithm one public world; spread 0 with equal sizes is the ideal run; the worlds are
+a function of the seed, the same on both engines and after a resume."""
+import numpy as np
+import pandas as pd
+import pytest
+
+from ldpfed.config import RunConfig
+from ldpfed.engine import run_local
+from ldpfed.engine.checkpoint import Checkpointer
+from ldpfed.engine.core import population_users
+from ldpfed.envs import make_env
+from ldpfed.federation import federation_model
+from ldpfed.util.errors import ConfigError
+
+
+def config(algorithm="ldp-sgd", **options):
+    return RunConfig(algorithm, users=600, round_size=60, populations=3, seed=4, federation="heterogeneous",
+                     federation_options=options)
+
+
+def assert_same(expected, got):
+    pd.testing.assert_frame_equal(expected.table, got.table, check_exact=True)
+
+
+@pytest.mark.parametrize("algorithm", ["ldp-sgd", "ldp-mab-ucb"])
+def test_spread_zero_with_equal_sizes_is_the_ideal_run(algorithm):
+    ideal = run_local(RunConfig(algorithm, users=600, round_size=60, populations=3, seed=4))
+    zero = run_local(config(algorithm, spread=0.0))
+    for column in ("regret", "cumulative_regret", "estimation_error"):
+        assert np.array_equal(ideal.table[column], zero.table[column], equal_nan=True)
+
+
+@pytest.mark.parametrize("algorithm, truth", [("ldp-sgd", "theta"), ("ldp-mab-ucb", "segment_means"),
+                                              ("ldp-ols-multi", "theta"), ("private-lasso", "theta")])
+def test_each_population_has_its_own_world_and_the_public_one_is_the_runs(algorithm, truth):
+    run = config(algorithm, spread=0.5)
+    env = make_env(run)
+    federation = federation_model(run)
+    worlds = [federation.world(env, p) for p in range(3)]
+    values = [getattr(world, truth) for world in worlds]
+    assert all(not np.array_equal(values[0], v) for v in values[1:])          # the populations differ
+    assert all(not np.array_equal(getattr(env, truth), v) for v in values)    # and differ from the run's world
+    assert all(world.public() == env.public() for world in worlds)
+    again = [federation_model(run).world(make_env(run), p) for p in range(3)]  # a function of the seed
+    assert all(np.array_equal(a, getattr(w, truth)) for a, w in zip(values, again))
+    if truth == "theta":     # bounds kept: the norm of theta (of each arm's)
+        assert np.allclose(np.linalg.norm(values[1], axis=-1), np.linalg.norm(getattr(env, truth), axis=-1))
+        if algorithm == "private-lasso":    # the support, so the sparsity, is kept
+            assert np.array_equal(np.flatnonzero(values[1]), np.flatnonzero(env.theta))
+    else:
+        assert ((values[1] >= 0) & (values[1] <= 1)).all()
+
+
+def test_the_populations_have_their_sizes():
+    sized = federation_model(config(sizes=[1.0, 2.0, 3.0]))
+    assert [len(population_users(0, 600, p, 3, sized.shares())) for p in range(3)] == [100, 200, 300]
+    drawn = federation_model(config(size_alpha=0.5)).shares()
+    assert drawn.shape == (3,) and np.isclose(drawn.sum(), 1.0) and np.array_equal(
+        drawn, federation_model(config(size_alpha=0.5)).shares())
+    table = run_local(config(sizes=[1.0, 2.0, 3.0])).table
+    assert table["users_served"].iloc[0] == 60
+
+
+def test_regret_is_against_each_populations_own_best_arm():
+    # under spread > 0 every population's regret is non-negative: measured against its own world
+    run = config("ldp-mab-ucb", spread=1.0)
+    table = run_local(run).table
+    assert (table["regret"] >= 0).all() and table["cumulative_regret"].iloc[-1] > 0
+
+
+def test_options_and_an_env_that_does_not_vary_are_refused():
+    with pytest.raises(ConfigError) as caught:
+        config(sizes=[1.0, 2.0])
+    assert caught.value.field == "federation_options.sizes"
+    with pytest.raises(ConfigError) as caught:
+        config(sizes=[1.0, 2.0, 3.0], size_alpha=1.0)
+    assert caught.value.field == "federation_options.size_alpha"
+    with pytest.raises(ConfigError) as caught:
+        config(spread=-1.0)
+    assert caught.value.field == "federation_options.spread"
+    with pytest.raises(ConfigError, match="does not say how its world varies"):
+        RunConfig("ldp-ols-multi", env="classification", env_params={"d": 8}, users=600, round_size=60,
+                  federation="heterogeneous")
+
+
+def test_resume_gives_the_same_bits(tmp_path):
+    class Interrupt(BaseException):
+        pass
+
+    def progress(done, regret):
+        if done == 300:
+            raise Interrupt
+
+    run = config(spread=0.5, size_alpha=1.0)
+    whole = run_local(run)
+    with pytest.raises(Interrupt):
+        run_local(run, progress=progress, checkpointer=Checkpointer(tmp_path, every_s=None))
+    assert_same(whole, run_local(run, checkpointer=Checkpointer(tmp_path, every_s=None)))
+
+
+def test_ray_engine_gives_the_same_bits(ray_session):
+    from ldpfed.engine.ray_engine import run_ray
+
+    for algorithm in ("ldp-ols", "ldp-mab-ucb"):
+        run = config(algorithm, spread=0.5, sizes=[1.0, 3.0, 2.0])
+        local = run_local(run)
+        for mode in ("pre-aggregated", "per-user"):
+            assert_same(local, run_ray(run, actors=2, shards=2, mode=mode, placement="none"))
