@@ -187,3 +187,12 @@ def test_ray_engine_gives_the_same_bits_with_a_population_left_empty(ray_session
     assert (local.table["users_served"] == 60).all()
     for mode in ("pre-aggregated", "per-user"):
         assert_same(local, run_ray(run, actors=2, shards=2, mode=mode, placement="none"))
+
+
+def test_the_sequential_loop_refuses_it():
+    # the compiled sequential loop steps the run's one world: populations of their own are the round engines'
+    from ldpfed.cli import main
+
+    with pytest.raises(SystemExit) as caught:
+        main(["run", "ldp-sgd", "--users", "200", "--federation", "heterogeneous", "--path", "sequential", "--quiet"])
+    assert caught.value.code == 2
