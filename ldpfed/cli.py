@@ -373,7 +373,7 @@ def cmd_describe_env(name: str) -> int:
              f"provided by:    {source}" + (" (built in)" if source == "ldpfed" else " (plugin)"),
              f"kinds:          {', '.join(env.kinds_of())}",
              f"algorithms:     {', '.join(sorted(a for a, cls in REGISTRY.items() if cls.runs_on(env))) or 'none'}",
-             f"varies:         {env.varies or 'nothing (the heterogeneous federation model needs Env.varied)'}",
+             f"varies:         {env.varies or 'nothing (Env.varied: the heterogeneous federation model runs it at spread 0 only)'}",
              "options (--env-param KEY=VALUE; default, and the authors-code profile's where it differs):",
              *_option_lines(env)]
     print("\n".join(lines))
