@@ -99,12 +99,9 @@ class RunConfig:
                               f"its messages can arrive rounds late, and {self.algorithm}'s server reads a round's "
                               f"messages through the model it published for that round (importance weights): a "
                               f"late message would be misread; run it under a federation without delays")
-        # A shuffled batch's amplification and noise shares that add up to a round's noise both count on every user
-        # of the round being in its aggregate: refused, until such a model accounts for the users really there.
-        if model.partial_rounds and (trust_cls.shuffles or trust_cls.noise_at == "shares"):
-            raise ConfigError("federation", self.federation,
-                              f"its rounds can lose users, and the {self.trust} trust model accounts on every user "
-                              f"of a round being in its aggregate; run it under the local or central trust model")
+        why = trust_cls().federation_refusal(federation)
+        if why:
+            raise ConfigError("federation", self.federation, f"the {self.trust} trust model: {why}")
 
     @property
     def shufflers(self) -> int:

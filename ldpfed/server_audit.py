@@ -54,6 +54,8 @@ from ldpfed.trust.shuffling import anonymous_aggregate, check_groups, share_boun
 from ldpfed.trust import LOCAL, TRUST_MODELS, trust_model
 from ldpfed.trust.shuffle import check_shuffled, shuffle_plan
 from ldpfed.config import RunConfig
+from ldpfed.federation import federation_model
+from ldpfed.federation.rounds import round_senders
 from ldpfed.engine.core import join_pieces, privacy_summary, shuffler_pieces, simulate_population
 from ldpfed.envs import make_env
 from ldpfed.mechanisms.audit import eps_lower_bound
@@ -99,25 +101,26 @@ class NeighbourEnv:
 
     def contexts(self, users, rng):
         self._nature = derive(self.data_seed, "context", 0, 0)
+        self.row = int(np.searchsorted(users, self.position))     # the canary's row among the round's senders
         contexts = self.env.contexts(users, self._nature)
         self.has_contexts = contexts is not None
         if contexts is None or self.context_bound is None:
             return contexts
         contexts = np.array(contexts, dtype=float, copy=True)
-        x = contexts[self.position]
+        x = contexts[self.row]
         norms = np.linalg.norm(x, axis=-1, keepdims=True)
         # at the bound's edge, a hair inside so that a client's clip leaves it alone
         scale = np.where(norms > 0, self.context_bound * (1 - 1e-12) / np.where(norms > 0, norms, 1.0), 1.0)
-        contexts[self.position] = x * scale
+        contexts[self.row] = x * scale
         return contexts
 
     def step(self, contexts, actions, users, rng):
         rewards, regret = self.env.step(contexts, actions, users, self._nature)
         rewards = np.array(rewards, dtype=float, copy=True)
-        shape = np.shape(rewards[self.position])
+        shape = np.shape(rewards[self.row])
         self.reward_shape = shape
         signs = np.where(np.arange(int(np.prod(shape, dtype=int))) % 2 == 0, 1.0, -1.0).reshape(shape)
-        rewards[self.position] = self.sign * self.c_r * signs
+        rewards[self.row] = self.sign * self.c_r * signs
         return rewards, regret
 
 
@@ -188,8 +191,11 @@ def _smallest_groups(algo, config, users) -> list[tuple[int, int, int]]:
 def build(algorithm: str, trust: str, *, eps: float, delta: float, users: int, seed: int, shufflers: int = 1,
           small_groups: str = "no-amplification", whole_batch: bool = False, env: str | None = None,
           env_params: dict | None = None, params: dict | None = None, canary: int | None = None,
-          trust_options: dict | None = None) -> Setup:
-    """The audited round (ConfigError when the system refuses the run: the reason names it)."""
+          trust_options: dict | None = None, federation: str = "ideal",
+          federation_options: dict | None = None) -> Setup:
+    """The audited round (ConfigError when the system refuses the run: the reason names it). Under a federation
+    model the round's users are those who send in it (its absent and lost users are in no view): the canary is
+    chosen among them, so it always sends."""
     where = trust_model(trust)
     if where.server_view not in VIEWS:
         raise ConfigError("trust", trust, f"the server audit knows the server views {list(VIEWS)}")
@@ -199,7 +205,10 @@ def build(algorithm: str, trust: str, *, eps: float, delta: float, users: int, s
              if name in where.options}             # the options only that trust model takes
     config = RunConfig(algorithm, env=env, users=users, round_size=users, eps=eps, delta=delta, seed=seed,
                        env_params=dict(env_params or {}), params=dict(params or {}), trust=trust,
-                       trust_options={**taken, **(trust_options or {})})
+                       trust_options={**taken, **(trust_options or {})}, federation=federation,
+                       federation_options=dict(federation_options or {}))
+    if federation != "ideal" and config.shufflers != 1:
+        raise ConfigError("shufflers", config.shufflers, "the audit under a federation model runs one shuffler")
     real_env = make_env(config)
     algo = make_algorithm(real_env, config)
     if whole_batch:
@@ -207,7 +216,10 @@ def build(algorithm: str, trust: str, *, eps: float, delta: float, users: int, s
     if algo.privacy_model != "ldp":
         raise ConfigError("algorithm", algorithm, "not a local-DP algorithm: its users send no randomized message")
     summary = privacy_summary(config, algo)
-    round_users = np.arange(users, dtype=np.int64)
+    round_users = round_senders(federation_model(config), 0, 0, users, 1)
+    if canary is not None and int(canary) not in set(round_users.tolist()):
+        raise ConfigError("canary", canary, f"does not send in the audited round under the {federation} federation "
+                                            f"model: its data reaches no view (choose a user who sends, or none)")
     model = algo.publish(algo.initial_state(derive(seed, "init")))
     c_r = float(algo.world.reward_bound)
     bound = algo.world.context_bound if algo.world.name != "sparse-linear" else None   # sparse: per coordinate
@@ -270,11 +282,12 @@ def server_view(setup: Setup, world: int, seed_r: int) -> np.ndarray:
     payload, _, _ = simulate_population(algo, setup.worlds[world], setup.model, seed_r, 0, 0, users,
                                         pre_aggregate=view in SUMS)
     if view == "messages":
-        return _flat({key: value[setup.canary:setup.canary + 1] for key, value in payload.items()})[0]
+        row = int(np.searchsorted(users, setup.canary))      # the canary's message (users: the senders, in order)
+        return _flat({key: value[row:row + 1] for key, value in payload.items()})[0]
     if view in SUMS:        # the round's sum as the server's half forms it (ldpfed.trust.base's hooks)
         trust = algo.trust_model()
-        aggregate = trust.decode(algo, algo.sum_layout().join(payload), 0, len(users))
-        noise = trust.server_noise(algo, payload, 0, len(users), derive(seed_r, "server", 0))
+        aggregate = trust.decode(algo, algo.sum_layout().join(payload), 0, config.users)    # the round's clock
+        noise = trust.server_noise(algo, payload, 0, config.users, derive(seed_r, "server", 0))
         return aggregate if noise is None else aggregate + noise
     # shuffle: the canary's shuffler share, as shuffled_sums cuts, checks and permutes it
     n, s = len(users), setup.share

@@ -55,7 +55,7 @@ def test_built_in_models_and_their_options():
     with pytest.raises(ConfigError, match="3 populations") as caught:
         small(federation="availability", federation_options={"p_by_population": [0.5, 0.9]})
     assert caught.value.field == "federation_options.p_by_population"
-    with pytest.raises(ConfigError, match="only the availability federation model takes it") as caught:
+    with pytest.raises(ConfigError, match="only the availability and realistic federation models take it") as caught:
         RunConfig("ldp-sgd", federation_options={"p": 0.5})
     assert caught.value.field == "federation_options.p"
     with pytest.raises(ConfigError, match="did you mean 'availability'") as caught:
@@ -65,10 +65,12 @@ def test_built_in_models_and_their_options():
     assert config.replace(federation="ideal").federation_options == {}
 
 
-def test_trust_models_that_count_on_whole_rounds_are_refused():
-    with pytest.raises(ConfigError, match="shuffle trust model accounts on every user") as caught:
-        RunConfig("ldp-sgd", users=2000, round_size=200, trust="shuffle", federation="availability")
-    assert caught.value.field == "federation"
+def test_trust_models_that_count_on_whole_rounds_plan_on_the_senders():
+    # shuffle plans on every user by default: a round with fewer senders is refused, naming the option to lower
+    with pytest.raises(ConfigError, match="below the 200 the batch is planned on") as caught:
+        RunConfig("ldp-sgd", users=2000, round_size=200, trust="shuffle", federation="availability") and run_local(
+            RunConfig("ldp-sgd", users=2000, round_size=200, trust="shuffle", federation="availability"))
+    assert caught.value.field == "trust_options.min_participants"
     # local and central: the per-user guarantee does not depend on who else is in a round
     for trust in ("local", "central"):
         assert run_local(small(trust=trust, federation="availability")).summary["total_users_served"] < 600

@@ -15,7 +15,7 @@ FLOORS = {
     "util": 0,
     "plugins": 1,
     "mechanisms": 2, "envs": 2,
-    "trust": 2.5, "federation": 2.5,
+    "federation": 2.25, "trust": 2.5,
     "algorithms": 3,
     "config": 4, "engine": 4, "tracking": 4,
     "sweep_spec": 5, "reproduce": 5, "stress": 5, "testing": 5, "server_audit": 5,

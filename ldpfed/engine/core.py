@@ -13,6 +13,8 @@ from ldpfed.trust.shuffling import anonymous_aggregate, check_groups, share_boun
 from ldpfed.trust import trust_model
 from ldpfed.envs import make_env
 from ldpfed.federation.base import LOST
+from ldpfed.federation.rounds import (message_delays, on_time_users, population_edges,  # noqa: F401
+                                     population_users, round_users)
 from ldpfed.util.jit import compile_seconds
 from ldpfed.util.rng import derive
 
@@ -26,55 +28,6 @@ def round_bounds(round_index: int, round_size: int, users: int) -> tuple[int, in
     The one place round bounds are computed (engines, shard plans, jobs)."""
     start = round_index * round_size
     return start, min(users, start + round_size)
-
-
-def population_users(start: int, stop: int, population: int, populations: int, shares=None) -> np.ndarray:
-    """Global indices of the users of round [start, stop) that belong to `population`: equal shares, or the
-    relative sizes `shares` (one positive number per population: a federation model's `shares()`)."""
-    n = stop - start
-    if shares is None:
-        return np.arange(start + n * population // populations, start + n * (population + 1) // populations)
-    edges = population_edges(n, shares)
-    return np.arange(start + edges[population], start + edges[population + 1])
-
-
-def population_edges(n: int, shares) -> np.ndarray:
-    """Where n users are cut into populations of relative sizes `shares`: P + 1 integer edges, 0 first, n last."""
-    cumulative = np.cumsum(np.asarray(shares, dtype=float))
-    return np.concatenate([[0], np.floor(n * cumulative / cumulative[-1] + 1e-9).astype(np.int64)]).clip(0, n)
-
-
-def round_users(federation, round_index: int, start: int, stop: int, population: int, populations: int) -> np.ndarray:
-    """The users of round [start, stop) in `population` who take part under the run's federation model
-    (ldpfed.federation; None or an ideal one: all of them). The one place a round's users are formed, for the local
-    backend, the Ray population actors and the shard plans alike: a user not in it neither acts nor sends."""
-    if federation is None or federation.ideal:
-        return population_users(start, stop, population, populations)
-    users = population_users(start, stop, population, populations, federation.shares())
-    if len(users) == 0:
-        return users
-    return federation.present(round_index, population, users)
-
-
-def message_delays(federation, round_index: int, population: int, users: np.ndarray) -> np.ndarray | None:
-    """Per present user, the rounds its message is late (0 on time, federation.LOST never), or None: all on time."""
-    if federation is None or federation.ideal or len(users) == 0:
-        return None
-    delays = federation.delays(round_index, population, users)
-    if delays is None:
-        return None
-    delays = np.asarray(delays, dtype=np.int64)
-    if delays.shape != users.shape or (delays < LOST).any():
-        raise ValueError(f"federation model {federation.name}: delays must be one int >= {LOST} per present user")
-    return None if not delays.any() else delays
-
-
-def on_time_users(federation, round_index: int, start: int, stop: int, population: int, populations: int):
-    """The users of a population's share of a round whose messages reach the server in that round: what a shard
-    of the Ray engine expects from the population."""
-    users = round_users(federation, round_index, start, stop, population, populations)
-    delays = message_delays(federation, round_index, population, users)
-    return users if delays is None else users[delays == 0]
 
 
 class LateSum(NamedTuple):
@@ -203,14 +156,14 @@ def add_sums(total: dict | None, part: dict) -> dict:
 
 # ---- the shuffle trust model (ldpfed.trust.shuffling): what populations, shufflers and the reference engine do
 def shuffler_pieces(payload: dict, users: np.ndarray, start: int, stop: int, shufflers: int) -> list[dict | None]:
-    """One population's messages (its users [start, stop)-round positions in order) cut by shuffler share: one
-    piece per shuffler (None: none of the population's users is in that share)."""
-    first = int(users[0]) - start
+    """One population's messages (of its sending users, in user order) cut by shuffler share: one piece per shuffler
+    (None: none of the population's senders is in that share)."""
+    positions = np.asarray(users, dtype=np.int64) - start     # sorted; a gap where a user did not send
     pieces = []
     for s in range(shufflers):
         lo, hi = share_bounds(stop - start, s, shufflers)
-        a, b = max(lo, first), min(hi, first + len(users))
-        pieces.append({key: value[a - first:b - first] for key, value in payload.items()} if a < b else None)
+        a, b = np.searchsorted(positions, lo), np.searchsorted(positions, hi)
+        pieces.append({key: value[a:b] for key, value in payload.items()} if a < b else None)
     return pieces
 
 
@@ -230,9 +183,13 @@ def shuffled_sums(algo, config, round_index: int, populations: list) -> dict:
     cut = [shuffler_pieces(messages, users, start, stop, config.shufflers) for users, messages in populations]
     total = None
     for s in range(config.shufflers):
-        share = join_pieces([pieces[s] for pieces in cut if pieces[s] is not None])
+        parts = [pieces[s] for pieces in cut if pieces[s] is not None]
+        if not parts:           # no one of this share sent (a federation model's dropouts)
+            continue
+        share = join_pieces(parts)
         lo, hi = share_bounds(stop - start, s, config.shufflers)
-        check_groups(algo, round_index, np.arange(start + lo, start + hi, dtype=np.int64), share)
+        senders = np.concatenate([users for users, _ in populations])
+        check_groups(algo, round_index, senders[(senders >= start + lo) & (senders < start + hi)], share)
         for chunk in shuffle_share(config.seed, round_index, s, share):
             total = add_sums(total, anonymous_aggregate(algo, chunk))
     return total

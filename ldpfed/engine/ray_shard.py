@@ -62,6 +62,7 @@ import numpy as np
 from ldpfed.trust.shuffling import anonymous_aggregate, chunk_bounds, chunks_of_shard, share_bounds
 from ldpfed.trust import trust_model
 from ldpfed.engine.core import add_sums, on_time_users, round_bounds, sample_messages
+from ldpfed.federation.rounds import round_senders
 from ldpfed.federation import federation_model
 from ldpfed.mechanisms.domains import symmetric_reason
 
@@ -154,15 +155,23 @@ class ShardPlan:
 
     # ---- shuffled layout (ldpfed.trust.shuffling) -------------------------------------------------------
     def share_users(self, round_index: int, shuffler: int) -> np.ndarray:
-        """The users shuffler `shuffler` mixes in round `round_index` (public), in user order."""
+        """The users shuffler `shuffler` mixes in round `round_index` (public), in user order: the round's users in
+        its share of positions, those who send in the round under the federation model."""
         start, stop = self.round_bounds(round_index)
         lo, hi = share_bounds(stop - start, shuffler, self.shufflers)
-        return np.arange(start + lo, start + hi)
+        if self.federation is None or self.federation.ideal:
+            return np.arange(start + lo, start + hi)
+        cached = self.__dict__.get("_senders")      # asked for per chunk: drawn once per round
+        if cached is None or cached[0] != round_index:
+            cached = (round_index, round_senders(self.federation, round_index, start, stop, self.populations))
+            object.__setattr__(self, "_senders", cached)
+        senders = cached[1]
+        return senders[(senders >= start + lo) & (senders < start + hi)]
 
     def chunks_of(self, round_index: int, shard: int) -> list[tuple[int, int]]:
         """The (shuffler, chunk) keys shard `shard` receives in round `round_index`, in fold order."""
-        start, stop = self.round_bounds(round_index)
-        return chunks_of_shard(stop - start, self.shufflers, self.shards, shard)
+        sizes = [len(self.share_users(round_index, s)) for s in range(self.shufflers)]
+        return chunks_of_shard(sizes, self.shards, shard)
 
     def senders_of(self, round_index: int, shard: int) -> list:
         """What shard `shard` must receive to close round `round_index`: (shuffler, chunk) keys (shuffled layout)

@@ -64,6 +64,11 @@ class TrustModel:
         """The options as `describe` prints them (name, default, kind, bounds, doc)."""
         return option_rows(cls.options)
 
+    def federation_refusal(self, federation) -> str | None:
+        """Why this model cannot account for a run under `federation` (a federation model: ldpfed.federation), or
+        None. Default: none (a user's guarantee does not depend on who else answers, or when)."""
+        return None
+
     def check(self, config) -> None:
         """ConfigError naming a RunConfig field that this model cannot run with (its options are checked first by
         checked_options); none by default."""

@@ -45,6 +45,8 @@ from ldpfed.mechanisms.noise import FieldNoise
 from ldpfed.trust.central import CentralTrust, around_steps_refusal, central_twins
 from ldpfed.util.errors import ConfigError
 from ldpfed.util.options import Option
+from ldpfed.federation import federation_of
+from ldpfed.federation.rounds import round_senders
 from ldpfed.util.rng import derive
 
 BELOW = ("refuse", "report")
@@ -143,6 +145,12 @@ class SecAggTrust(CentralTrust):
     # ---- reach and build -------------------------------------------------------------------------------------------
     def refusal(self, algo) -> str | None:
         return around_steps_refusal(algo, "share among the users")
+
+    def federation_refusal(self, federation) -> str | None:
+        if federation.late:
+            return ("a late message would join a later round's masked sum, whose masks and noise shares are that "
+                    "round's users'; run it under a federation model without delays")
+        return None
 
     def check(self, config) -> None:
         bits = config.trust_options["bits"]
@@ -258,7 +266,18 @@ class SecAggTrust(CentralTrust):
         draws = derive(config.seed, "secagg", 1, r).random((2, n))
         options = config.trust_options
         sent = draws[0] >= options["dropout"]
+        federation = federation_of(config)
+        if not federation.ideal:    # the federation model's absent and lost users send no share either
+            start = r * config.round_size
+            senders = round_senders(federation, r, start, start + n, config.populations)
+            sent &= np.isin(np.arange(start, start + n), senders)
         return sent, sent & (draws[1] >= options["dropout_after"])
+
+    @staticmethod
+    def _drops(config) -> bool:
+        """Whether any round can lose a share: the model's own drop-outs or the federation model's."""
+        options = config.trust_options
+        return bool(options["dropout"] or options["dropout_after"] or not federation_of(config).ideal)
 
     @staticmethod
     def _senders(config, r: int) -> np.ndarray:
@@ -267,8 +286,8 @@ class SecAggTrust(CentralTrust):
     def _worst_round(self, config) -> tuple[float, int]:
         """min over rounds of senders / calibrated users (capped at 1), and the first round where it is."""
         worst, where = 1.0, 0
-        if not config.trust_options["dropout"]:     # every user sends: min_survivors <= 1 of them carry the noise
-            return worst, where
+        if not (config.trust_options["dropout"] or not federation_of(config).ideal):
+            return worst, where        # every user sends: min_survivors <= 1 of them carry the noise
         mins = config.trust_options["min_survivors"]
         for r in range(config.rounds):
             n = self._round_size(config, r)
@@ -281,15 +300,18 @@ class SecAggTrust(CentralTrust):
         start = r * config.round_size
         users = np.arange(start, start + self._round_size(config, r), dtype=np.int64)
         k = plan.neighbours or None
-        if k is None and (config.trust_options["dropout"] or config.trust_options["dropout_after"]):
-            k = secagg.neighbours_for_dropout(len(users), config.trust_options["dropout"]
-                                              + config.trust_options["dropout_after"])
+        if k is None and self._drops(config):
+            # the federation model's drop-outs of the round (seeded, so known here) add to the model's own rates
+            away = 0.0 if federation_of(config).ideal else 1.0 - float(np.isin(users, round_senders(
+                federation_of(config), r, start, start + len(users), config.populations)).mean())
+            k = secagg.neighbours_for_dropout(len(users), min(0.9, config.trust_options["dropout"]
+                                                              + config.trust_options["dropout_after"] + away))
         return secagg.ring_graph(plan.key, r, users, k)
 
     def _check_rounds(self, config, plan) -> None:
         """Refuse a run one of whose rounds would abort (a needed secret with fewer responding holders than the
         threshold): the drop-outs are seeded, so it is known before the run."""
-        if not (config.trust_options["dropout"] or config.trust_options["dropout_after"]):
+        if not self._drops(config):
             return
         for r in range(config.rounds):
             sent, responded = self._flags(config, r)

@@ -23,7 +23,8 @@ import numpy as np
 
 from ldpfed.mechanisms import accounting, shuffle
 from ldpfed.trust.base import LOCAL, TrustModel
-from ldpfed.trust.shuffling import smallest_groups, smallest_share
+from ldpfed.federation import federation_of
+from ldpfed.trust.shuffling import smallest_groups, smallest_sender_groups, smallest_share
 from ldpfed.util.errors import ConfigError
 from ldpfed.util.options import Option
 
@@ -52,6 +53,11 @@ class ShufflePlan:
     smallest_round: int = 0                 # the first round whose smallest group is `batch`
     group_runs: tuple = ()                  # (first round, last round, smallest group) for runs of equal rounds
     amplifies: bool = True                  # False: the smallest group amplifies nothing, eps0 is the target
+    # under a federation model whose users drop out: the batch is planned on min_participants of the users; the
+    # rounds whose senders' smallest group falls below the plan, and that smallest group (below="report")
+    rounds_below: int = 0
+    realized_batch: int = 0
+    below_round: int = -1
 
     def amplified(self, eps0: float, delta0: float, n: int | None = None) -> shuffle.Amplified:
         """The guarantee of the worst-off user (a group of n, by default the run's smallest) for (eps0, delta0)-LDP
@@ -97,6 +103,12 @@ def shuffle_plan(config, pure: bool, algo=None) -> ShufflePlan:
         except NotImplementedError as error:
             raise ConfigError("trust", "shuffle", f"{error}; the shuffle trust model must know which users a "
                                                   f"shuffled server can tell apart") from None
+    federation = federation_of(config)
+    realized = None
+    if not federation.ideal:   # plan on the lower bound of the senders; the realized groups are checked below
+        realized = smallest_sender_groups(algo, config, federation)
+        floor = config.trust_options.get("min_participants", 1.0)
+        smallest = np.maximum(1, np.ceil(floor * smallest - 1e-9)).astype(np.int64)
     r = int(np.argmin(smallest))
     n, top = int(smallest[r]), int(largest.max())
     split = n < smallest_batch(config)      # the schedule, not the round size, made the group small
@@ -130,6 +142,17 @@ def shuffle_plan(config, pure: bool, algo=None) -> ShufflePlan:
     if eps0 < MIN_GAIN * config.eps:
         return too_small(f"amplifies too little at eps = {config.eps:g}, delta = {config.delta:g}: its largest "
                          f"local eps0 is {eps0:.4g} (less than {MIN_GAIN:g} x eps)")
+    if realized is not None:
+        below = np.flatnonzero((realized > 0) & (realized < smallest))
+        if len(below):
+            worst = int(below[np.argmin(realized[below])])
+            if config.trust_options.get("below", "refuse") == "refuse":
+                raise ConfigError("trust_options.min_participants", config.trust_options.get("min_participants"),
+                                  f"round {worst}: under the {federation.name} federation model the smallest group "
+                                  f"of its senders on one randomizer in a shuffler's share is {realized[worst]} "
+                                  f"user(s), below the {smallest[worst]} the batch is planned on; lower "
+                                  f"min_participants, or give below=report to run it at its real guarantee")
+            base.update(rounds_below=len(below), realized_batch=int(realized[worst]), below_round=worst)
     return ShufflePlan(eps0, delta0, delta_pure=delta_pure, **base)
 
 
@@ -207,11 +230,24 @@ class ShuffleTrust(TrustModel):
         "shufflers": Option(1, kind="int", low=1,
                             doc="S shufflers, each mixing its share of a round (round size // S users): a user "
                                 "hides among its share only, so the anonymity set shrinks with S"),
+        "min_participants": Option(1.0, low=0, high=1, low_open=True,
+                                   doc="under a federation model whose users drop out: the fraction of each randomizer "
+                                       "group's users the batch is planned on (the guarantee assumes at least that "
+                                       "many senders hide each user)"),
+        "below": Option("refuse", kind="choice", choices=("refuse", "report"),
+                        doc="a round whose senders fall below min_participants: 'refuse' the run before it starts, "
+                            "or 'report' the worst round's real (weaker) guarantee"),
         "small_groups": Option("refuse", kind="choice", choices=SMALL_GROUPS,
                                doc="a user hides only among the users of its batch on the same randomizer; when "
                                    "the smallest such group amplifies too little: 'refuse' the run, or run every "
                                    "user at the target eps ('no-amplification': the local guarantee)"),
     }
+
+    def federation_refusal(self, federation) -> str | None:
+        if federation.late:
+            return ("a late message would join a later round's aggregate outside its shuffled batch, so the "
+                    "batch's amplification would not cover it; run it under a federation model without delays")
+        return None
 
     def refusal(self, algo) -> str | None:
         if algo.privacy_model != "ldp":
@@ -242,6 +278,14 @@ class ShuffleTrust(TrustModel):
             accounting.check_budget(local, config.eps, config.delta, config.algorithm)
             return {**local.summary(), **shuffled}
         accounting.check_budget(local, plan.eps0, algo.delta, config.algorithm)
+        if plan.rounds_below:       # below="report": the worst round's real guarantee, whatever the target
+            shuffled.update(privacy_shuffle_rounds_below=plan.rounds_below,
+                            privacy_shuffle_realized_batch=plan.realized_batch, privacy_shuffle_below_target=True)
+            if plan.realized_batch < 2:     # a user alone in its group hides among no one: its local guarantee
+                return {**local.summary(), **shuffled}
+            real = plan.amplified(local.eps, local.delta if plan.delta0 else 0.0, plan.realized_batch)
+            return {"privacy_eps_composed": max(real.eps, config.eps), "privacy_delta_composed": real.delta,
+                    "privacy_eps_dp_accounting": None, **shuffled}
         amplified = plan.amplified(local.eps, local.delta if plan.delta0 else 0.0)
         accounting.check_budget(accounting.Composition(amplified.eps, amplified.delta, config.delta, None,
                                                        (amplified.reason,)), config.eps, config.delta,

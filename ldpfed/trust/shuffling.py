@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ldpfed.federation.rounds import round_senders
 from ldpfed.util.rng import derive
 
 # Messages per chunk a shuffler forwards. Part of the results' bits (the sums are grouped by chunk), so it is a
@@ -65,6 +66,26 @@ def smallest_groups(algo, n_users: int, round_size: int, shufflers: int) -> tupl
     return smallest, largest
 
 
+def smallest_sender_groups(algo, config, federation) -> np.ndarray:
+    """Per round, the fewest senders one shuffler's share holds of one randomizer group under a federation model
+    (its absent and lost users send nothing, so they hide no one); 0 for a round in which no one sends. The
+    federation's draws are the run's seed's, so this is known before the run."""
+    smallest = np.zeros(config.rounds, dtype=np.int64)
+    for r in range(config.rounds):
+        start = r * config.round_size
+        stop = min(start + config.round_size, config.users)
+        senders = round_senders(federation, r, start, stop, config.populations)
+        labels = None if algo is None or not len(senders) else algo.randomizer_groups(senders)
+        sizes = []
+        for s in range(config.shufflers):
+            lo, hi = share_bounds(stop - start, s, config.shufflers)
+            inside = (senders >= start + lo) & (senders < start + hi)
+            if inside.any():
+                sizes.append(group_sizes(None if labels is None else labels[inside], int(inside.sum())))
+        smallest[r] = np.concatenate(sizes).min() if sizes else 0
+    return smallest
+
+
 class GroupsBroken(RuntimeError):
     """A shuffled share whose public fields tell apart users the algorithm declared alike: its privacy claim
     would be false, so the run stops before the share reaches the server."""
@@ -109,12 +130,12 @@ def shard_of_chunk(shuffler: int, chunk: int, shards: int) -> int:
     return (shuffler + chunk) % shards
 
 
-def chunks_of_shard(n_users: int, shufflers: int, shards: int, shard: int) -> list[tuple[int, int]]:
-    """The (shuffler, chunk) keys shard `shard` receives in a round of n_users, in fold order."""
+def chunks_of_shard(share_sizes: list, shards: int, shard: int) -> list[tuple[int, int]]:
+    """The (shuffler, chunk) keys shard `shard` receives in a round whose shuffler shares hold `share_sizes`
+    messages, in fold order."""
     keys = []
-    for s in range(shufflers):
-        lo, hi = share_bounds(n_users, s, shufflers)
-        keys += [(s, c) for c in range(len(chunk_bounds(hi - lo))) if shard_of_chunk(s, c, shards) == shard]
+    for s, size in enumerate(share_sizes):
+        keys += [(s, c) for c in range(len(chunk_bounds(size))) if shard_of_chunk(s, c, shards) == shard]
     return keys
 
 
