@@ -5,8 +5,9 @@ come from the run's seed, one Generator per (population, round) (purpose "federa
 round and a resumed run see the same users.
 
 The probability of round r in population k: p_k (p, or p_by_population[k]); with a cycle,
-p_k * (1 + cycle * sin(2 pi (r + phase_k) / period)) clipped to 1 (it stays > 0: cycle < 1); with a trace, the trace's p for (r, k), the
-trace's rounds repeating when the run has more."""
+p_k * (1 + cycle * sin(2 pi (r + phase_k) / period)) clipped to 1 (it stays > 0: cycle < 1); with a trace, the
+trace's p for (r, k), the trace's rounds repeating when the run has more. The trace's SHA-256 is an option, filled in
+when the run is configured: the config names the trace's content, not only its path."""
 from __future__ import annotations
 
 import hashlib
