@@ -88,6 +88,8 @@ def test_a_trace_without_populations_holds_for_every_population(tmp_path):
     path = write_trace(tmp_path / "trace.csv", pd.DataFrame({"round": [1, 0], "p": [0.25, 0.75]}))
     model = federation_model(config(populations=3, trace=path))
     assert [[model.probability(r, k) for k in range(3)] for r in range(3)] == [[0.75] * 3, [0.25] * 3, [0.75] * 3]
+    from_path = config(populations=3, trace=tmp_path / "trace.csv")        # a pathlib.Path is recorded as text
+    assert from_path.federation_options["trace"] == path and from_path == config(populations=3, trace=path)
 
 
 def test_bad_traces_are_refused_before_any_work(tmp_path):

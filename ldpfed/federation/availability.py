@@ -14,6 +14,7 @@ import hashlib
 import io
 import math
 import numbers
+import os
 from pathlib import Path
 
 import numpy as np
@@ -152,6 +153,8 @@ class Availability(Federation):
                                                       "federation_options.phase_by_population",
                                                       "finite numbers of rounds", -float("inf"), float("inf"),
                                                       low_open=True)
+        if isinstance(options["trace"], os.PathLike):      # a pathlib.Path from Python: recorded as text
+            options["trace"] = os.fspath(options["trace"])
         if options["trace"] is not None:
             if not isinstance(options["trace"], str):
                 raise ConfigError("federation_options.trace", options["trace"], "must be a file path")
