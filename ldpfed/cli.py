@@ -120,8 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--federation", choices=sorted(FEDERATIONS), default=DEFAULT_FEDERATION,
                      help=f"which of a round's users take part ({federation_help()}); docs/federation.md")
     run.add_argument("--federation-option", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
-                     help="an option of the federation model (repeatable; `describe NAME` lists them), e.g. p=0.8 "
-                          "or p_by_population=[0.9,0.5]")
+                     help="an option of the federation model (repeatable; `describe NAME` lists them), e.g. p=0.8, "
+                          "p_by_population=[0.9,0.5], cycle=0.5, trace=participation.csv or drop=after")
     run.add_argument("--shufflers", type=_positive_int, default=None,
                      help="with --trust shuffle: --trust-option shufflers=S (S shufflers, each mixing its share of "
                           "a round; on the ray engine, S shuffler actors, --mode per-user)")
@@ -373,7 +373,7 @@ def cmd_describe_env(name: str) -> int:
              f"provided by:    {source}" + (" (built in)" if source == "ldpfed" else " (plugin)"),
              f"kinds:          {', '.join(env.kinds_of())}",
              f"algorithms:     {', '.join(sorted(a for a, cls in REGISTRY.items() if cls.runs_on(env))) or 'none'}",
-             f"varies:         {env.varies or 'nothing (the heterogeneous federation model needs Env.varied)'}",
+             f"varies:         {env.varies or 'nothing (Env.varied: the heterogeneous federation model runs it at spread 0 only)'}",
              "options (--env-param KEY=VALUE; default, and the authors-code profile's where it differs):",
              *_option_lines(env)]
     print("\n".join(lines))

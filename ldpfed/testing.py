@@ -1025,6 +1025,9 @@ __all__ = ["CHECKS", "ConformanceError", "check_algorithm"] + [f"check_{name}" f
 # 5. "regret"   pseudo-regret is finite and >= 0 for every user and action; with arms, the best of each user's
 #               arms has regret 0, and regret matches the rewards: with common random numbers, reward + regret has
 #               the same mean (the best arm's mean) whatever arm is pulled (a z-test at ENV_Z standard errors).
+# 6. "varied"   for an env that says how its world varies (Env.varies; skipped otherwise): varied(0, rng) is the env
+#               itself; varied(0.5, rng) keeps the public world, moves some truth on a copy (the run's world is
+#               untouched), is a function of the Generator's state, and steps from its own truth with regret >= 0.
 ENV_CHECKS = ("options", "public", "kind", "step", "regret", "varied")
 ENV_Z = 5.0                   # regret: an honest env fails with probability ~6e-7 (two-sided normal tail)
 ENV_TOLERANCE = 1e-9          # regret: rounding of best - chosen
@@ -1350,35 +1353,46 @@ def _nonnegative(subject, check, regret, what):
 
 def check_env_varied(subject: EnvSubject):
     """A population's world (the heterogeneous federation model): spread 0 is the env itself; a spread > 0 keeps
-    the public world, moves some truth, is a function of its Generator and leaves the run's world alone; its
-    steps give non-negative regret."""
+    the public world, moves some truth, is a function of its Generator (the same state: the same world; another:
+    another world) and leaves the run's world alone; its steps give non-negative regret, from its own truth (on the
+    same contexts, actions and noise, not the run's world's)."""
     check = "varied"
     env = subject.build()
-    if not env.varies:
-        return "skipped: the env does not say how its world varies (no `varies`)"
     if env.varied(0.0, np.random.default_rng(0)) is not env:
         subject.fail(check, "varied(0, rng) must be the env itself (the same world, no draw)")
-    before = [(name, np.copy(value) if isinstance(value, np.ndarray) else value) for name, value in env_arrays(env)]
+    if not env.varies:
+        return "skipped: the env does not say how its world varies (no `varies`)"
+    env.compiled()      # a step the env caches must not serve a varied copy
+    before = {name: np.copy(value) if isinstance(value, np.ndarray) else value for name, value in env_arrays(env)}
     world = env.varied(0.5, np.random.default_rng(1))
     if world.public() != env.public():
         subject.fail(check, f"a varied world's public world differs: {world.public()} != {env.public()}")
-    if not all(_equal(a, b) for (_, a), (_, b) in zip(before, env_arrays(env))):
+    after = dict(env_arrays(env))
+    if before.keys() != after.keys() or not all(_equal(before[name], after[name]) for name in before):
         subject.fail(check, "varied changed the run's own world (it must change a copy)")
-    truth, moved = env_arrays(world), False
-    for (name, a), (_, b) in zip(before, truth):
-        moved = moved or not _equal(a, b)
-    if not moved:
-        subject.fail(check, f"varied(0.5, rng) moved none of the world's arrays ({[n for n, _ in truth]})")
-    again = env_arrays(env.varied(0.5, np.random.default_rng(1)))
-    if not all(_equal(a, b) for (_, a), (_, b) in zip(truth, again)):
+    truth = dict(env_arrays(world))
+
+    def moved(a, b):
+        return a.keys() != b.keys() or not all(_equal(a[name], b[name]) for name in a)
+
+    if not moved(before, truth):
+        subject.fail(check, f"varied(0.5, rng) moved none of the world's arrays ({sorted(truth)})")
+    if moved(truth, dict(env_arrays(env.varied(0.5, np.random.default_rng(1))))):
         subject.fail(check, "two varied worlds from the same Generator state differ")
+    if not moved(truth, dict(env_arrays(env.varied(0.5, np.random.default_rng(2))))):
+        subject.fail(check, "varied worlds from two Generator states are the same (it draws nothing from rng)")
     users = subject.spread(min(subject.samples, 200))
     nature = np.random.default_rng(subject.seed)
     contexts = world.contexts(users, nature)
     actions = subject.actions(world, world.public(), len(users), nature)
-    _, regret = world.step(contexts, actions, users, nature)
+    state = nature.bit_generator.state
+    rewards, regret = world.step(contexts, actions, users, nature)
     if not (np.isfinite(regret).all() and (regret >= -ENV_TOLERANCE).all()):
         subject.fail(check, "a varied world's step gives negative or non-finite regret")
+    nature.bit_generator.state = state
+    runs_rewards, runs_regret = env.step(contexts, actions, users, nature)
+    if np.array_equal(rewards, runs_rewards) and np.array_equal(regret, runs_regret):
+        subject.fail(check, "a varied world steps as the run's world does (does its step read a cached truth?)")
 
 
 ENV_CHECK_FUNCTIONS = {

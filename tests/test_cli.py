@@ -77,6 +77,7 @@ def test_describe_env_lists_its_options_with_types_bounds_and_docs():
     for row in ENVS["piecewise-bernoulli"].option_table():
         assert f"  {row['name']}" in done.stdout and row["doc"] in done.stdout
     assert "[an integer in [2, inf)]" in done.stdout          # K
+    assert f"varies:         {ENVS['piecewise-bernoulli'].varies}" in done.stdout   # its populations' worlds
     typo = cli("describe", "piecewise-bernouli")
     assert typo.returncode == 2 and "did you mean 'piecewise-bernoulli'" in typo.stderr
 

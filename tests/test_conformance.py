@@ -521,7 +521,33 @@ class _VariesInPlace(Linear):
         self.theta += spread * rng.standard_normal(self.theta.shape)
 
 
-def test_the_env_kit_catches_a_world_that_varies_the_runs_own():
-    with pytest.raises(EnvConformanceError, match="changed the run's own world") as caught:
-        check_env(_VariesInPlace, users=300, samples=500, checks="varied")
+class _VariesWithoutItsGenerator(Linear):
+    """Turns theta with a Generator of its own: every population would get the same world."""
+    name = "varies-without-its-generator"
+    kinds = ("linear",)
+
+    def _vary(self, spread, rng):
+        self.theta = self.theta[::-1].copy()
+
+
+class _StepsAnOldTruth(Linear):
+    """Caches its compiled step under a name of its own: a varied copy would step the run's theta."""
+    name = "steps-an-old-truth"
+    kinds = ("linear",)
+
+    def compiled(self):
+        if "_cached" not in self.__dict__:
+            self._cached = super().compiled()
+        return self._cached
+
+
+@pytest.mark.parametrize("cls, words", [
+    (_VariesInPlace, "changed the run's own world"),
+    (_VariesWithoutItsGenerator, "it draws nothing from rng"),
+    (_StepsAnOldTruth, "steps as the run's world does"),
+], ids=lambda v: v.__name__ if isinstance(v, type) else None)
+def test_the_env_kit_catches_a_world_that_does_not_vary_as_it_should(cls, words):
+    with pytest.raises(EnvConformanceError, match=words) as caught:
+        check_env(cls, users=300, samples=500, checks="varied")
     assert caught.value.check == "varied"
+    assert check_env(Linear, users=300, samples=500, checks="varied") == {"varied": "passed"}

@@ -10,7 +10,8 @@ from ldpfed.config import RunConfig
 from ldpfed.engine import run_local
 from ldpfed.util.errors import ConfigError
 
-CONFIG = RunConfig("ldp-ols", users=240, round_size=40, populations=4, seed=6)
+# 12 rounds: each waits its 0.2 s deadline for the straggler, whose 1.5 s late messages then arrive within the run
+CONFIG = RunConfig("ldp-ols", users=480, round_size=40, populations=4, seed=6)
 # 1 of 2 actors sleeps 1.5 s before its messages leave, the coordinator closes each round 0.2 s after sending it
 STRAGGLER = dict(actors=2, shards=2, placement="none", transport="ray", group_size=1, straggle_share=0.5,
                  straggle_s=1.5, deadline_s=0.2)

@@ -42,7 +42,8 @@ def test_built_in_models_and_their_options():
     assert RunConfig("ldp-sgd").federation == "ideal" and RunConfig("ldp-sgd").federation_options == {}
     config = RunConfig("ldp-sgd", federation="availability")
     assert config.federation_options == {"p": 0.9, "p_by_population": None, "cycle": 0.0, "period": 24,
-                                         "phase_by_population": None, "trace": None, "drop": "before"}  # recorded
+                                         "phase_by_population": None, "trace": None, "trace_sha256": None,
+                                         "drop": "before"}  # recorded
     for bad, field, says in (({"q": 0.5}, "federation_options.q", r"known: \['cycle', 'drop', 'p', 'p_by_population'"),
                              ({"pp": 0.5}, "federation_options.pp", "did you mean 'p'"),
                              ({"p": 0.0}, "federation_options.p", r"must be a finite number in \(0, 1\]"),

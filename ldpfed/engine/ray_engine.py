@@ -178,7 +178,7 @@ class RayBackend(Backend):
                       self.plan.active_shards(),
                       # the shards get each round's model when a message domain checks a public choice against it
                       any(getattr(d, "published", None) for d in algo.cached_domains().values()))
-        if opts.deadline_s is not None:
+        if opts.deadline_s is not None or opts.stragglers:
             check_deadline(config, opts)
             self.transport = "ray"
             self.rounds = DeadlineCalls(self.crew.handles, shape, opts, config)
@@ -282,7 +282,7 @@ class RayBackend(Backend):
     def close(self, ok):
         if self.rounds is not None:
             self.rounds.close()
-        deadline = self._deadline_record() if isinstance(self.rounds, DeadlineCalls) else {}
+        deadline = self._deadline_record() if self.late_messages else {}
         extra = {**deadline,
             "actors": self.actors, "shards": self.shards, "shufflers": self.shufflers, "mode": self.mode,
             "transport": self.transport, "transport_fallback": self.transport_fallback,

@@ -141,10 +141,17 @@ class RayOptions:
         put("straggle_s", float(self.straggle_s))
         if self.deadline_s is not None:
             put("deadline_s", float(self.deadline_s))
+        if self.deadline_s is not None or self.stragglers:
             if self.mode != "pre-aggregated" or self.transport == "direct" or self.tree:
-                raise ConfigError("deadline_s", self.deadline_s, "deadline mode runs pre-aggregated flat rounds over "
+                raise ConfigError("deadline_s" if self.deadline_s is not None else "straggle_s",
+                                  self.deadline_s if self.deadline_s is not None else self.straggle_s, "deadline mode runs pre-aggregated flat rounds over "
                                                                  "Ray calls: --mode pre-aggregated, --transport ray, "
                                                                  "group_size 1")
+
+    @property
+    def stragglers(self) -> bool:
+        """Stragglers are injected (some actors' messages leave them late)."""
+        return self.straggle_share > 0 and self.straggle_s > 0
 
     @property
     def tree(self) -> bool:
@@ -163,7 +170,7 @@ def check_mode(config, mode: str) -> None:
 def check_deadline(config, options) -> None:
     """ConfigError naming deadline_s when the run cannot close its rounds at a deadline (before Ray starts)."""
     if options.deadline_s is None:
-        return
+        return      # stragglers alone change no message: any run takes them
     from ldpfed.federation import federation_model
 
     where = trust_model(config)

@@ -279,7 +279,8 @@ class Channels(Rounds):
 
 
 class DeadlineCalls(RayCalls):
-    """Ray calls whose rounds close at a wall-clock deadline (RayOptions.deadline_s; pre-aggregated, flat).
+    """Ray calls whose rounds close at a wall-clock deadline (RayOptions.deadline_s; pre-aggregated, flat), or that
+    wait for injected stragglers (deadline_s None: every round waits for its slowest actor, as RayCalls).
 
     Each population actor simulates its populations and returns their rows (regret, counters: the simulation's
     bookkeeping, never the server's) at once; its messages for the shards go through its network, `deliver`, which
@@ -323,7 +324,7 @@ class DeadlineCalls(RayCalls):
         self.in_flight = list(metric_refs)
         rows = [row for batch in gather(metric_refs, deadline, r) for row in batch]
         tasks = [d for d in delivered if isinstance(d, ray.ObjectRef)]
-        close_at = min(deadline, sent + self.deadline_s)
+        close_at = deadline if self.deadline_s is None else min(deadline, sent + self.deadline_s)
         ready = set(ray.wait(tasks, num_returns=len(tasks), timeout=left(close_at))[0]) if tasks else set()
         sending, on_time, late_pops = [[] for _ in range(shards)], [], set()
         for a, d in enumerate(delivered):
@@ -354,6 +355,9 @@ class DeadlineCalls(RayCalls):
         self.fold_calls += len(round_refs)
         values = gather(list(round_refs.values()), deadline, r)
         aggregate, _ = shape.assemble(r, dict(zip(round_refs, values)), [])
+        if self.deadline_s is None:      # stragglers without a deadline: every round waits for its slowest
+            self.in_flight = []
+            return aggregate, rows
         patched = []
         for row in rows:                 # the counters a federation model with delays gives its rows
             late = row.population in late_pops

@@ -193,12 +193,15 @@ class Env:
 
     def varied(self, spread: float, rng: np.random.Generator) -> "Env":
         """A world drawn around this one, for a population of its own (the heterogeneous federation model): the same
-        public world (dimension, arms, bounds), its truth moved by `spread` (0: this very world, no draw). An env
-        says what moves in `varies` and does it in `_vary` on a copy; NotImplementedError when it says nothing."""
-        if not self.varies:
-            raise NotImplementedError(f"env {self.name} does not say how its world varies (Env.varied)")
+        public world (dimension, arms, bounds), its truth moved by `spread` >= 0. Spread 0 is this very world, for
+        every env (no draw). An env says what moves in `varies` and does it in `_vary` on a copy; for a spread > 0,
+        NotImplementedError when it says nothing."""
+        if isinstance(spread, bool) or not isinstance(spread, (int, float)) or not np.isfinite(spread) or spread < 0:
+            raise ValueError(f"env {self.name}: a world's spread must be a finite number >= 0, got {spread!r}")
         if spread == 0:
             return self
+        if not self.varies:
+            raise NotImplementedError(f"env {self.name} does not say how its world varies (Env.varied)")
         world = copy.copy(self)
         world.__dict__.pop("_steps", None)      # a cached compiled step holds the old truth
         world._vary(float(spread), rng)

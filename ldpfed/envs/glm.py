@@ -41,7 +41,9 @@ def glm_options(d: int, K: int) -> dict:
 class GLMContextual(Env):
     link = "identity"
     options = glm_options(2, 10)
-    varies = "theta (each arm's in a multi-parameter world), turned, its unit norm kept"
+    varies = ("theta (each arm's in a multi-parameter world), turned, its unit norm kept; the contexts' centre, "
+              "moved by about spread (unit-sphere contexts stay on the sphere)")
+    context_centre = None     # a population's contexts are shifted by it (Env.varied); None: the run's law
 
     def __init__(self, rng, users, **params):
         super().__init__(rng, users, **params)
@@ -63,9 +65,16 @@ class GLMContextual(Env):
     def contexts(self, users, rng):
         n = len(users)
         if self.gaussian_contexts:
-            return rng.standard_normal((n, self.d) if self.multi else (n, self.K, self.d))
-        # sphere_points: the compiled sampler (same law as unit_sphere, ~4x cheaper: the batched engine's main cost)
-        return sphere_points(rng, n if self.multi else (n, self.K), self.d)
+            points = rng.standard_normal((n, self.d) if self.multi else (n, self.K, self.d))
+        else:   # sphere_points: the compiled sampler (same law as unit_sphere, ~4x cheaper: the main cost)
+            points = sphere_points(rng, n if self.multi else (n, self.K), self.d)
+        if self.context_centre is None:
+            return points
+        # a population's own contexts: shifted towards its centre, and back on the sphere (the public bound holds)
+        points += self.context_centre
+        if not self.gaussian_contexts:
+            points /= np.maximum(np.linalg.norm(points, axis=-1, keepdims=True), 1e-300)
+        return points
 
     def means(self, contexts):
         """Mean reward of every arm, shape (n, K)."""
@@ -76,6 +85,7 @@ class GLMContextual(Env):
 
     def _vary(self, spread, rng):
         self.theta = turned(self.theta, spread, rng)
+        self.context_centre = spread * rng.standard_normal(self.d) / np.sqrt(self.d)    # E||centre||^2 = spread^2
 
     def compiled(self):
         # the inherited batched step runs this for every user (one copy of the step: ldpfed.envs.base.EnvSteps)

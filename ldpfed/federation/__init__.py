@@ -1,7 +1,7 @@
 """Federation models: which of a round's users really take part (ldpfed.federation.base says what a model declares
 and does, and the semantics every engine implements). The registry holds every class registered under the entry
-point group `ldpfed.federations`: ldpfed's built-ins (pyproject.toml: ideal, availability) and any installed
-plugin's alike, plus LDPFED_PLUGINS (ldpfed/plugins.py). docs/federation.md is the guide."""
+point group `ldpfed.federations`: ldpfed's built-ins (pyproject.toml: ideal, availability, heterogeneous, latency,
+realistic) and any installed plugin's alike, plus LDPFED_PLUGINS (ldpfed/plugins.py). docs/federation.md is the guide."""
 import functools
 import json
 

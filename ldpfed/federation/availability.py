@@ -5,12 +5,16 @@ come from the run's seed, one Generator per (population, round) (purpose "federa
 round and a resumed run see the same users.
 
 The probability of round r in population k: p_k (p, or p_by_population[k]); with a cycle,
-p_k * (1 + cycle * sin(2 pi (r + phase_k) / period)) clipped to [0, 1]; with a trace, the trace's p for (r, k), the
-trace's rounds repeating when the run has more."""
+p_k * (1 + cycle * sin(2 pi (r + phase_k) / period)) clipped to 1 (it stays > 0: cycle < 1); with a trace, the
+trace's p for (r, k), the trace's rounds repeating when the run has more. The trace's SHA-256 is an option, filled in
+when the run is configured: the config names the trace's content, not only its path."""
 from __future__ import annotations
 
 import hashlib
+import io
+import math
 import numbers
+import os
 from pathlib import Path
 
 import numpy as np
@@ -23,33 +27,46 @@ DROPS = ("before", "after")
 
 
 def _numbers(value, field, what, low, high, low_open=False):
-    """A list of numbers in [low, high] (or (low, high]), else ConfigError naming the field."""
+    """A list of finite numbers in [low, high] (or (low, high]), else ConfigError naming the field."""
     if not isinstance(value, (list, tuple)) or not value or not all(
-            isinstance(v, numbers.Real) and not isinstance(v, bool) and (low < v if low_open else low <= v) and v <= high
-            for v in value):
+            isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
+            and (low < v if low_open else low <= v) and v <= high for v in value):
         raise ConfigError(field, value, f"must be a list of {what}, one per population")
     return [float(v) for v in value]
 
 
-def read_trace(path, populations: int) -> tuple[np.ndarray, str]:
-    """(per-round probabilities, shape (rounds, populations); the file's SHA-256) from a CSV or Parquet trace with
-    columns `round` and `p` and optionally `population` (one row per round and population); ConfigError naming
-    federation_options.trace for whatever is wrong."""
+def trace_bytes(path) -> bytes:
+    """The bytes of a trace file, else ConfigError naming federation_options.trace."""
+    file = Path(str(path))
+    if not file.is_file():
+        raise ConfigError("federation_options.trace", str(path), "no such file")
+    return file.read_bytes()
+
+
+def read_trace(path, populations: int, sha256: str | None = None) -> tuple[np.ndarray, str]:
+    """(per-round probabilities, shape (rounds, populations); the SHA-256 of the bytes read) from a CSV or Parquet
+    trace with columns `round` and `p` and optionally `population` (one row per round and population). The bytes are
+    read once, then hashed and parsed, so the hash names what was parsed; `sha256` given: the bytes must have it
+    (the file the run was configured with). ConfigError naming federation_options.trace for whatever is wrong."""
     import pandas as pd
 
     field = "federation_options.trace"
-    file = Path(str(path))
-    if not file.is_file():
-        raise ConfigError(field, str(path), "no such file")
+    data = trace_bytes(path)
+    digest = hashlib.sha256(data).hexdigest()
+    if sha256 is not None and digest != sha256:
+        raise ConfigError(field, str(path), f"its content changed since the run was configured (SHA-256 {digest}, "
+                                            f"the run's {sha256}): a run reads the one trace it was configured with")
+    parquet = Path(str(path)).suffix.lower() in (".parquet", ".pq")
     try:
-        table = pd.read_parquet(file) if file.suffix.lower() in (".parquet", ".pq") else pd.read_csv(file)
+        table = pd.read_parquet(io.BytesIO(data)) if parquet else pd.read_csv(io.BytesIO(data))
     except Exception as error:
-        raise ConfigError(field, str(path), f"unreadable as {'Parquet' if file.suffix == '.parquet' else 'CSV'}: "
-                                            f"{error}") from None
+        raise ConfigError(field, str(path), f"unreadable as {'Parquet' if parquet else 'CSV'}: {error}") from None
     missing = {"round", "p"} - set(table.columns)
     if missing:
         raise ConfigError(field, str(path), f"lacks the column(s) {sorted(missing)} (it needs round and p, and "
                                             f"optionally population)")
+    if len(table) == 0:
+        raise ConfigError(field, str(path), "has no rows")
     p = pd.to_numeric(table["p"], errors="coerce").to_numpy(dtype=float)
     if not (np.isfinite(p) & (p >= 0) & (p <= 1)).all():
         raise ConfigError(field, str(path), "has a p outside [0, 1] (or not a number)")
@@ -64,10 +81,14 @@ def read_trace(path, populations: int) -> tuple[np.ndarray, str]:
         pops = pops.astype(np.int64)
     else:
         pops = None
-    length = int(rounds.max()) + 1 if len(rounds) else 0
-    if length == 0:
-        raise ConfigError(field, str(path), "has no rows")
-    grid = np.full((length, populations), np.nan)
+    keys = rounds * populations + (0 if pops is None else pops)
+    unique, counts = np.unique(keys, return_counts=True)
+    if (counts > 1).any():
+        twice = int(unique[counts > 1][0])
+        raise ConfigError(field, str(path), f"gives round {twice // populations}"
+                                            + ("" if pops is None else f", population {twice % populations}")
+                                            + " more than one p")
+    grid = np.full((int(rounds.max()) + 1, populations), np.nan)
     if pops is None:
         grid[rounds, :] = p[:, None]
     else:
@@ -78,7 +99,7 @@ def read_trace(path, populations: int) -> tuple[np.ndarray, str]:
         raise ConfigError(field, str(path), f"has no p for round {r}" + (f", population {k}" if pops is not None
                                                                            else "") + " (every round from 0 to the "
                                                                                       "last needs one)")
-    return grid, hashlib.sha256(file.read_bytes()).hexdigest()
+    return grid, digest
 
 
 class Availability(Federation):
@@ -95,13 +116,17 @@ class Availability(Federation):
                                       "(overrides p); none: p for every population"),
         "cycle": Option(0.0, low=0, high=1, high_open=True,
                         doc="amplitude of a daily cycle: p x (1 + cycle sin(2 pi (round + phase) / period)), "
-                            "clipped to [0, 1]; 0: none"),
+                            "clipped to 1; 0: none"),
         "period": Option(24, kind="int", low=2, doc="rounds per cycle (a day)"),
         "phase_by_population": Option(None, kind="any",
                                       doc="a list of one offset in rounds per population (time zones); none: 0"),
         "trace": Option(None, kind="any",
                         doc="a CSV or Parquet file of per-round participation: columns round, p and optionally "
                             "population; its rounds repeat when the run has more; none: p (and the cycle)"),
+        "trace_sha256": Option(None, kind="any",
+                               doc="the SHA-256 the trace file must have; none: the file's, filled in when the run is "
+                                   "configured, so the config names the trace's content (a resume or a worker that "
+                                   "finds other content is refused)"),
         "drop": Option("before", kind="choice", choices=DROPS,
                        doc="where an unavailable user drops: before the round (it neither acts nor sends) or after "
                            "acting (its message never reaches the server)"),
@@ -114,8 +139,8 @@ class Availability(Federation):
                               else np.asarray(per, dtype=float))
         phase = self.options["phase_by_population"]
         self.phases = np.zeros(self.populations) if phase is None else np.asarray(phase, dtype=float)
-        self.trace, self.trace_sha256 = (None, None) if self.options["trace"] is None else \
-            read_trace(self.options["trace"], self.populations)
+        trace = self.options["trace"]   # read once, here; its SHA-256 is an option, so it is in the summary
+        self.trace = None if trace is None else read_trace(trace, self.populations, self.options["trace_sha256"])[0]
 
     @classmethod
     def checked_options(cls, given) -> dict:
@@ -128,12 +153,21 @@ class Availability(Federation):
                                                       "federation_options.phase_by_population",
                                                       "finite numbers of rounds", -float("inf"), float("inf"),
                                                       low_open=True)
+        if isinstance(options["trace"], os.PathLike):      # a pathlib.Path from Python: recorded as text
+            options["trace"] = os.fspath(options["trace"])
         if options["trace"] is not None:
             if not isinstance(options["trace"], str):
                 raise ConfigError("federation_options.trace", options["trace"], "must be a file path")
             if options["cycle"] > 0:
                 raise ConfigError("federation_options.cycle", options["cycle"],
                                   "a trace gives each round's probability: drop the cycle, or the trace")
+        sha256 = options["trace_sha256"]
+        if sha256 is not None and (options["trace"] is None or not isinstance(sha256, str) or len(sha256) != 64
+                                   or not set(sha256) <= set("0123456789abcdef")):
+            raise ConfigError("federation_options.trace_sha256", sha256,
+                              "must be the 64 lowercase hex digits of a trace file's SHA-256, with a trace")
+        if options["trace"] is not None and sha256 is None:      # checked against the bytes when the model is built
+            options["trace_sha256"] = hashlib.sha256(trace_bytes(options["trace"])).hexdigest()
         return options
 
     def check(self, config) -> None:
@@ -145,10 +179,12 @@ class Availability(Federation):
                                   f"has {len(given)} values for {config.populations} populations")
 
     @property
+    def late(self) -> bool:
+        return False          # a user's message arrives in its round, or (drop=after) never
+
+    @property
     def loses(self) -> bool:
         return self.options["drop"] == "after"
-
-    late = False
 
     def probability(self, round_index: int, population: int) -> float:
         """The probability that a user of this population answers in this round (module doc)."""
@@ -158,7 +194,7 @@ class Availability(Federation):
         cycle = self.options["cycle"]
         if cycle > 0:
             angle = 2 * np.pi * (round_index + self.phases[population]) / self.options["period"]
-            p = min(1.0, max(0.0, p * (1 + cycle * np.sin(angle))))
+            p = min(1.0, p * (1 + cycle * np.sin(angle)))     # > 0, since p > 0 and cycle < 1
         return float(p)
 
     def answers(self, round_index, population, users) -> np.ndarray | None:
@@ -180,8 +216,3 @@ class Availability(Federation):
         answers = self.answers(round_index, population, users)
         return None if answers is None else np.where(answers, 0, LOST).astype(np.int64)
 
-    def summary(self) -> dict:
-        entries = super().summary()
-        if self.trace_sha256 is not None:
-            entries["federation_trace_sha256"] = self.trace_sha256
-        return entries

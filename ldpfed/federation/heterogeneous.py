@@ -64,8 +64,8 @@ class Heterogeneous(Federation):
         from ldpfed.envs import ENVS
 
         if self.options["spread"] > 0 and not ENVS[config.env].varies:
-            raise ConfigError("env", config.env, f"env {config.env} does not say how its world varies (Env.varied), "
-                                                 f"so the heterogeneous federation model cannot give its populations "
+            raise ConfigError("env", config.env, f"env {config.env} does not say how its world varies (Env.varied): "
+                                                 f"the heterogeneous federation model cannot give its populations "
                                                  f"worlds of their own; use spread=0 or another env")
 
     def shares(self):
@@ -73,5 +73,10 @@ class Heterogeneous(Federation):
 
     def world(self, env, population):
         if population not in self.worlds:
-            self.worlds[population] = env.varied(self.options["spread"], self.stream("world", population))
+            try:
+                self.worlds[population] = env.varied(self.options["spread"], self.stream("world", population))
+            except NotImplementedError as error:     # an env whose `varies` promises what its `_vary` lacks
+                raise ConfigError("env", env.name, f"{error}: the heterogeneous federation model cannot give its "
+                                                   f"populations worlds of their own; use spread=0 or another env") \
+                    from error
         return self.worlds[population]
