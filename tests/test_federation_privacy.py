@@ -226,6 +226,22 @@ def test_the_audit_under_dropouts_stays_below_the_shuffle_claim():
     assert caught.value.field == "trust_options.min_participants"
 
 
+@pytest.mark.parametrize("shufflers", [1, 2])
+def test_the_audited_shuffle_share_holds_every_sender_at_its_positions(monkeypatch, shufflers):
+    from ldpfed import server_audit
+
+    seen = []
+    monkeypatch.setattr(server_audit, "shuffle_share", lambda seed, r, s, share: seen.append(share) or [share])
+    setup = server_audit.build("ldp-sgd", "shuffle", eps=0.5, delta=1e-6, users=200, seed=0, shufflers=shufflers,
+                               trust_options={"min_participants": 0.6}, federation="availability",
+                               federation_options={"p": 0.8})
+    server_audit.server_view(setup, 0, 1)
+    lo, hi = (200 * setup.share // shufflers, 200 * (setup.share + 1) // shufflers)
+    inside = setup.users[(setup.users >= lo) & (setup.users < hi)]
+    assert setup.canary in inside and len(setup.users) < 200
+    assert len(next(iter(seen[0].values()))) == len(inside)     # the share's senders, the canary among them
+
+
 @pytest.mark.parametrize("trust, options", [("shuffle", {"min_participants": 0.7}), ("central", {}),
                                             ("local", {})])
 def test_the_audit_under_dropouts_stays_below_the_claim_and_refuses_an_absent_canary(trust, options):
