@@ -48,7 +48,8 @@ def test_a_late_message_is_folded_whole_in_its_arrival_round():
     expected, expected_regret, _ = simulate_population(algo, env, model, config.seed, 4, 1, users)
     assert payload == {} and len(on_time) == 0 and regret == expected_regret
     assert metrics["users_late"] == len(users) and metrics["users_lost"] == 0
-    (arrival, late_users, sums), = late
+    (arrival, late_users, sums, sent), = late
+    assert sent is None                 # brought by the row of the round it was made in
     assert arrival == 6 and (late_users == users).all()
     for key in expected:
         assert np.array_equal(sums[key], expected[key])

@@ -310,14 +310,6 @@ class ShardActor(ServesRounds):
 
 
 
-@ray.remote(num_cpus=0)
-def deliver(seconds: float, refs: list) -> list:
-    """A straggler's network (deadline mode's injected delay): hands `refs` (a population actor's objects for the
-    shards, not fetched) on after `seconds`."""
-    time.sleep(seconds)
-    return refs
-
-
 RemotePopulation = ray.remote(PopulationActor)
 RemoteShuffler = ray.remote(ShufflerActor)
 RemoteShard = ray.remote(ShardActor)

@@ -283,9 +283,9 @@ class DeadlineCalls(RayCalls):
     wait for injected stragglers (deadline_s None: every round waits for its slowest actor, as RayCalls).
 
     Each population actor simulates its populations and returns their rows (regret, counters: the simulation's
-    bookkeeping, never the server's) at once; its messages for the shards go through its network, `deliver`, which
-    hands them on after the actor's injected delay (stragglers: `straggle_share` of the actors, chosen from the run's
-    seed, `straggle_s` seconds). The coordinator waits `deadline_s` from sending the round, then closes it with the
+    bookkeeping, never the server's) and its messages for the shards; a straggler's messages (`straggle_share` of
+    the actors, chosen from the run's seed) reach the coordinator `straggle_s` seconds after its work is done (the
+    injected network delay, applied where they are received). The coordinator waits `deadline_s` from sending the round, then closes it with the
     actors whose messages are in: the shards fold those populations only (`ShardCore.expect`). A late actor's
     messages are lost ("drop") or, when they come in, given to the coordinator as LateSums of the round they arrive
     in ("fold"; the population's sums from its per-shard slices, with their users), which `InFlight` checks and
@@ -307,43 +307,48 @@ class DeadlineCalls(RayCalls):
 
     def run(self, model, r, start, stop, deadline):
         from ldpfed.engine.core import LateSum, PopulationRow
-        from ldpfed.engine.ray_actors import deliver
-
         shape, plan = self.shape, self.shape.plan
         shards = shape.shards
         model_ref = model if model_bytes(model) <= INLINE_MODEL_BYTES else ray.put(model)
-        metric_refs, delivered = [], []
+        metric_refs, objects = [], []
         for a in range(shape.actors):
             refs = self.handles[("population", a)].run_round.options(num_returns=shards + 1).remote(
                 model_ref, r, start, stop)
             metric_refs.append(refs[shards])
-            objects = list(refs[:shards])
-            delay = self.slow.get(a, 0.0)
-            delivered.append(deliver.remote(delay, objects) if delay > 0 else objects)
+            objects.append(list(refs[:shards]))
         sent = time.perf_counter()
         self.in_flight = list(metric_refs)
-        rows = [row for batch in gather(metric_refs, deadline, r) for row in batch]
-        tasks = [d for d in delivered if isinstance(d, ray.ObjectRef)]
-        close_at = deadline if self.deadline_s is None else min(deadline, sent + self.deadline_s)
-        ready = set(ray.wait(tasks, num_returns=len(tasks), timeout=left(close_at))[0]) if tasks else set()
+        done_at, pending = {}, {ref: a for a, ref in enumerate(metric_refs)}
+        while pending:                   # when each actor's work is done
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=left(deadline))
+            if not ready:
+                raise RoundTimeout(f"round {r}: {len(pending)} population calls not done at the timeout")
+            for ref in ready:
+                done_at[pending.pop(ref)] = time.perf_counter()
+        rows = [row for batch in ray.get(metric_refs) for row in batch]
+        # A straggler's messages leave it straggle_s after its work is done (its network, simulated where they
+        # are received: no process of its own to start on a loaded machine).
+        arrives = [done_at[a] + self.slow.get(a, 0.0) for a in range(shape.actors)]
+        close_at = (deadline if self.deadline_s is None else min(deadline, sent + self.deadline_s))
+        # until the last message is in, or the deadline (none: the round timeout) closes the round
+        time.sleep(max(0.0, min(max(arrives), close_at) - time.perf_counter()))
         sending, on_time, late_pops = [[] for _ in range(shards)], [], set()
-        for a, d in enumerate(delivered):
-            if isinstance(d, ray.ObjectRef) and d not in ready:
+        for a in range(shape.actors):
+            if arrives[a] > close_at:
                 late_pops.update(self.populations[a])
                 if self.late == "fold":
-                    self.waiting.append((r, a, d))
+                    self.waiting.append((r, a, objects[a], arrives[a]))
                 else:
                     self.record += [{"round": r, "population": p, "arrival": None} for p in self.populations[a]
                                     if len(plan.users_of(r, p))]
                 continue
-            objects = ray.get(d) if isinstance(d, ray.ObjectRef) else d
             for s in range(shards):
-                sending[s].append(objects[s])
+                sending[s].append(objects[a][s])
             on_time += self.populations[a]
         # earlier rounds' late messages that are in by now arrive in this round
         arrivals, still = [], []
         for item in self.waiting:
-            if item[0] < r and ray.wait([item[2]], timeout=0)[0]:
+            if item[0] < r and item[3] <= time.perf_counter():
                 arrivals.append(item)
             else:
                 still.append(item)
@@ -354,7 +359,7 @@ class DeadlineCalls(RayCalls):
                       for s in shape.active}
         self.fold_calls += len(round_refs)
         values = gather(list(round_refs.values()), deadline, r)
-        aggregate, _ = shape.assemble(r, dict(zip(round_refs, values)), [])
+        aggregate = shape.assemble(r, dict(zip(round_refs, values)), [])[0] if on_time else {}
         if self.deadline_s is None:      # stragglers without a deadline: every round waits for its slowest
             self.in_flight = []
             return aggregate, rows
@@ -364,8 +369,8 @@ class DeadlineCalls(RayCalls):
             counts = {"users_late": row.served if late and self.late == "fold" else 0,
                       "users_lost": row.served if late and self.late == "drop" else 0}
             patched.append(row._replace(metrics={**row.metrics, **counts}, sending=0 if late else row.sending))
-        for sent_round, a, ref in arrivals:
-            objects = ray.get(ray.get(ref))
+        for sent_round, a, refs, _ in arrivals:
+            objects = ray.get(refs)
             for p in self.populations[a]:
                 users = plan.users_of(sent_round, p)
                 if not len(users):
@@ -379,7 +384,7 @@ class DeadlineCalls(RayCalls):
 
     def finish(self) -> None:
         """The run is over: what is still on its way never arrives in a round of the run."""
-        for sent_round, a, _ in self.waiting:
+        for sent_round, a, _, _ in self.waiting:
             self.record += [{"round": sent_round, "population": p, "arrival": self.rounds_total}
                             for p in self.populations[a] if len(self.shape.plan.users_of(sent_round, p))]
         self.waiting = []
