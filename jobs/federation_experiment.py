@@ -98,6 +98,7 @@ def plot(table: pd.DataFrame, axis: str, out: Path) -> None:
     ax.set_ylabel("final regret / uniform play's")
     if axis == "delay":
         ax.set_xscale("symlog", linthresh=1)
+        ax.set_xlim(-0.1, table["value"][table["axis"] == axis].max() * 1.3)
     ax.legend(fontsize=7, ncol=2)
     ax.set_title(f"regret over uniform play against the {axis}")
     fig.tight_layout()
@@ -133,8 +134,12 @@ def main(argv=None) -> int:
     parser.add_argument("--algorithms", default=",".join(DEFAULT_ALGORITHMS))
     parser.add_argument("--trusts", default="local,shuffle,central")
     parser.add_argument("--out", type=Path, default=Path("results/federation"))
+    parser.add_argument("--replot", action="store_true", help="the table and plots again from OUT/federation.csv")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.replot:
+        frame = pd.read_csv(args.out / "federation.csv")
+        return report(frame, args.out)
     trusts = set(args.trusts.split(","))
     jobs = [(a, t, axis, v, s) for axis in args.axes.split(",") for a in args.algorithms.split(",")
             for t in ALGORITHMS.get(a, ("local",)) if t in trusts for v in AXES[axis] for s in range(args.seeds)]
@@ -146,13 +151,19 @@ def main(argv=None) -> int:
     print()
     frame = pd.DataFrame(rows)
     frame.to_csv(args.out / "federation.csv", index=False)
+    report(frame, args.out)
+    print(f"{len(jobs)} runs in {time.perf_counter() - began:.0f} s; written to {args.out}")
+    return 0
+
+
+def report(frame: pd.DataFrame, out: Path) -> int:
+    """The Markdown table and the plots of a run's rows."""
     table = summarize(frame)
     refused = frame[frame["refused"].notna()] if "refused" in frame else frame.iloc[0:0]
-    (args.out / "federation.md").write_text(markdown(table, refused))
+    (out / "federation.md").write_text(markdown(table, refused))
     for axis in table["axis"].unique():
-        plot(table, axis, args.out)
-    print((args.out / "federation.md").read_text())
-    print(f"{len(jobs)} runs in {time.perf_counter() - began:.0f} s; written to {args.out}")
+        plot(table, axis, out)
+    print((out / "federation.md").read_text())
     return 0
 
 
