@@ -546,3 +546,20 @@ def test_ray_run_stops_cleanly_on_a_signal_checkpoint_and_no_orphans(tmp_path, s
     while session() and time.monotonic() < deadline:
         time.sleep(0.5)
     assert session() == []
+
+
+def test_a_killed_actor_under_a_realistic_federation_leaves_the_result_undisturbed(ray_session):
+    # heterogeneous populations, dropouts and late messages: the redone round re-draws the same users, worlds and
+    # delays from the run's seed, and the late sums it brings are the same
+    config = small(federation="realistic", federation_options={"spread": 0.3, "p": 0.8, "drop": "after",
+                                                               "reward_delay": 2.0, "deadline": 6})
+    local = run_local(config)
+    assert local.table["late_folded"].sum() > 0
+
+    def kill(pids):
+        os.kill(pids["population"][-1], signal.SIGKILL)
+        return pids["population"][-1]
+
+    result, _ = _run_with_fault(config, 150, kill, actors=2, shards=2, mode="pre-aggregated", transport="ray")
+    assert_same(local, result)
+    assert result.summary["recoveries"] == 1
