@@ -1,29 +1,45 @@
-"""jobs/federation_experiment.py at toy size: a point's ratio is the algorithm's regret over uniform play's under
-the same federation model and seed, and a combination the system refuses is a row with its reason."""
+"""jobs/federation_experiment.py at toy scale: each run's ratio is its regret over the uniform run of the same
+federation (options included) and seed, and a refused combination is listed with its reason."""
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 from ldpfed.config import RunConfig
-from ldpfed.engine import run_local
+from ldpfed.engine import run
 
 JOB = Path(__file__).resolve().parent.parent / "jobs" / "federation_experiment.py"
 spec = importlib.util.spec_from_file_location("federation_experiment", JOB)
-experiment = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(experiment)
+job = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(job)
+
+SMALL = {"users": 400, "round_size": 20, "populations": 2, "seeds": 1, "workers": 0}
 
 
-def test_a_point_is_over_uniform_play_under_the_same_federation():
-    row = experiment.point("ldp-sgd", "local", "dropout", 0.5, 2_000, 100, 2, 3, {})
-    same = dict(users=2_000, round_size=100, populations=2, seed=3, federation="availability",
-                federation_options={"p": 0.5})
-    uniform = run_local(RunConfig("uniform", **same)).summary["final_regret"]
-    regret = run_local(RunConfig("ldp-sgd", **same)).summary["final_regret"]
-    assert row["uniform"] == uniform and row["regret"] == regret and row["ratio"] == regret / uniform
-    # under the ideal federation uniform play serves twice the users: the ratio would be another
-    ideal = run_local(RunConfig("uniform", **{**same, "federation": "ideal", "federation_options": {}}))
-    assert ideal.summary["final_regret"] > 1.5 * uniform
+def _uniform(env, federation="ideal", options=None):
+    return run(RunConfig("uniform", env=env, users=400, round_size=20, populations=2, seed=0,
+                         federation=federation, federation_options=options or {})).summary["final_regret"]
 
 
-def test_a_refused_combination_is_a_row_with_its_reason():
-    row = experiment.point("ldp-sgd", "shuffle", "delay", 3, 2_000, 100, 2, 0, {})
-    assert "late message" in row["refused"] and "ratio" not in row
+def test_the_ratio_is_against_uniform_under_the_same_federation():
+    per_run, table = job.experiment(algorithms=("ldp-sgd",), trusts=("local",), dropouts=(0.5,), delays=(),
+                                    spreads=(), **SMALL)
+    dropped = per_run[per_run["axis"] == "dropout"].iloc[0]
+    ideal = per_run[per_run["axis"] == "ideal"].iloc[0]
+    under_dropouts = _uniform("linear", "availability", {"p": 0.5})
+    assert under_dropouts != pytest.approx(_uniform("linear"))       # fewer users served: less regret for uniform
+    assert dropped["uniform_regret"] == under_dropouts
+    assert dropped["ratio"] == pytest.approx(dropped["final_regret"] / under_dropouts)
+    assert ideal["ratio"] == pytest.approx(ideal["final_regret"] / _uniform("linear"))
+    assert dropped["users_served"] < 400 and ideal["users_served"] == 400
+    row = table[(table["axis"] == "dropout")].iloc[0]
+    assert row["ratio"] == pytest.approx(dropped["ratio"]) and row["refused"] == ""
+
+
+def test_a_refused_combination_is_listed_with_its_reason():
+    per_run, table = job.experiment(algorithms=("ldp-mab-adversarial",), trusts=("local",), dropouts=(),
+                                    delays=(5,), spreads=(), **SMALL)
+    late = table[table["axis"] == "delay"].iloc[0]
+    assert "federation" in late["refused"] and "late" in late["refused"]
+    assert table[table["axis"] == "ideal"].iloc[0]["refused"] == ""
+    assert any("refused (1)" in line for line in job.axis_table(table, "delay", 1.0))
