@@ -59,6 +59,7 @@ DEFAULT_ALGORITHMS = ("ldp-sgd", "ldp-ols", "linucb-dgs", "ldp-mab-ucb", "ldp-ma
 # sw-klucb-cf's window at T = 1e5 is 348 users: rounds of more than a tenth of it break it before any federation
 # does (its round_size_caveat), so it runs at its own round size.
 ROUND_SIZES = "sw-klucb-cf=10"
+TENTHS = range(1, 11)
 AXES = {"dropout": "availability", "delay": "latency", "spread": "heterogeneous"}
 AXIS_LABELS = {"dropout": "dropout rate (availability p = 1 - rate)",
                "delay": "mean delay of a message (rounds; latency model, reward_delay)",
@@ -91,10 +92,15 @@ def _one(job: dict) -> dict:
                            populations=job["populations"], eps=job["eps"], delta=job["delta"], seed=job["seed"],
                            trust=job["trust"], trust_options=trust_options, federation=federation,
                            federation_options=options)
-        s = run(config).summary
+        result = run(config)
     except ConfigError as error:
         return {**job, "refused": f"{error.field}: {error.reason}"}
-    return {**job, "final_regret": s["final_regret"],
+    s, table = result.summary, result.table
+    # the cumulative regret when each tenth of the users has arrived: where a curve bends
+    ends = np.searchsorted(table["users"].to_numpy(), [job["users"] * k / 10 for k in TENTHS])
+    tenths = {f"regret_at_{k}0pct": float(table["cumulative_regret"].iloc[min(i, len(table) - 1)])
+              for k, i in zip(TENTHS, ends)}
+    return {**job, **tenths, "final_regret": s["final_regret"],
             "users_served": s.get("total_users_served", job["users"]),
             "never_folded": s.get("late_messages_never_folded", 0),
             "eps_reported": s.get("privacy_eps_composed", job["eps"]), "cpu_s": time.process_time() - started,
@@ -147,13 +153,17 @@ def plan(algorithms, trusts, points: dict, seeds: int, users: int, round_size: i
 
 def ratios(runs: pd.DataFrame) -> pd.DataFrame:
     """Each run's ratio: its final regret over the uniform run's on the same env, round size, federation and seed."""
+    tenths = [f"regret_at_{k}0pct" for k in TENTHS]
     uniform = runs[runs["algorithm"] == "uniform"][["env", "round_size", "axis", "x", "seed", "final_regret",
-                                                     "users_served"]]
-    uniform = uniform.rename(columns={"final_regret": "uniform_regret", "users_served": "uniform_served"})
+                                                     "users_served", *tenths]]
+    uniform = uniform.rename(columns={"final_regret": "uniform_regret", "users_served": "uniform_served",
+                                      **{t: f"uniform_{t}" for t in tenths}})
     learners = runs[runs["algorithm"] != "uniform"]
     ok = learners[learners["refused"] == ""].merge(uniform, on=["env", "round_size", "axis", "x", "seed"],
                                                    how="left", validate="many_to_one")
     ok["ratio"] = ok["final_regret"] / ok["uniform_regret"]
+    for t in tenths:
+        ok[f"ratio_{t}"] = ok[t] / ok[f"uniform_{t}"]
     return pd.concat([ok, learners[learners["refused"] != ""]], ignore_index=True)
 
 
@@ -172,6 +182,8 @@ def summary(per_run: pd.DataFrame) -> pd.DataFrame:
                      "served": ok["users_served"].mean() / g["users"].iloc[0] if len(r) else np.nan,
                      "never_folded": ok["never_folded"].mean() / g["users"].iloc[0] if len(r) else np.nan,
                      "eps_reported": ok["eps_reported"].max() if len(r) else np.nan,
+                     **{f"ratio_at_{k}0pct": ok[f"ratio_regret_at_{k}0pct"].mean() if len(r) else np.nan
+                        for k in TENTHS},
                      "refused": "" if len(r) else g["refused"].iloc[0]})
     return pd.DataFrame(rows)
 
@@ -215,6 +227,24 @@ def axis_table(table: pd.DataFrame, axis: str, eps: float) -> list[str]:
     if reasons:
         lines.append("")
     lines += [f"({n}) {reason}  " for reason, n in reasons.items()]
+    return lines
+
+
+def accrual_table(table: pd.DataFrame, axis: str) -> list[str]:
+    """Where the curves bend: regret over uniform's after 10%, 50% and 100% of the users, at the ideal point and at
+    the axis' last point, per algorithm and trust (mean over seeds)."""
+    rows = _with_ideal(table, axis)
+    rows = rows[rows["refused"] == ""]
+    last = rows["x"].max()
+    lines = [f"| algorithm | trust | ideal: 10% of T | 50% | 100% | {axis} {last:g}: 10% of T | 50% | 100% |",
+             "|---" * 8 + "|"]
+    for algorithm in [a for a in ALGORITHMS if a in set(rows["algorithm"])]:
+        for trust in TRUSTS:
+            g = rows[(rows["algorithm"] == algorithm) & (rows["trust"] == trust)].set_index("x")
+            if 0.0 not in g.index or last not in g.index:
+                continue
+            cells = [f"{g.loc[x, f'ratio_at_{k}0pct']:.3f}" for x in (0.0, last) for k in (1, 5, 10)]
+            lines.append(f"| {algorithm} | {trust} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -299,7 +329,8 @@ def write(per_run: pd.DataFrame, table: pd.DataFrame, out: Path, header: list[st
     for axis in AXES:
         if (table["axis"] == axis).any():
             text += ["", f"### {axis}: regret over uniform play (mean ± s.e. over seeds)", "",
-                     *axis_table(table, axis, eps)]
+                     *axis_table(table, axis, eps), "", "Regret over uniform's as the users arrive (mean over "
+                     "seeds), at the ideal point and the last:", "", *accrual_table(table, axis)]
             axis_plot(table, axis, out / "plots" / f"{axis}.png", users)
     (out / "tables.md").write_text("\n".join(text) + "\n")
     return "\n".join(text)
