@@ -277,6 +277,7 @@ def axis_plot(table: pd.DataFrame, axis: str, path: Path, users: int) -> None:
         ax.axhline(1.0, color="grey", linewidth=0.8)
         if axis == "delay":
             ax.set_xscale("symlog", linthresh=1)
+            ax.set_xlim(-0.2, max(ticks) * 1.3)
         ax.set_xticks(ticks, [label(t) for t in ticks])
         ax.minorticks_off()
         ax.set_ylim(bottom=0, top=max(1.15, ax.get_ylim()[1]))
