@@ -24,7 +24,8 @@ and a round whose senders fall below it runs at its real guarantee (trust option
 (the worst round's) is in the table. Runs in a pool of --workers processes, one BLAS thread each; a progress line
 every 5% of the runs.
 
-Writes under --out (default results/federation): runs.csv (one row per run), ratios.csv (one row per algorithm,
+Writes under --out (default results/federation): runs.csv (one row per run of a learner, beside it the uniform
+run it is compared with; the cumulative regret of both at every tenth of the users), ratios.csv (one row per algorithm,
 trust, axis and point: mean and standard error of the ratio), tables.md, plots/dropout.png, plots/delay.png,
 plots/spread.png.
 """
@@ -162,9 +163,18 @@ def ratios(runs: pd.DataFrame) -> pd.DataFrame:
     ok = learners[learners["refused"] == ""].merge(uniform, on=["env", "round_size", "axis", "x", "seed"],
                                                    how="left", validate="many_to_one")
     ok["ratio"] = ok["final_regret"] / ok["uniform_regret"]
-    for t in tenths:
-        ok[f"ratio_{t}"] = ok[t] / ok[f"uniform_{t}"]
-    return pd.concat([ok, learners[learners["refused"] != ""]], ignore_index=True)
+    return with_tenths(pd.concat([ok, learners[learners["refused"] != ""]], ignore_index=True))
+
+
+def with_tenths(per_run: pd.DataFrame) -> pd.DataFrame:
+    """Each run's regret over uniform's within each tenth of the users (tenth_1 .. tenth_10): where a curve bends."""
+    per_run = per_run.copy()
+    for k in TENTHS:
+        before = ((per_run[f"regret_at_{k - 1}0pct"], per_run[f"uniform_regret_at_{k - 1}0pct"]) if k > 1 else
+                  (0.0, 0.0))
+        per_run[f"tenth_{k}"] = ((per_run[f"regret_at_{k}0pct"] - before[0])
+                                 / (per_run[f"uniform_regret_at_{k}0pct"] - before[1]))
+    return per_run
 
 
 def summary(per_run: pd.DataFrame) -> pd.DataFrame:
@@ -182,8 +192,7 @@ def summary(per_run: pd.DataFrame) -> pd.DataFrame:
                      "served": ok["users_served"].mean() / g["users"].iloc[0] if len(r) else np.nan,
                      "never_folded": ok["never_folded"].mean() / g["users"].iloc[0] if len(r) else np.nan,
                      "eps_reported": ok["eps_reported"].max() if len(r) else np.nan,
-                     **{f"ratio_at_{k}0pct": ok[f"ratio_regret_at_{k}0pct"].mean() if len(r) else np.nan
-                        for k in TENTHS},
+                     **{f"tenth_{k}": ok[f"tenth_{k}"].mean() if len(r) else np.nan for k in TENTHS},
                      "refused": "" if len(r) else g["refused"].iloc[0]})
     return pd.DataFrame(rows)
 
@@ -231,20 +240,20 @@ def axis_table(table: pd.DataFrame, axis: str, eps: float) -> list[str]:
 
 
 def accrual_table(table: pd.DataFrame, axis: str) -> list[str]:
-    """Where the curves bend: regret over uniform's after 10%, 50% and 100% of the users, at the ideal point and at
-    the axis' last point, per algorithm and trust (mean over seeds)."""
+    """Where the curves bend: regret over uniform's within each tenth of the users (mean over seeds), at the ideal
+    point and at the axis' last point, per algorithm and trust."""
     rows = _with_ideal(table, axis)
     rows = rows[rows["refused"] == ""]
     last = rows["x"].max()
-    lines = [f"| algorithm | trust | ideal: 10% of T | 50% | 100% | {axis} {last:g}: 10% of T | 50% | 100% |",
-             "|---" * 8 + "|"]
+    lines = ["| algorithm | trust | point | " + " | ".join(f"{k}0%" for k in TENTHS) + " |",
+             "|---" * (3 + len(TENTHS)) + "|"]
     for algorithm in [a for a in ALGORITHMS if a in set(rows["algorithm"])]:
         for trust in TRUSTS:
             g = rows[(rows["algorithm"] == algorithm) & (rows["trust"] == trust)].set_index("x")
-            if 0.0 not in g.index or last not in g.index:
-                continue
-            cells = [f"{g.loc[x, f'ratio_at_{k}0pct']:.3f}" for x in (0.0, last) for k in (1, 5, 10)]
-            lines.append(f"| {algorithm} | {trust} | " + " | ".join(cells) + " |")
+            for x in (0.0, last):
+                if x in g.index:
+                    lines.append(f"| {algorithm} | {trust} | {'ideal' if x == 0 else f'{axis} {x:g}'} | "
+                                 + " | ".join(f"{g.loc[x, f'tenth_{k}']:.3f}" for k in TENTHS) + " |")
     return lines
 
 
@@ -330,8 +339,8 @@ def write(per_run: pd.DataFrame, table: pd.DataFrame, out: Path, header: list[st
     for axis in AXES:
         if (table["axis"] == axis).any():
             text += ["", f"### {axis}: regret over uniform play (mean ± s.e. over seeds)", "",
-                     *axis_table(table, axis, eps), "", "Regret over uniform's as the users arrive (mean over "
-                     "seeds), at the ideal point and the last:", "", *accrual_table(table, axis)]
+                     *axis_table(table, axis, eps), "", "Regret over uniform's within each tenth of the users "
+                     "(the tenth ending at the column's share of T; mean over seeds), at the ideal point and the last:", "", *accrual_table(table, axis)]
             axis_plot(table, axis, out / "plots" / f"{axis}.png", users)
     (out / "tables.md").write_text("\n".join(text) + "\n")
     return "\n".join(text)
@@ -368,6 +377,7 @@ def main(argv=None) -> int:
     if args.replot:
         per_run = pd.read_csv(args.out / "runs.csv", keep_default_na=False, na_values=[""])
         per_run["refused"] = per_run["refused"].astype(object).where(per_run["refused"].notna(), "")
+        per_run = with_tenths(per_run)
         write(per_run, summary(per_run), args.out, [command.replace(" `", "`")], float(per_run["eps"].iloc[0]),
               int(per_run["users"].iloc[0]))
         print(f"written: {args.out}/tables.md, ratios.csv, plots/")
@@ -381,7 +391,7 @@ def main(argv=None) -> int:
                                                                        args.round_sizes.items()) + f"), "
               f"{args.populations} populations, eps = {args.eps:g}, delta = {args.delta:g}, {args.seeds} seeds; "
               f"{time.perf_counter() - started:,.0f} s wall clock, {args.workers} workers, "
-              f"{per_run['cpu_s'].sum():,.0f} s of CPU in the runs."]
+              f"{per_run['cpu_s'].sum():,.0f} s of CPU in the learners' runs."]
     print(write(per_run, table, args.out, header, args.eps, args.users))
     print(f"written: {args.out}/runs.csv, ratios.csv, tables.md, plots/")
     return 0
