@@ -12,27 +12,16 @@ from __future__ import annotations
 
 import hashlib
 import io
-import math
-import numbers
 import os
 from pathlib import Path
 
 import numpy as np
 
-from ldpfed.federation.base import LOST, Federation
+from ldpfed.federation.base import LOST, Federation, check_one_per_population, per_population_numbers
 from ldpfed.util.errors import ConfigError
 from ldpfed.util.options import Option
 
 DROPS = ("before", "after")
-
-
-def _numbers(value, field, what, low, high, low_open=False):
-    """A list of finite numbers in [low, high] (or (low, high]), else ConfigError naming the field."""
-    if not isinstance(value, (list, tuple)) or not value or not all(
-            isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
-            and (low < v if low_open else low <= v) and v <= high for v in value):
-        raise ConfigError(field, value, f"must be a list of {what}, one per population")
-    return [float(v) for v in value]
 
 
 def trace_bytes(path) -> bytes:
@@ -146,13 +135,12 @@ class Availability(Federation):
     def checked_options(cls, given) -> dict:
         options = super().checked_options(given)
         if options["p_by_population"] is not None:
-            options["p_by_population"] = _numbers(options["p_by_population"], "federation_options.p_by_population",
-                                                  "numbers in (0, 1]", 0.0, 1.0, low_open=True)
+            options["p_by_population"] = per_population_numbers(options["p_by_population"], "p_by_population",
+                                                                "numbers in (0, 1]", 0.0, 1.0, low_open=True)
         if options["phase_by_population"] is not None:
-            options["phase_by_population"] = _numbers(options["phase_by_population"],
-                                                      "federation_options.phase_by_population",
-                                                      "finite numbers of rounds", -float("inf"), float("inf"),
-                                                      low_open=True)
+            options["phase_by_population"] = per_population_numbers(options["phase_by_population"],
+                                                                    "phase_by_population", "finite numbers of rounds",
+                                                                    -float("inf"), float("inf"), low_open=True)
         if isinstance(options["trace"], os.PathLike):      # a pathlib.Path from Python: recorded as text
             options["trace"] = os.fspath(options["trace"])
         if options["trace"] is not None:
@@ -172,11 +160,7 @@ class Availability(Federation):
 
     def check(self, config) -> None:
         super().check(config)
-        for key in ("p_by_population", "phase_by_population"):
-            given = self.options[key]
-            if given is not None and len(given) != config.populations:
-                raise ConfigError(f"federation_options.{key}", given,
-                                  f"has {len(given)} values for {config.populations} populations")
+        check_one_per_population(self.options, config, {"p_by_population": "values", "phase_by_population": "values"})
 
     @property
     def late(self) -> bool:

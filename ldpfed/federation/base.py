@@ -35,8 +35,12 @@ aggregate, on its clock [start, stop) as any round.
 """
 from __future__ import annotations
 
+import math
+import numbers
+
 import numpy as np
 
+from ldpfed.util.errors import ConfigError
 from ldpfed.util.rng import derive
 from ldpfed.util.options import checked_model_options, option_rows
 
@@ -44,6 +48,26 @@ IDEAL = "ideal"          # every user answers, at once: the default
 LOST = -1                # a message's delay when it never reaches the server
 # the aspects a model draws for, each from its own stream (Federation.stream): adding one changes no other's draws
 ASPECTS = {"present": 0, "delay": 1, "reward_delay": 2, "world": 3, "shares": 4}
+
+
+def per_population_numbers(value, key: str, what: str, low: float, high: float, low_open: bool = False) -> list:
+    """An option's list of finite numbers in [low, high] (or (low, high]), one per population, as floats; else
+    ConfigError naming federation_options.<key> (its length is checked against the run in `Federation.check`)."""
+    if not isinstance(value, (list, tuple)) or not value or not all(
+            isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
+            and (low < v if low_open else low <= v) and v <= high for v in value):
+        raise ConfigError(f"federation_options.{key}", value, f"must be a list of {what}, one per population")
+    return [float(v) for v in value]
+
+
+def check_one_per_population(options: dict, config, nouns: dict) -> None:
+    """ConfigError naming federation_options.<key> for a given list (nouns: {key: what its entries are called})
+    whose length is not the run's number of populations."""
+    for key, noun in nouns.items():
+        given = options[key]
+        if given is not None and len(given) != config.populations:
+            raise ConfigError(f"federation_options.{key}", given,
+                              f"has {len(given)} {noun} for {config.populations} populations")
 
 
 class Federation:

@@ -5,11 +5,10 @@ algorithm still sees one public world, the run's. Draws: the sizes once per run,
 from the run's seed (Federation.stream)."""
 from __future__ import annotations
 
-import numbers
 
 import numpy as np
 
-from ldpfed.federation.base import Federation
+from ldpfed.federation.base import Federation, check_one_per_population, per_population_numbers
 from ldpfed.util.errors import ConfigError
 from ldpfed.util.options import Option
 
@@ -45,22 +44,16 @@ class Heterogeneous(Federation):
         options = super().checked_options(given)
         sizes = options["sizes"]
         if sizes is not None:
-            if not isinstance(sizes, (list, tuple)) or not sizes or not all(
-                    isinstance(v, numbers.Real) and not isinstance(v, bool) and 0 < v < float("inf") for v in sizes):
-                raise ConfigError("federation_options.sizes", sizes,
-                                  "must be a list of finite numbers > 0, one per population")
+            sizes = per_population_numbers(sizes, "sizes", "finite numbers > 0", 0.0, float("inf"), low_open=True)
             if options["size_alpha"] is not None:
                 raise ConfigError("federation_options.size_alpha", options["size_alpha"],
                                   "give sizes or size_alpha, not both")
-            options["sizes"] = [float(v) for v in sizes]
+            options["sizes"] = sizes
         return options
 
     def check(self, config) -> None:
         super().check(config)
-        sizes = self.options["sizes"]
-        if sizes is not None and len(sizes) != config.populations:
-            raise ConfigError("federation_options.sizes", sizes,
-                              f"has {len(sizes)} sizes for {config.populations} populations")
+        check_one_per_population(self.options, config, {"sizes": "sizes"})
         from ldpfed.envs import ENVS
 
         if self.options["spread"] > 0 and not ENVS[config.env].varies:

@@ -5,12 +5,10 @@ up; a message later than `deadline` rounds is lost. The server folds a late mess
 round it arrives in (ldpfed.federation.base). Draws: one Generator per (population, round) and aspect."""
 from __future__ import annotations
 
-import numbers
 
 import numpy as np
 
-from ldpfed.federation.base import LOST, Federation
-from ldpfed.util.errors import ConfigError
+from ldpfed.federation.base import LOST, Federation, check_one_per_population, per_population_numbers
 from ldpfed.util.options import Option
 
 LAWS = ("geometric", "poisson", "fixed")
@@ -56,19 +54,13 @@ class Latency(Federation):
         options = super().checked_options(given)
         per = options["factor_by_population"]
         if per is not None:
-            if not isinstance(per, (list, tuple)) or not per or not all(
-                    isinstance(v, numbers.Real) and not isinstance(v, bool) and 0 <= v < float("inf") for v in per):
-                raise ConfigError("federation_options.factor_by_population", per,
-                                  "must be a list of finite numbers >= 0, one per population")
-            options["factor_by_population"] = [float(v) for v in per]
+            options["factor_by_population"] = per_population_numbers(per, "factor_by_population",
+                                                                     "finite numbers >= 0", 0.0, float("inf"))
         return options
 
     def check(self, config) -> None:
         super().check(config)
-        per = self.options["factor_by_population"]
-        if per is not None and len(per) != config.populations:
-            raise ConfigError("federation_options.factor_by_population", per,
-                              f"has {len(per)} factors for {config.populations} populations")
+        check_one_per_population(self.options, config, {"factor_by_population": "factors"})
 
     late = True
 
