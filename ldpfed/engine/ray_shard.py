@@ -161,11 +161,7 @@ class ShardPlan:
         lo, hi = share_bounds(stop - start, shuffler, self.shufflers)
         if self.federation is None or self.federation.ideal:
             return np.arange(start + lo, start + hi)
-        cached = self.__dict__.get("_senders")      # asked for per chunk: drawn once per round
-        if cached is None or cached[0] != round_index:
-            cached = (round_index, round_senders(self.federation, round_index, start, stop, self.populations))
-            object.__setattr__(self, "_senders", cached)
-        senders = cached[1]
+        senders = round_senders(self.federation, round_index, start, stop, self.populations)
         return senders[(senders >= start + lo) & (senders < start + hi)]
 
     def chunks_of(self, round_index: int, shard: int) -> list[tuple[int, int]]:

@@ -58,6 +58,14 @@ def on_time_users(federation, round_index: int, start: int, stop: int, populatio
 
 def round_senders(federation, round_index: int, start: int, stop: int, populations: int) -> np.ndarray:
     """The users of round [start, stop) whose messages reach the server in that round, every population's, in user
-    order (a population's users are a contiguous block of the round, in population order)."""
+    order (a population's users are a contiguous block of the round, in population order). The last round asked
+    for is kept on the model: a round's shard plan, shufflers and secure aggregation ask for it again and again."""
+    key = (round_index, start, stop, populations)
+    kept = federation.__dict__.get("_round_senders")
+    if kept is not None and kept[0] == key:
+        return kept[1]
     parts = [on_time_users(federation, round_index, start, stop, p, populations) for p in range(populations)]
-    return np.concatenate(parts) if parts else np.arange(0)
+    senders = np.concatenate(parts) if parts else np.arange(0)
+    senders.setflags(write=False)          # shared by every caller of the round
+    federation._round_senders = (key, senders)
+    return senders
