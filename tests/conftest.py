@@ -38,3 +38,26 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "ray_session" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("ray"))
+
+
+@pytest.fixture
+def interrupted_and_resumed(tmp_path):
+    """resume(config, users_done) -> (the whole run, the run interrupted once `users_done` users are done and
+    resumed from its checkpoint): what a resume test compares, bit for bit."""
+    from ldpfed.engine import run_local
+    from ldpfed.engine.checkpoint import Checkpointer
+
+    class Interrupt(BaseException):
+        pass
+
+    def resume(config, users_done):
+        def progress(done, regret):
+            if done == users_done:
+                raise Interrupt
+
+        whole = run_local(config)
+        with pytest.raises(Interrupt):
+            run_local(config, progress=progress, checkpointer=Checkpointer(tmp_path, every_s=None))
+        return whole, run_local(config, checkpointer=Checkpointer(tmp_path, every_s=None))
+
+    return resume

@@ -8,7 +8,6 @@ import pytest
 from ldpfed.algorithms import make_algorithm
 from ldpfed.config import RunConfig
 from ldpfed.engine import run_local
-from ldpfed.engine.checkpoint import Checkpointer
 from ldpfed.engine.core import population_users, round_bounds, round_users, simulate_population
 from ldpfed.envs import ENVS, Env, make_env
 from ldpfed.envs.glm import Linear
@@ -152,19 +151,9 @@ def test_options_and_an_env_that_does_not_vary_are_refused():
         ENVS.unregister(_PromisesToVary.name)
 
 
-def test_resume_gives_the_same_bits(tmp_path):
-    class Interrupt(BaseException):
-        pass
-
-    def progress(done, regret):
-        if done == 300:
-            raise Interrupt
-
-    run = config(spread=0.5, size_alpha=1.0)
-    whole = run_local(run)
-    with pytest.raises(Interrupt):
-        run_local(run, progress=progress, checkpointer=Checkpointer(tmp_path, every_s=None))
-    assert_same(whole, run_local(run, checkpointer=Checkpointer(tmp_path, every_s=None)))
+def test_resume_gives_the_same_bits(interrupted_and_resumed):
+    whole, resumed = interrupted_and_resumed(config(spread=0.5, size_alpha=1.0), 300)
+    assert_same(whole, resumed)
 
 
 def test_ray_engine_gives_the_same_bits(ray_session):

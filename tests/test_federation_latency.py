@@ -7,7 +7,6 @@ import pytest
 
 from ldpfed.config import RunConfig
 from ldpfed.engine import run_local
-from ldpfed.engine.checkpoint import Checkpointer
 from ldpfed.engine.core import LateSum, PopulationRow, population_round, round_users, simulate_population
 from ldpfed.engine.driver import InFlight
 from ldpfed.algorithms import make_algorithm
@@ -91,19 +90,8 @@ def test_conservation_and_the_deadline():
     assert strict["users_late"].sum() == 0 and strict["users_lost"].sum() > 0 and strict["late_folded"].sum() == 0
 
 
-def test_resume_with_messages_in_flight_gives_the_same_bits(tmp_path):
-    class Interrupt(BaseException):
-        pass
-
-    def progress(done, regret):
-        if done == 300:
-            raise Interrupt
-
-    config = small(federation_options={"latency": 3.0})
-    whole = run_local(config)
-    with pytest.raises(Interrupt):
-        run_local(config, progress=progress, checkpointer=Checkpointer(tmp_path, every_s=None))
-    resumed = run_local(config, checkpointer=Checkpointer(tmp_path, every_s=None))
+def test_resume_with_messages_in_flight_gives_the_same_bits(interrupted_and_resumed):
+    whole, resumed = interrupted_and_resumed(small(federation_options={"latency": 3.0}), 300)
     assert resumed.summary["resumed_from_round"] == 15
     assert_same(whole, resumed)
 

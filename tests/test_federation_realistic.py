@@ -7,7 +7,6 @@ import pytest
 from ldpfed.algorithms import REGISTRY
 from ldpfed.config import RunConfig
 from ldpfed.engine import run_local
-from ldpfed.engine.checkpoint import Checkpointer
 from ldpfed.federation import federation_model
 from ldpfed.util.errors import ConfigError
 
@@ -48,17 +47,7 @@ def test_every_algorithm_runs_with_the_same_bits_on_both_engines(ray_session):
     assert len(ran) == len(REGISTRY) - len(CANNOT_TAKE_LATE)
 
 
-def test_resume_gives_the_same_bits(tmp_path):
-    class Interrupt(BaseException):
-        pass
-
-    def progress(done, regret):
-        if done == 120:
-            raise Interrupt
-
-    run = config("ldp-ols")
-    whole = run_local(run)
-    with pytest.raises(Interrupt):
-        run_local(run, progress=progress, checkpointer=Checkpointer(tmp_path, every_s=None))
-    pd.testing.assert_frame_equal(whole.table, run_local(run, checkpointer=Checkpointer(tmp_path, every_s=None)).table,
-                                  check_exact=True)
+def test_resume_gives_the_same_bits(interrupted_and_resumed):
+    whole, resumed = interrupted_and_resumed(config("ldp-ols"), 120)
+    assert resumed.summary["resumed_from_round"] > 0
+    pd.testing.assert_frame_equal(whole.table, resumed.table, check_exact=True)
